@@ -1,0 +1,144 @@
+"""The `schedport` command line.
+
+Every command exits 0 on success and, on bad input, prints one line `error: ...` naming the
+file, row/key and reason and exits 2 — never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from schedport.errors import SchedportError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Do LLM-serving scheduler rankings carry over across workloads, loads and metrics?")
+trace_app = typer.Typer(no_args_is_help=True, help="Convert and check request traces.")
+app.add_typer(trace_app, name="trace")
+out = Console()
+
+
+@app.command()
+def simulate(
+    trace: Path = typer.Option(..., "--trace", help="Canonical trace (CSV or Parquet)."),
+    scheduler: str = typer.Option(..., "--scheduler", help="Policy name (see `schedport schedulers`)."),
+    out_dir: Path = typer.Option(..., "--out", help="Directory for requests.parquet and summary.json."),
+    engine: Optional[Path] = typer.Option(None, "--engine", help="Engine config TOML (defaults: docs/engine.md)."),
+    load: Optional[float] = typer.Option(None, "--load", help="Scale time to offered load RHO vs capacity."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the policy's randomness (e.g. ltr's predictor)."),
+    exact: bool = typer.Option(False, "--exact", help="Step every iteration (the oracle; slower)."),
+    horizon: Optional[float] = typer.Option(None, "--horizon", help="Stop the simulation at S seconds."),
+) -> None:
+    """Simulate one trace under one scheduler; write per-request results and the run summary."""
+    from schedport.api import simulate as run_sim
+
+    if horizon is not None and not horizon > 0:
+        raise SchedportError(f"--horizon must be a positive number of seconds, got {horizon}")
+    t0 = time.perf_counter()
+    res = run_sim(trace, scheduler, engine=engine, load=load, seed=seed, exact=exact, horizon_s=horizon)
+    res.save(out_dir)
+    s = res.summary
+    wall = time.perf_counter() - t0
+    out.print(f"{scheduler}: {s['n_completed']}/{s['n_requests']} completed, {s['n_rejected']} rejected, "
+              f"TTFT p50 {_f(s['ttft_p50_s'])} s p99 {_f(s['ttft_p99_s'])} s, "
+              f"TPOT p50 {_f(s['tpot_p50_s'])} s, {s['iterations']} iterations, "
+              f"{s['preemptions']} preemptions  [{wall:.2f} s wall]")
+    out.print(f"wrote {out_dir / 'requests.parquet'} and {out_dir / 'summary.json'}")
+
+
+def _f(v) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
+
+
+@app.command()
+def schedulers() -> None:
+    """List the scheduling policies, one line each."""
+    from schedport.schedulers import REGISTRY
+
+    width = max(len(n) for n in REGISTRY)
+    for name, p in REGISTRY.items():
+        typer.echo(f"{name:<{width}}  {p.summary}")
+
+
+@app.command()
+def example(
+    out_path: Path = typer.Option(Path("example-trace.csv"), "--out", help="Where to write the trace."),
+    n: int = typer.Option(1000, "--requests", help="Number of requests."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Write the bundled synthetic example trace (project-generated, two clients)."""
+    from schedport.examples import make_example_trace
+    from schedport.trace import save_trace
+
+    if n < 1:
+        raise SchedportError(f"--requests must be at least 1, got {n}")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    save_trace(make_example_trace(n, seed), out_path)
+    out.print(f"wrote {n} requests to {out_path}")
+
+
+@trace_app.command("convert")
+def trace_convert(
+    inputs: list[Path] = typer.Argument(..., help="Input file(s) or folder (servegen)."),
+    fmt: str = typer.Option(..., "--from", help="azure | burstgpt | servegen | jsonl | canonical"),
+    out_path: Path = typer.Option(..., "--out", help="Canonical CSV or Parquet to write."),
+    start: Optional[float] = typer.Option(None, "--start", help="Window start, seconds from the file start."),
+    duration: Optional[float] = typer.Option(None, "--duration", help="Window length in seconds."),
+    rows: Optional[int] = typer.Option(None, "--rows", help="Take N requests from the start."),
+    slot: Optional[float] = typer.Option(None, "--slot", help="servegen: 600 s slot start (seconds)."),
+    seed: int = typer.Option(0, "--seed", help="servegen: generation seed."),
+) -> None:
+    """Turn a public trace file into the canonical trace, reporting what was dropped and why."""
+    from schedport import sources
+    from schedport.trace import save_trace
+
+    sel = {k: v for k, v in dict(start_s=start, duration_s=duration, rows=rows).items() if v is not None}
+    if fmt == "servegen":
+        if slot is None:
+            raise SchedportError("--from servegen needs --slot SECONDS (the 600 s window to generate)")
+        sel = {"slot_start_s": slot, "seed": seed}
+    res = sources.read(fmt, list(inputs), **sel)
+    if len(res.trace) == 0:
+        raise SchedportError(f"{inputs[0]}: the selection holds no usable request")
+    save_trace(res.trace, out_path)
+    dropped = ", ".join(f"{k}={v}" for k, v in res.dropped.items() if v) or "none"
+    out.print(f"wrote {len(res.trace)} requests to {out_path}; dropped: {dropped}")
+    if res.skipped:
+        out.print(f"skipped: {', '.join(res.skipped)}")
+
+
+@trace_app.command("check")
+def trace_check(path: Path = typer.Argument(..., help="Canonical trace to validate.")) -> None:
+    """Validate a canonical trace and print its statistics."""
+    import numpy as np
+
+    from schedport.trace import load_trace
+
+    t = load_trace(path)
+    rate = (len(t) - 1) / t.span_s if t.span_s > 0 else float("nan")
+    out.print(f"{path}: {len(t)} requests over {t.span_s:.1f} s ({rate:.2f} req/s); "
+              f"input mean {t.input_tokens.mean():.0f} p99 {np.percentile(t.input_tokens, 99):.0f}; "
+              f"output mean {t.output_tokens.mean():.0f} p99 {np.percentile(t.output_tokens, 99):.0f}")
+
+
+def main() -> None:
+    """Console entry point: run the app, turning user errors into one line and exit code 2."""
+    try:
+        app()
+    except SchedportError as e:
+        msg = str(e).replace("\n", " ")
+        print(f"error: {msg}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

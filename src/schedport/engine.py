@@ -1,0 +1,421 @@
+"""A discrete-event simulator of one vLLM-like serving replica.
+
+The engine owns time, the paged KV cache and the request lifecycle; a policy
+(`schedport.policy`) owns the decisions. Each iteration ("step") the policy's
+batching mode forms a batch from the running and waiting requests within a token
+budget, the running-sequence cap and the free KV blocks, preempting by recompute
+when blocks run out; the latency model prices the step; tokens are emitted at the
+step's end. Semantics follow vLLM (see docs/engine.md and ../shared/docs/schedulers.md §0):
+
+* KV blocks are allocated as tokens are computed (``ceil(tokens / block_size)`` per request);
+  policies that reserve (Orca, static batching) allocate their reservation at admission.
+* The step that completes a request's prefill emits its first token; each later step that
+  schedules it emits one more. A preempted request loses its KV and later recomputes
+  prompt + generated tokens as a prefill; no token is emitted twice.
+* A request that can never fit (prompt + output > max_model_len, or more blocks than the
+  cache can ever give it) is rejected at arrival, never left waiting forever.
+
+Two execution modes give bit-identical per-request results. ``exact=True`` steps every
+iteration. The default fast-forwards through runs of identical decode-only steps: when the
+batch is "every running request decodes one token" and nothing can be admitted, the engine
+computes how many such steps happen before the next decision point (an arrival, a completion,
+a KV block shortfall, the horizon, or a point the policy declares such as a quantum expiry or
+a starvation promotion) and prices them all at once with the latency model's vectorised
+decode path. Policies whose order can change at any moment are only fast-forwarded when no
+waiting request could be admitted whatever the order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from schedport.config import EngineConfig
+from schedport.latency import LatencyModel
+from schedport.trace import Trace
+
+WAITING, RUNNING, DONE = 0, 1, 2
+
+
+class Request:
+    """One request's mutable simulation state (vLLM's `Request`, reduced to what scheduling needs)."""
+
+    __slots__ = (
+        "idx", "arrival", "prompt", "output", "client", "generated", "computed", "blocks",
+        "phase", "decoding", "first_token", "finish", "preemptions", "admit_seq", "status",
+        "reject_reason", "key", "aux",
+    )
+
+    def __init__(self, idx: int, arrival: float, prompt: int, output: int, client: str | None):
+        self.idx = idx
+        self.arrival = arrival
+        self.prompt = prompt
+        self.output = output
+        self.client = client
+        self.generated = 0        # output tokens emitted so far
+        self.computed = 0         # tokens whose KV is in the cache
+        self.blocks = 0           # KV blocks held
+        self.phase = WAITING
+        self.decoding = False     # True once its (re)prefill has caught up: next step is a 1-token decode
+        self.first_token = math.nan
+        self.finish = math.nan
+        self.preemptions = 0
+        self.admit_seq = -1       # admission counter value at its latest admission
+        self.status = ""
+        self.reject_reason = ""
+        self.key = None           # policy-maintained sort key
+        self.aux = None           # policy-private state
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens known for this request: prompt plus everything generated so far."""
+        return self.prompt + self.generated
+
+    @property
+    def remaining(self) -> int:
+        """Output tokens still to be emitted."""
+        return self.output - self.generated
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return (f"Request({self.idx}, t={self.arrival:.3f}, in={self.prompt}, out={self.output}, "
+                f"gen={self.generated}, comp={self.computed}, blocks={self.blocks})")
+
+
+@dataclass
+class StepRecord:
+    """What one executed step (or a fast-forwarded run of identical steps) did; for observers/tests."""
+
+    start: float
+    end: float
+    steps: int
+    tokens: int                 # tokens computed per step (max over the run)
+    running: int                # running requests during the step
+    blocks_used: int            # KV blocks in use at the end of the run
+    scheduled: list = field(default_factory=list)  # [(request idx, tokens)] for single steps
+
+
+@dataclass
+class SimOutput:
+    """Per-request outcome arrays plus engine counters of one simulation."""
+
+    status: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    preemptions: np.ndarray
+    reject_reason: list[str]
+    iterations: int
+    preemptions_total: int
+    recomputed_tokens: int
+    steps_fast_forwarded: int
+    events: int
+
+
+class KVCache:
+    """The paged KV block pool: a count of free blocks (block identity does not matter here)."""
+
+    __slots__ = ("num_blocks", "free", "block_size")
+
+    def __init__(self, num_blocks: int, block_size: int):
+        self.num_blocks = num_blocks
+        self.free = num_blocks
+        self.block_size = block_size
+
+    def blocks_for(self, tokens: int) -> int:
+        """Blocks needed to hold `tokens` tokens."""
+        return -(-tokens // self.block_size)
+
+    @property
+    def used(self) -> int:
+        return self.num_blocks - self.free
+
+
+class Simulator:
+    """Runs one trace through one policy on one engine configuration.
+
+    The policy's runtime object is created with `policy.bind(self)` and is called for every
+    decision; the simulator only advances time, moves requests between queues and keeps the
+    books (see `run`).
+    """
+
+    def __init__(self, trace: Trace, policy, config: EngineConfig, latency: LatencyModel, *,
+                 seed: int = 0, exact: bool = False, horizon_s: float | None = None,
+                 observer: Callable[[StepRecord], None] | None = None):
+        self.trace = trace
+        self.config = config
+        self.latency = latency
+        self.seed = seed
+        self.exact = exact
+        self.horizon = math.inf if horizon_s is None else float(horizon_s)
+        self.observer = observer
+        self.cache = KVCache(config.num_gpu_blocks, config.block_size)
+        self.max_num_seqs = config.max_num_seqs
+        self.max_model_len = config.max_model_len
+        clients = trace.client_id
+        arr = trace.arrival_s.tolist()
+        ins = trace.input_tokens.tolist()
+        outs = trace.output_tokens.tolist()
+        cl = clients.tolist() if clients is not None else [None] * len(arr)
+        self.requests = [Request(i, arr[i], ins[i], outs[i], cl[i]) for i in range(len(arr))]
+        self.running: list[Request] = []
+        self.now = 0.0
+        self.iterations = 0
+        self.preemptions_total = 0
+        self.recomputed_tokens = 0
+        self.steps_fast_forwarded = 0
+        self.events = 0
+        self._admit_counter = 0
+        self._next_arrival = 0
+        self.sched = policy.bind(self)
+
+    # ----------------------------------------------------------------- bookkeeping used by policies
+    def admit(self, req: Request) -> None:
+        """Move a waiting request into the running set (the policy already removed it from waiting)."""
+        req.phase = RUNNING
+        req.admit_seq = self._admit_counter
+        self._admit_counter += 1
+        self.running.append(req)
+
+    def allocate(self, req: Request, blocks: int) -> None:
+        """Give `blocks` more KV blocks to `req` (caller checked they are free)."""
+        self.cache.free -= blocks
+        req.blocks += blocks
+
+    def preempt(self, req: Request) -> None:
+        """Preempt by recompute: free the request's KV, reset its progress, hand it back to waiting."""
+        self.cache.free += req.blocks
+        req.blocks = 0
+        self.recomputed_tokens += req.computed
+        req.computed = 0
+        req.decoding = False
+        req.preemptions += 1
+        self.preemptions_total += 1
+        self.running.remove(req)
+        req.phase = WAITING
+        self.sched.requeue_preempted(req, self.now)
+
+    def reject(self, req: Request, reason: str) -> None:
+        """Refuse a request: it is never served and counts as an SLO miss."""
+        req.phase = DONE
+        req.status = "rejected"
+        req.reject_reason = reason
+        self.sched.on_reject(req)
+
+    # ----------------------------------------------------------------- main loop
+    def run(self) -> SimOutput:
+        """Simulate until every admitted request finishes (or the horizon cuts the run)."""
+        reqs = self.requests
+        n = len(reqs)
+        sched = self.sched
+        if n:
+            self.now = reqs[0].arrival
+        while True:
+            now = self.now
+            # arrivals up to now join the waiting queue (or are rejected at the door)
+            i = self._next_arrival
+            while i < n and reqs[i].arrival <= now:
+                self._arrive(reqs[i])
+                i += 1
+            self._next_arrival = i
+            if now >= self.horizon:
+                break
+            if not self.running and not sched.has_waiting():
+                if i >= n:
+                    break
+                self.now = reqs[i].arrival
+                continue
+            plan = sched.plan(now)
+            if not plan.items:
+                if self.running:
+                    raise RuntimeError("internal: running requests but the policy scheduled nothing")
+                # nothing can start (e.g. everything waiting was just rejected); wait for an arrival
+                if i < n:
+                    self.now = max(now, reqs[i].arrival)
+                    continue
+                if sched.has_waiting():
+                    raise RuntimeError("internal: requests wait on an idle engine with no arrival to come")
+                break
+            self.events += 1
+            if (not self.exact and plan.decode_only and len(plan.items) == len(self.running)
+                    and sched.stable(plan)):
+                if self._fast_forward(plan):
+                    continue
+            self._execute(plan)
+        return self._output()
+
+    def _arrive(self, req: Request) -> None:
+        total = req.prompt + req.output
+        if total > self.max_model_len:
+            self.reject(req, f"prompt + output = {total} tokens exceeds max_model_len {self.max_model_len}")
+            return
+        reason = self.sched.never_fits(req)
+        if reason:
+            self.reject(req, reason)
+            return
+        self.sched.on_arrival(req, self.now)
+
+    # ----------------------------------------------------------------- one iteration
+    def _execute(self, plan) -> None:
+        """Run one iteration of the planned batch and emit its tokens at the step's end."""
+        chunks = []
+        n_dec = 0
+        kv = 0
+        tokens = 0
+        for req, k in plan.items:
+            tokens += k
+            if req.decoding:
+                n_dec += 1
+                kv += req.computed + 1
+            else:
+                chunks.append(plan.chunk_shape(req, k))
+        dt = self.latency.iteration_time(chunks, n_dec, kv) if chunks else float(
+            self.latency.decode_times(n_dec, np.array([kv], dtype=np.int64))[0])
+        start = self.now
+        end = start + dt
+        finished = []
+        emitted = plan.emitted = []
+        for req, k in plan.items:
+            req.computed += k
+            if req.computed >= req.num_tokens:
+                emitted.append(req)
+                req.generated += 1
+                if req.generated == 1:
+                    req.first_token = end
+                if req.generated >= req.output:
+                    finished.append(req)
+                else:
+                    req.decoding = True
+        self.iterations += 1
+        self.sched.after_step(plan, start, end)
+        for req in finished:
+            self._finish(req, end)
+        self.now = end
+        if self.observer is not None:
+            self.observer(StepRecord(start, end, 1, tokens, len(plan.items), self.cache.used,
+                                     [(r.idx, k) for r, k in plan.items]))
+
+    def _finish(self, req: Request, t: float) -> None:
+        req.finish = t
+        req.phase = DONE
+        req.status = "completed"
+        self.cache.free += req.blocks
+        req.blocks = 0
+        self.running.remove(req)
+        self.sched.on_finish(req, t)
+
+    # ----------------------------------------------------------------- fast-forward
+    def _fast_forward(self, plan) -> bool:
+        """Run K identical decode-only steps at once; False if fewer than 2 are possible."""
+        running = self.running
+        B = len(running)
+        comp = np.fromiter((r.computed for r in running), dtype=np.int64, count=B)
+        rem = np.fromiter((r.output - r.generated for r in running), dtype=np.int64, count=B)
+        k_max = int(rem.min())                       # the step that completes the first request(s)
+        k_pol, t_pol = self.sched.fast_forward_limit(plan, self.now)
+        if k_pol is not None:
+            k_max = min(k_max, k_pol)
+        if k_max < 2:
+            return False
+        # KV: step j computes token position comp_i + j and needs ceil((comp_i + j + 1)/bs) blocks
+        if plan.allocates_decode_blocks:
+            bs = self.cache.block_size
+            held = np.fromiter((r.blocks for r in running), dtype=np.int64, count=B)
+            first_need = held * bs - comp            # step index at which request i needs a new block
+            free = self.cache.free
+            k_blk = _first_shortfall(first_need, bs, free, k_max)
+            k_max = min(k_max, k_blk)
+            if k_max < 2:
+                return False
+        kv0 = int(comp.sum()) + B
+        kv = kv0 + B * np.arange(k_max, dtype=np.int64)
+        dts = self.latency.decode_times(B, kv)
+        acc = np.empty(k_max + 1)
+        acc[0] = self.now
+        acc[1:] = dts
+        ends = np.add.accumulate(acc)[1:]            # end time of step j (sequential sums, as stepping)
+        starts = np.empty(k_max)
+        starts[0] = self.now
+        starts[1:] = ends[:-1]
+        k = k_max
+        # step j may run only if no new arrival has come by its start and it starts before the horizon
+        limit_t = self.horizon
+        if self._next_arrival < len(self.requests):
+            limit_t = min(limit_t, self.requests[self._next_arrival].arrival)
+        if t_pol is not None:
+            limit_t = min(limit_t, t_pol)
+        if limit_t < math.inf:
+            # first j >= 1 whose start >= limit_t is excluded (step 0 always runs)
+            j = int(np.searchsorted(starts, limit_t, side="left"))
+            k = min(k, max(j, 1))
+        k = self.sched.refine_fast_forward(plan, starts[:k], ends[:k], k)
+        if k < 2:
+            return False
+        end = float(ends[k - 1])
+        start = self.now
+        finished = []
+        for r in running:
+            r.computed += k
+            r.generated += k
+            if r.generated >= r.output:
+                finished.append(r)
+        if plan.allocates_decode_blocks:
+            bs = self.cache.block_size
+            for r in running:
+                need = -(-r.computed // bs)
+                if need > r.blocks:
+                    self.cache.free -= need - r.blocks
+                    r.blocks = need
+        self.iterations += k
+        self.steps_fast_forwarded += k
+        self.sched.after_fast_forward(plan, starts[:k], ends[:k], k)
+        for r in finished:
+            self._finish(r, end)
+        self.now = end
+        if self.observer is not None:
+            self.observer(StepRecord(start, end, k, B, B, self.cache.used))
+        return True
+
+    # ----------------------------------------------------------------- results
+    def _output(self) -> SimOutput:
+        status = []
+        for r in self.requests:
+            if r.phase != DONE:
+                r.status = "unfinished"
+            status.append(r.status)
+        return SimOutput(
+            status=np.array(status, dtype=object),
+            first_token_s=np.array([r.first_token for r in self.requests], dtype=np.float64),
+            finish_s=np.array([r.finish for r in self.requests], dtype=np.float64),
+            preemptions=np.array([r.preemptions for r in self.requests], dtype=np.int64),
+            reject_reason=[r.reject_reason for r in self.requests],
+            iterations=self.iterations,
+            preemptions_total=self.preemptions_total,
+            recomputed_tokens=self.recomputed_tokens,
+            steps_fast_forwarded=self.steps_fast_forwarded,
+            events=self.events,
+        )
+
+
+def _first_shortfall(first_need: np.ndarray, bs: int, free: int, k_max: int) -> int:
+    """Number of decode steps that can run before some step needs more new blocks than are free.
+
+    Request i needs a new block at steps first_need_i, first_need_i + bs, ...; a step can run
+    only if the blocks needed by all steps up to and including it fit in `free`.
+    """
+    def needed_through(j: int) -> int:
+        d = j - first_need
+        return int(np.maximum(d // bs + 1, 0).sum())
+    if needed_through(k_max - 1) <= free:
+        return k_max
+    lo, hi = 0, k_max - 1          # needed_through(hi) > free; find the first such step index
+    if needed_through(0) > free:
+        return 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if needed_through(mid) > free:
+            hi = mid
+        else:
+            lo = mid
+    return hi

@@ -1,0 +1,743 @@
+"""The parts a scheduling policy is composed of.
+
+A policy is a short declaration (see `schedport.schedulers`):
+
+* a **batching mode** — how an iteration's batch is formed: `Continuous` (vLLM v1: one token
+  budget, running first, chunked prefill), `StallFree` (Sarathi-Serve: decodes, then ongoing
+  prefills, then new ones, prompt blocks reserved at admission), `Selective` (Orca: whole
+  prompts batched with decodes, max-length KV reservation, no preemption) or `Static`
+  (FasterTransformer request-level batches);
+* an **ordering** — which waiting (and, if preemptive, which running) request goes first,
+  with whatever state it keeps (counters, levels, starvation guards);
+* an optional **admission gate** — requests it refuses are rejected.
+
+Each part is a small class; `Policy.bind(sim)` instantiates them for one simulation. The engine
+calls the bound policy (`BoundPolicy`) through a narrow interface: `plan`, the queue hooks, and
+the fast-forward hooks that say when the next decision is due.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from schedport.engine import RUNNING, WAITING, Request
+
+# ============================================================================ plans
+
+
+class Plan:
+    """One iteration's batch: (request, tokens) pairs plus what happened while forming it."""
+
+    __slots__ = ("items", "admitted", "preempted", "decode_only", "allocates_decode_blocks", "pad",
+                 "emitted")
+
+    def __init__(self, allocates_decode_blocks: bool = True):
+        self.items: list[tuple[Request, int]] = []
+        self.admitted = 0
+        self.preempted = 0
+        self.decode_only = True
+        self.allocates_decode_blocks = allocates_decode_blocks
+        self.pad = 0  # static batching with padded compute: prompt length every prefill is padded to
+        self.emitted: list[Request] = []  # filled by the engine: requests that got a token this step
+
+    def add(self, req: Request, k: int) -> None:
+        self.items.append((req, k))
+        if not req.decoding:
+            self.decode_only = False
+
+    def chunk_shape(self, req: Request, k: int) -> tuple[int, int]:
+        """(chunk tokens, tokens already cached) of a prefill chunk, as the latency model wants it."""
+        if self.pad:
+            return (self.pad, 0)
+        return (k, req.computed)
+
+
+# ============================================================================ orderings
+
+
+class Ordering:
+    """Base ordering: the waiting container plus the hooks a policy may need.
+
+    `preemptive` orderings rank running and waiting requests together every step and
+    preempt running requests that fall outside the selected set. `dynamic` orderings can
+    change the order of waiting requests at any time (aging, counters): the engine then
+    fast-forwards only when no waiting request could be admitted in any order.
+    """
+
+    preemptive = False
+    dynamic = False
+    victim = "newest"      # memory-pressure victim for non-preemptive orderings: newest | worst
+
+    def __init__(self, sim, params: dict):
+        self.sim = sim
+        self.params = params
+
+    # -- container
+    def __len__(self) -> int: raise NotImplementedError
+    def push(self, req: Request, now: float) -> None: raise NotImplementedError
+    def requeue(self, req: Request, now: float) -> None: raise NotImplementedError
+    def head(self, now: float) -> Request | None: raise NotImplementedError
+    def pop_head(self) -> Request: raise NotImplementedError
+    def remove(self, req: Request) -> None: raise NotImplementedError
+    def ordered(self, now: float) -> list[Request]: raise NotImplementedError
+    def __iter__(self): raise NotImplementedError
+
+    # -- keys (preemptive / worst-victim orderings)
+    def key(self, req: Request, now: float) -> Any:
+        return (req.arrival, req.idx)
+
+    # -- hooks
+    def on_admit(self, req: Request, now: float) -> None: pass
+    def after_step(self, plan: Plan, start: float, end: float) -> None: pass
+    def after_fast_forward(self, plan: Plan, starts: np.ndarray, ends: np.ndarray, k: int) -> None: pass
+    def on_finish(self, req: Request, t: float) -> None: pass
+    def fast_forward_limit(self, plan: Plan, now: float) -> tuple[int | None, float | None]:
+        return None, None
+    def refine_fast_forward(self, plan: Plan, starts: np.ndarray, ends: np.ndarray, k: int) -> int:
+        return k
+
+
+class Fifo(Ordering):
+    """Arrival order; a preempted request goes back to the head (vLLM's `prepend`)."""
+
+    def __init__(self, sim, params):
+        super().__init__(sim, params)
+        self.q: deque[Request] = deque()
+
+    def __len__(self): return len(self.q)
+    def __iter__(self): return iter(self.q)
+    def push(self, req, now): self.q.append(req)
+    def requeue(self, req, now): self.q.appendleft(req)
+    def head(self, now): return self.q[0] if self.q else None
+    def pop_head(self): return self.q.popleft()
+    def remove(self, req): self.q.remove(req)
+    def ordered(self, now): return list(self.q)
+
+
+class StaticKey(Ordering):
+    """A fixed per-request key, smallest first, ties by arrival (vLLM v1's priority heap).
+
+    Under memory pressure the victim is the running request with the largest key, as vLLM v1
+    does for `policy="priority"`.
+    """
+
+    victim = "worst"
+
+    def __init__(self, sim, params, keyfn: Callable[[Request], Any]):
+        super().__init__(sim, params)
+        self.keyfn = keyfn
+        self.heap: list = []
+        self.removed: set[int] = set()
+        self.n = 0
+
+    def __len__(self): return self.n
+    def __iter__(self): return (e[2] for e in self.heap if e[2].idx not in self.removed)
+
+    def key(self, req, now):
+        return req.key
+
+    def push(self, req, now):
+        if req.key is None:
+            req.key = (self.keyfn(req), req.arrival, req.idx)
+        self.removed.discard(req.idx)
+        heapq.heappush(self.heap, (req.key, req.idx, req))
+        self.n += 1
+
+    requeue = push
+
+    def _clean(self):
+        h = self.heap
+        while h and h[0][2].idx in self.removed:
+            self.removed.discard(heapq.heappop(h)[2].idx)
+
+    def head(self, now):
+        self._clean()
+        return self.heap[0][2] if self.heap else None
+
+    def pop_head(self):
+        self._clean()
+        self.n -= 1
+        return heapq.heappop(self.heap)[2]
+
+    def remove(self, req):
+        self.removed.add(req.idx)
+        self.n -= 1
+
+    def ordered(self, now):
+        return [e[2] for e in sorted(self.heap) if e[2].idx not in self.removed]
+
+
+class SortedEachStep(Ordering):
+    """Waiting requests kept in a list and sorted by `key(req, now)` whenever the order is needed."""
+
+    def __init__(self, sim, params):
+        super().__init__(sim, params)
+        self.items: list[Request] = []
+        self._sorted_at = None
+
+    def __len__(self): return len(self.items)
+    def __iter__(self): return iter(self.items)
+
+    def push(self, req, now):
+        self.items.append(req)
+        self._sorted_at = None
+
+    requeue = push
+
+    def ordered(self, now):
+        if self._sorted_at != now:
+            self.items.sort(key=lambda r: self.key(r, now))
+            self._sorted_at = now
+        return self.items
+
+    def head(self, now):
+        if not self.items:
+            return None
+        return self.ordered(now)[0]
+
+    def pop_head(self):
+        return self.items.pop(0)
+
+    def remove(self, req):
+        self.items.remove(req)
+
+
+# ============================================================================ admission gates
+
+
+class AdmitAll:
+    """No admission control: every request that can ever fit is served."""
+
+    def __init__(self, sim, params):
+        pass
+
+    def filter(self, sched: "BoundPolicy", now: float) -> None:
+        pass
+
+    def fast_forward_limit(self, sched, plan, now):
+        return None, None
+
+    def refine(self, sched, plan, starts, ends, k):
+        return k
+
+
+# ============================================================================ batching modes
+
+
+class BatchingMode:
+    """How an iteration's batch is formed; subclasses implement `plan`."""
+
+    default_budget = 2048
+    default_watermark = 0.0
+    allocates_decode_blocks = True
+
+    def __init__(self, sim, params: dict):
+        cfg = sim.config
+        self.sim = sim
+        self.budget = int(params.get("max_num_batched_tokens") or cfg.max_num_batched_tokens
+                          or self.default_budget)
+        wm = cfg.watermark if cfg.watermark is not None else params.get("watermark", self.default_watermark)
+        self.watermark_blocks = int(math.floor(wm * sim.cache.num_blocks))
+        self.max_num_seqs = int(params.get("max_num_seqs") or cfg.max_num_seqs)
+
+    def never_fits(self, req: Request) -> str:
+        """Why `req` can never be served in this mode ('' if it can)."""
+        c = self.sim.cache
+        need = c.blocks_for(req.prompt + req.output)
+        if need > c.num_blocks:
+            return f"needs {need} KV blocks, the cache holds {c.num_blocks}"
+        return ""
+
+    def any_admissible(self, sched: "BoundPolicy", plan: Plan) -> bool:
+        """Could some waiting request be admitted now, in any order? (for dynamic orderings)"""
+        sim = self.sim
+        if len(sim.running) >= self.max_num_seqs:
+            return False
+        left = self.budget - len(plan.items)
+        if left <= 0:
+            return False
+        m = min(r.num_tokens for r in sched.order)
+        return sim.cache.blocks_for(min(m, left)) <= sim.cache.free - self.watermark_blocks
+
+    def pick_victim(self, sched: "BoundPolicy", now: float) -> Request:
+        running = self.sim.running
+        if sched.order.victim == "worst":
+            return max(running, key=lambda r: sched.order.key(r, now))
+        return running[-1]
+
+
+class Continuous(BatchingMode):
+    """vLLM v1 continuous batching with chunked prefill (Kwon et al., SOSP 2023; vLLM v1 scheduler).
+
+    One token budget per step (`max_num_batched_tokens`, default 2048 as vLLM's API server).
+    Running requests are served first in admission order (decodes and unfinished prefill
+    chunks alike), each taking what it still needs up to the remaining budget; KV blocks are
+    allocated per scheduled chunk. When blocks run out the victim (the newest running request,
+    or the largest-key one under a priority order) is preempted by recompute; if the victim is
+    the request being scheduled, the running pass stops. Waiting requests are then admitted in
+    the ordering's order while the budget, `max_num_seqs` and free blocks allow, stopping at
+    the first that does not fit — and not at all in a step that preempted.
+    """
+
+    def plan(self, sched: "BoundPolicy", now: float) -> Plan:
+        if sched.order.preemptive:
+            return self._plan_ranked(sched, now)
+        sim = self.sim
+        cache = sim.cache
+        running = sim.running
+        plan = Plan()
+        budget = self.budget
+        scheduled: dict[int, int] = {}
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            k = min(req.num_tokens - req.computed, budget)
+            need = cache.blocks_for(req.computed + k) - req.blocks
+            stopped = False
+            while need > cache.free:
+                victim = self.pick_victim(sched, now)
+                vi = running.index(victim)
+                if victim.idx in scheduled:               # give back what it was given this step
+                    budget += scheduled.pop(victim.idx)
+                    plan.items = [(r, kk) for r, kk in plan.items if r is not victim]
+                sim.preempt(victim)
+                plan.preempted += 1
+                if victim is req:
+                    stopped = True
+                    break
+                if vi < i:
+                    i -= 1
+            if stopped:
+                break
+            if need > 0:
+                sim.allocate(req, need)
+            plan.add(req, k)
+            scheduled[req.idx] = k
+            budget -= k
+            i += 1
+        if plan.preempted:
+            plan.decode_only = False
+            return plan
+        order = sched.order
+        while budget > 0 and len(running) < self.max_num_seqs and len(order):
+            req = order.head(now)
+            k = min(req.num_tokens, budget)
+            need = cache.blocks_for(k)
+            if need > cache.free - self.watermark_blocks:
+                break
+            order.pop_head()
+            sched.admit(req, now)
+            sim.allocate(req, need)
+            plan.add(req, k)
+            plan.admitted += 1
+            budget -= k
+        return plan
+
+    def _plan_ranked(self, sched: "BoundPolicy", now: float) -> Plan:
+        """Preemptive orderings: rank running and waiting together and fill the batch in rank order.
+
+        This is vllm-ltr's global ordering (Fu et al., NeurIPS 2024), with recompute in place of
+        swap: running requests ranked outside the first `max_num_seqs`, or displaced to free KV
+        blocks for a better-ranked request, are preempted.
+        """
+        sim = self.sim
+        cache = sim.cache
+        order = sched.order
+        key = order.key
+        plan = Plan()
+        budget = self.budget
+        run_sorted = sorted(sim.running, key=lambda r: key(r, now))
+        pending = deque(run_sorted)                 # running requests not yet reached, best first
+        waiting = order.ordered(now) if len(order) else []
+        cands = list(heapq.merge(run_sorted, waiting, key=lambda r: key(r, now)))
+        selected = 0
+        admitting = True
+        for req in cands:
+            if req.phase == RUNNING:
+                if pending and pending[0] is req:
+                    pending.popleft()
+                elif req in pending:
+                    pending.remove(req)
+                if selected >= self.max_num_seqs:
+                    sim.preempt(req)
+                    plan.preempted += 1
+                    continue
+                selected += 1
+                if budget <= 0:
+                    continue
+                k = min(req.num_tokens - req.computed, budget)
+                need = cache.blocks_for(req.computed + k) - req.blocks
+                while need > cache.free and pending:
+                    v = pending.pop()
+                    sim.preempt(v)
+                    plan.preempted += 1
+                if need > cache.free:
+                    sim.preempt(req)
+                    plan.preempted += 1
+                    selected -= 1
+                    continue
+                if need > 0:
+                    sim.allocate(req, need)
+                plan.add(req, k)
+                budget -= k
+            elif req.phase == WAITING and admitting:
+                if selected >= self.max_num_seqs or budget <= 0:
+                    continue
+                k = min(req.num_tokens, budget)
+                need = cache.blocks_for(k)
+                while len(sim.running) >= self.max_num_seqs and pending:
+                    v = pending.pop()
+                    sim.preempt(v)
+                    plan.preempted += 1
+                while need > cache.free - self.watermark_blocks and pending:
+                    v = pending.pop()
+                    sim.preempt(v)
+                    plan.preempted += 1
+                if need > cache.free - self.watermark_blocks or len(sim.running) >= self.max_num_seqs:
+                    admitting = False                   # head-of-line: nothing ranked below it starts
+                    continue
+                order.remove(req)
+                sched.admit(req, now)
+                sim.allocate(req, need)
+                plan.add(req, k)
+                plan.admitted += 1
+                selected += 1
+                budget -= k
+        if plan.preempted or plan.admitted:
+            plan.decode_only = False
+        return plan
+
+
+class StallFree(BatchingMode):
+    """Sarathi-Serve stall-free batching with chunked prefills (Agrawal et al., OSDI 2024).
+
+    Each step fills a fixed token budget (`chunk_size`, default 512) in a fixed order: every
+    ongoing decode (one token each), then requests whose prefill is under way, then new requests
+    FCFS, each prefill taking a chunk of what is left. Decodes are never stalled by a prefill.
+    A new request's prompt blocks are allocated at admission, subject to the 1% watermark;
+    decodes append blocks and, when none is free, the last running request is preempted by
+    recompute (the request itself if no other remains).
+    """
+
+    default_budget = 512
+    default_watermark = 0.01
+
+    def __init__(self, sim, params):
+        if "chunk_size" in params and not params.get("max_num_batched_tokens"):
+            params = {**params, "max_num_batched_tokens": params["chunk_size"]}
+        super().__init__(sim, params)
+
+    def never_fits(self, req):
+        c = self.sim.cache
+        need = c.blocks_for(req.prompt + req.output)
+        if need > c.num_blocks - self.watermark_blocks:
+            return (f"needs {need} KV blocks, the cache holds {c.num_blocks} "
+                    f"less a {self.watermark_blocks}-block watermark")
+        return ""
+
+    def any_admissible(self, sched, plan):
+        sim = self.sim
+        if len(sim.running) >= self.max_num_seqs or self.budget - len(plan.items) <= 0:
+            return False
+        m = min(r.num_tokens for r in sched.order)
+        return sim.cache.blocks_for(m) <= sim.cache.free - self.watermark_blocks
+
+    def plan(self, sched, now):
+        sim = self.sim
+        cache = sim.cache
+        running = sim.running
+        plan = Plan()
+        budget = self.budget
+        for req in list(running):
+            if not req.decoding or req.phase != RUNNING or budget <= 0:
+                continue
+            need = cache.blocks_for(req.computed + 1) - req.blocks
+            gone = False
+            while need > cache.free:
+                victim = running[-1]
+                sim.preempt(victim)
+                plan.preempted += 1
+                if victim is req:
+                    gone = True
+                    break
+            if gone:
+                continue
+            if need > 0:
+                sim.allocate(req, need)
+            plan.add(req, 1)
+            budget -= 1
+        for req in running:
+            if req.decoding or budget <= 0:
+                continue
+            k = min(req.num_tokens - req.computed, budget)
+            plan.add(req, k)
+            budget -= k
+        order = sched.order
+        while budget > 0 and len(running) < self.max_num_seqs and len(order):
+            req = order.head(now)
+            need = cache.blocks_for(req.num_tokens)
+            if cache.free - need < self.watermark_blocks:
+                break
+            order.pop_head()
+            sched.admit(req, now)
+            sim.allocate(req, need)
+            k = min(req.num_tokens, budget)
+            plan.add(req, k)
+            plan.admitted += 1
+            budget -= k
+        if plan.preempted:
+            plan.decode_only = False
+        return plan
+
+
+class Selective(BatchingMode):
+    """Orca iteration-level scheduling with selective batching (Yu et al., OSDI 2022).
+
+    Every running request runs every iteration; new requests join in arrival order with their
+    whole prompt in the same iteration (no chunking), up to `max_num_seqs`, while their KV
+    reservation fits. As in Sarathi-Serve's Orca baseline each admitted request reserves the
+    blocks for `max_model_len` tokens (`reserve = "max_model_len"`; `"request"` reserves its own
+    prompt + output instead), so memory never runs out and nothing is preempted. A step's
+    prompt tokens are capped at max(max_model_len, 2048), vLLM v0's unchunked budget.
+    """
+
+    allocates_decode_blocks = False
+
+    def __init__(self, sim, params):
+        super().__init__(sim, params)
+        if not (params.get("max_num_batched_tokens") or sim.config.max_num_batched_tokens):
+            self.budget = max(sim.config.max_model_len, 2048)
+        self.reserve = params.get("reserve", "max_model_len")
+
+    def reservation(self, req: Request) -> int:
+        c = self.sim.cache
+        if self.reserve == "request":
+            return c.blocks_for(req.prompt + req.output)
+        return c.blocks_for(self.sim.config.max_model_len)
+
+    def never_fits(self, req):
+        c = self.sim.cache
+        if self.reservation(req) > c.num_blocks:
+            return f"its reservation of {self.reservation(req)} KV blocks exceeds the cache's {c.num_blocks}"
+        if req.prompt > self.budget:
+            return f"prompt of {req.prompt} tokens exceeds the {self.budget}-token step budget"
+        return ""
+
+    def any_admissible(self, sched, plan):
+        sim = self.sim
+        if len(sim.running) >= self.max_num_seqs:
+            return False
+        return any(self.reservation(r) <= sim.cache.free and r.num_tokens <= self.budget
+                   for r in sched.order)
+
+    def plan(self, sched, now):
+        sim = self.sim
+        cache = sim.cache
+        plan = Plan(allocates_decode_blocks=False)
+        for req in sim.running:
+            plan.add(req, req.num_tokens - req.computed)
+        budget = self.budget
+        order = sched.order
+        while len(sim.running) < self.max_num_seqs and len(order):
+            req = order.head(now)
+            need = self.reservation(req)
+            if need > cache.free or req.num_tokens > budget:
+                break
+            order.pop_head()
+            sched.admit(req, now)
+            sim.allocate(req, need)
+            plan.add(req, req.num_tokens)
+            plan.admitted += 1
+            budget -= req.num_tokens
+        return plan
+
+
+class Static(BatchingMode):
+    """Request-level (static) batching, FasterTransformer-style (the Orca paper's baseline).
+
+    A batch of up to `batch_size` requests (default 128, Sarathi-Serve's FasterTransformer
+    scheduler) is formed in arrival order only when nothing is running; it is prefilled in one
+    forward pass and decoded until every member finishes; nothing joins mid-batch. Each member
+    reserves `max_model_len` tokens of KV. Options: `pad_compute` (finished or shorter members
+    keep costing compute: prompts padded to the longest, finished slots keep decoding) and
+    `return_at_batch_end` (every member's tokens are delivered when the batch ends). Defaults
+    follow Sarathi-Serve's re-implementation: no padding, each request returns when it finishes.
+    The batch prefill is capped at `max_num_batched_tokens` (default 65,536) tokens.
+    """
+
+    default_budget = 65536
+    allocates_decode_blocks = False
+
+    def __init__(self, sim, params):
+        super().__init__(sim, params)
+        self.batch_size = int(params.get("batch_size", 128))
+        self.pad_compute = bool(params.get("pad_compute", False))
+        self.return_at_batch_end = bool(params.get("return_at_batch_end", False))
+        self.batch: list[Request] = []
+        self.pad_len = 0
+
+    def reservation(self) -> int:
+        return self.sim.cache.blocks_for(self.sim.config.max_model_len)
+
+    def never_fits(self, req):
+        c = self.sim.cache
+        if self.reservation() > c.num_blocks:
+            return f"its reservation of {self.reservation()} KV blocks exceeds the cache's {c.num_blocks}"
+        if req.prompt > self.budget:
+            return f"prompt of {req.prompt} tokens exceeds the {self.budget}-token batch budget"
+        return ""
+
+    def any_admissible(self, sched, plan):
+        return False if self.sim.running else bool(len(sched.order))
+
+    def plan(self, sched, now):
+        sim = self.sim
+        plan = Plan(allocates_decode_blocks=False)
+        if sim.running:
+            for req in sim.running:
+                plan.add(req, 1)
+            return plan
+        order = sched.order
+        cache = sim.cache
+        batch: list[Request] = []
+        longest = 0
+        while len(batch) < min(self.batch_size, self.max_num_seqs) and len(order):
+            req = order.head(now)
+            if self.reservation() > cache.free:
+                break
+            L = max(longest, req.num_tokens)
+            tokens = (len(batch) + 1) * L if self.pad_compute else sum(r.num_tokens for r in batch) + req.num_tokens
+            if tokens > self.budget:
+                break
+            order.pop_head()
+            sched.admit(req, now)
+            sim.allocate(req, self.reservation())
+            batch.append(req)
+            longest = L
+        for req in batch:
+            plan.add(req, req.num_tokens)
+        plan.admitted = len(batch)
+        if self.pad_compute:
+            plan.pad = longest
+        self.batch = batch
+        self.pad_len = longest
+        return plan
+
+
+# ============================================================================ the bound policy
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A scheduling policy as a declaration: batching mode + ordering + admission gate.
+
+    `params` are the policy's documented defaults; `[scheduler.<name>]` in the engine config
+    overrides them. `cite` names the published source of the mechanism.
+    """
+
+    name: str
+    summary: str
+    batching: type[BatchingMode]
+    order: Callable[..., Ordering]
+    admission: Callable[..., Any] = AdmitAll
+    params: dict = field(default_factory=dict)
+    cite: str = ""
+
+    def bind(self, sim) -> "BoundPolicy":
+        """Instantiate the parts for one simulation (fresh state each run)."""
+        params = dict(self.params)
+        params.update(sim.config.scheduler_params.get(self.name, {}))
+        unknown = set(params) - set(self.params) - _MODE_KEYS
+        if unknown:
+            from schedport.errors import ConfigError
+            raise ConfigError(f"[scheduler.{self.name}] unknown parameter '{sorted(unknown)[0]}' "
+                              f"(known: {', '.join(sorted(set(self.params) | _MODE_KEYS))})")
+        return BoundPolicy(self, sim, params)
+
+
+_MODE_KEYS = {"max_num_batched_tokens", "max_num_seqs", "watermark"}
+
+
+class BoundPolicy:
+    """A policy instantiated for one simulation: the single object the engine talks to."""
+
+    def __init__(self, policy: Policy, sim, params: dict):
+        self.policy = policy
+        self.sim = sim
+        self.params = params
+        self.mode = policy.batching(sim, params)
+        self.order = policy.order(sim, params)
+        self.gate = policy.admission(sim, params)
+
+    # -- queue hooks used by the engine
+    def has_waiting(self) -> bool:
+        return len(self.order) > 0
+
+    def never_fits(self, req: Request) -> str:
+        return self.mode.never_fits(req)
+
+    def on_arrival(self, req: Request, now: float) -> None:
+        self.order.push(req, now)
+
+    def requeue_preempted(self, req: Request, now: float) -> None:
+        self.order.requeue(req, now)
+
+    def on_reject(self, req: Request) -> None:
+        pass
+
+    def on_finish(self, req: Request, t: float) -> None:
+        self.order.on_finish(req, t)
+        if isinstance(self.mode, Static) and self.mode.return_at_batch_end and not self.sim.running:
+            for r in self.mode.batch:       # the whole batch is delivered when its last member ends
+                r.first_token = t
+                r.finish = t
+
+    def admit(self, req: Request, now: float) -> None:
+        self.sim.admit(req)
+        self.order.on_admit(req, now)
+
+    # -- the step
+    def plan(self, now: float) -> Plan:
+        self.gate.filter(self, now)
+        return self.mode.plan(self, now)
+
+    def after_step(self, plan: Plan, start: float, end: float) -> None:
+        self.order.after_step(plan, start, end)
+
+    # -- fast-forward hooks
+    def stable(self, plan: Plan) -> bool:
+        """Would the same decode-only batch be chosen again until the next declared decision point?"""
+        if plan.admitted or plan.preempted:
+            return False
+        if not len(self.order):
+            return True
+        if self.order.dynamic:
+            return not self.mode.any_admissible(self, plan)
+        return True
+
+    def fast_forward_limit(self, plan: Plan, now: float):
+        k1, t1 = self.order.fast_forward_limit(plan, now)
+        k2, t2 = self.gate.fast_forward_limit(self, plan, now)
+        return _min_opt(k1, k2), _min_opt(t1, t2)
+
+    def refine_fast_forward(self, plan, starts, ends, k):
+        k = self.order.refine_fast_forward(plan, starts, ends, k)
+        return self.gate.refine(self, plan, starts[:k], ends[:k], k)
+
+    def after_fast_forward(self, plan, starts, ends, k):
+        self.order.after_fast_forward(plan, starts, ends, k)
+
+
+def _min_opt(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)

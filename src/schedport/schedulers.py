@@ -1,0 +1,552 @@
+"""The 13 scheduling policies, each a short declaration over `schedport.policy`'s parts.
+
+Names are part of the CLI (`schedport schedulers` lists them). Parameters marked unverified in
+../shared/docs/schedulers.md are our documented choices and can be overridden per run with a
+`[scheduler.<name>]` table in the engine config. To add a policy, write one `Policy(...)`
+declaration (and, if it needs a new mechanism, one small `Ordering` or gate class) and add it to
+`REGISTRY`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from functools import partial
+
+import numpy as np
+
+from schedport.engine import RUNNING, Request
+from schedport.errors import ConfigError
+from schedport.policy import (
+    AdmitAll, Continuous, Fifo, Ordering, Policy, Selective, SortedEachStep, Static, StaticKey,
+    StallFree,
+)
+
+# ============================================================================ orderings with state
+
+
+class ShortestRemaining(SortedEachStep):
+    """SRPT: rank all live requests by oracle remaining output tokens (ties by arrival).
+
+    Preemptive at token granularity: the engine ranks running and waiting requests together each
+    step (vllm-ltr's `srtf`). Waiting keys are fixed and running keys only shrink, so the ranking
+    cannot turn against a running request between engine events.
+    """
+
+    preemptive = True
+
+    def key(self, req, now):
+        return (req.output - req.generated, req.arrival, req.idx)
+
+
+class PredictedRank(SortedEachStep):
+    """Learning-to-rank predicted SJF with the starvation guard of Fu et al. (NeurIPS 2024).
+
+    Scores stand in for the OPT-125M ListMLE predictor: score = log(output) + noise, the noise
+    scale chosen so that Kendall's tau between score and true length hits `tau` on this trace
+    (the recipe of schedulers.md §7, with the empirical tau matched by bisection). Requests are
+    ranked by (class, score) every step, running and waiting together. A request not scheduled
+    for `starvation_threshold` consecutive steps is promoted to class -1 for `starvation_quantum`
+    scheduled steps.
+    """
+
+    preemptive = True
+
+    def __init__(self, sim, params):
+        super().__init__(sim, params)
+        self.threshold = int(params["starvation_threshold"])
+        self.quantum = int(params["starvation_quantum"])
+        tau = float(params["tau"])
+        if not -1.0 < tau <= 1.0:
+            raise ConfigError(f"[scheduler.ltr] tau: must be in (-1, 1], got {tau}")
+        out = sim.trace.output_tokens
+        self.scores = predicted_scores(out, tau, sim.seed)
+        self.idle: dict[int, int] = {}      # idx -> consecutive steps not scheduled
+        self.boost: dict[int, int] = {}     # idx -> scheduled steps left in the top class
+
+    def key(self, req, now):
+        return (-1 if req.idx in self.boost else 0, float(self.scores[req.idx]), req.arrival, req.idx)
+
+    def push(self, req, now):
+        super().push(req, now)
+        self.idle.setdefault(req.idx, 0)
+
+    def _tick(self, plan, k):
+        scheduled = {r.idx for r, _ in plan.items}
+        for r in self.sim.running:
+            if r.idx not in scheduled:
+                self._idle_step(r, k)
+        for r in self.items:
+            self._idle_step(r, k)
+        for idx in scheduled:
+            self.idle[idx] = 0
+            if idx in self.boost:
+                self.boost[idx] -= k
+                if self.boost[idx] <= 0:
+                    del self.boost[idx]
+
+    def _idle_step(self, r, k):
+        v = self.idle.get(r.idx, 0) + k
+        if v >= self.threshold and r.idx not in self.boost:
+            self.boost[r.idx] = self.quantum
+            v = 0
+        self.idle[r.idx] = v
+        self._sorted_at = None
+
+    def after_step(self, plan, start, end):
+        self._tick(plan, 1)
+
+    def after_fast_forward(self, plan, starts, ends, k):
+        self._tick(plan, k)
+
+    def on_finish(self, req, t):
+        self.idle.pop(req.idx, None)
+        self.boost.pop(req.idx, None)
+
+    def fast_forward_limit(self, plan, now):
+        k = None
+        if self.items:
+            k = self.threshold - max(self.idle.get(r.idx, 0) for r in self.items)
+        for r, _ in plan.items:
+            if r.idx in self.boost:
+                k = self.boost[r.idx] if k is None else min(k, self.boost[r.idx])
+        return (None if k is None else max(k, 1)), None
+
+
+class SkipJoinMLFQ(SortedEachStep):
+    """FastServe's skip-join multi-level feedback queue (Wu et al., arXiv 2305.05920).
+
+    `levels` queues with quanta q_i = q1 * ratio**i seconds of attained service; an arriving job
+    joins the highest queue whose quantum covers its estimated prefill time (skip-join); a job
+    that uses up its level's quantum moves down one level; a job that has not run for
+    `starve_limit_s` is promoted to the top queue. Within a queue, first come first served by
+    the time it entered the queue. Preemptive at iteration granularity (the engine ranks running
+    and waiting together). Attained service is the wall time of the iterations the job ran in.
+    """
+
+    preemptive = True
+
+    def __init__(self, sim, params):
+        super().__init__(sim, params)
+        self.levels = int(params["levels"])
+        q1 = float(params["q1_s"])
+        r = float(params["ratio"])
+        self.quanta = [q1 * r ** i for i in range(self.levels)]
+        self.starve = float(params["starve_limit_s"])
+        self.lat = sim.latency
+
+    def _state(self, req):
+        # [level, entered, base, seg_start, last_end]
+        if req.aux is None:
+            t_init = self.lat.prefill_time(req.prompt)
+            lvl = next((i for i, q in enumerate(self.quanta) if q >= t_init), self.levels - 1)
+            req.aux = [lvl, req.arrival, 0.0, math.nan, req.arrival]
+        return req.aux
+
+    def key(self, req, now):
+        s = self._state(req)
+        return (s[0], s[1], req.idx)
+
+    def push(self, req, now):
+        self._state(req)
+        super().push(req, now)
+
+    def _promote_starved(self, now):
+        for r in self.items:
+            s = self._state(r)
+            if s[0] > 0 and now - s[4] >= self.starve:
+                s[0], s[1], s[2] = 0, now, 0.0
+                self._sorted_at = None
+
+    def ordered(self, now):
+        self._promote_starved(now)
+        return super().ordered(now)
+
+    def _close(self, s):
+        if not math.isnan(s[3]):
+            s[2] += s[4] - s[3]
+            s[3] = math.nan
+
+    def _run(self, s, start, end):
+        """Account one run of consecutive steps [start, end]; demote if the quantum is used up."""
+        if s[4] != start or math.isnan(s[3]):
+            self._close(s)
+            s[3] = start
+        s[4] = end
+        if s[0] < self.levels - 1 and s[2] + (end - s[3]) >= self.quanta[s[0]]:
+            s[0] += 1
+            s[1] = end
+            s[2] = 0.0
+            s[3] = math.nan
+
+    def after_step(self, plan, start, end):
+        for r, _ in plan.items:
+            self._run(self._state(r), start, end)
+        for r in self.sim.running:
+            if r.aux is not None and r.aux[4] != end:
+                self._close(r.aux)              # not scheduled this step: its run segment ends
+
+    def requeue(self, req, now):
+        self._close(self._state(req))
+        super().requeue(req, now)
+
+    def fast_forward_limit(self, plan, now):
+        t = None
+        for r in self.items:
+            s = self._state(r)
+            if s[0] > 0:
+                tt = s[4] + self.starve
+                t = tt if t is None else min(t, tt)
+        return None, t
+
+    def refine_fast_forward(self, plan, starts, ends, k):
+        # starvation promotions: the first step whose start satisfies now - last >= limit
+        for r in self.items:
+            s = self._state(r)
+            if s[0] > 0:
+                hit = np.nonzero(starts[:k] - s[4] >= self.starve)[0]
+                if hit.size:
+                    k = min(k, max(int(hit[0]), 1))
+        # demotions: step j is the last one allowed if it ends a job's quantum
+        for r, _ in plan.items:
+            s = self._state(r)
+            if s[0] >= self.levels - 1:
+                continue
+            seg = starts[0] if (s[4] != starts[0] or math.isnan(s[3])) else s[3]
+            hit = np.nonzero(s[2] + (ends[:k] - seg) >= self.quanta[s[0]])[0]
+            if hit.size:
+                k = min(k, int(hit[0]) + 1)
+        return k
+
+    def after_fast_forward(self, plan, starts, ends, k):
+        for r, _ in plan.items:
+            self._run(self._state(r), float(starts[0]), float(ends[k - 1]))
+
+
+class ResponseRatio(SortedEachStep):
+    """HRRN: admit the waiting request with the highest response ratio (W + S) / S.
+
+    S is the request's service time alone under the latency model (`size = "oracle"`: prefill
+    plus its true output length of batch-1 decodes; `"prompt"`: prefill plus the trace's mean
+    output length). Brinch Hansen, SOSP 1971. Non-preemptive; memory victim is the newest.
+    """
+
+    dynamic = True
+
+    def __init__(self, sim, params):
+        super().__init__(sim, params)
+        size = params["size"]
+        out = sim.trace.output_tokens
+        if size == "prompt":
+            out = np.full_like(out, max(1, int(round(float(out.mean()))) if len(out) else 1))
+        elif size != "oracle":
+            raise ConfigError(f"[scheduler.hrrn] size: must be 'oracle' or 'prompt', got {size!r}")
+        self.S = sim.latency.alone_time(sim.trace.input_tokens, out) if len(out) else np.zeros(0)
+
+    def key(self, req, now):
+        S = float(self.S[req.idx])
+        return (-((now - req.arrival) + S) / S, req.arrival, req.idx)
+
+
+class VirtualTokenCounter(Ordering):
+    """VTC fair scheduling (Sheng et al., OSDI 2024; Ying1123/VTC-artifact).
+
+    Each client has a counter of weighted service. Whenever the engine can admit, the client
+    with the smallest counter among those with queued requests sends its oldest request; on
+    admission the counter grows by w_p x input tokens, and by w_q for every token it generates.
+    A client that becomes backlogged again is lifted to the smallest counter of the other
+    backlogged clients, so idle time is not banked. Requests without a client id are each their
+    own client. Preemption (the engine's recompute) charges no refund.
+    """
+
+    dynamic = True
+
+    def __init__(self, sim, params):
+        super().__init__(sim, params)
+        self.wp = float(params["w_p"])
+        self.wq = float(params["w_q"])
+        self.counter: dict[str, float] = {}
+        self.queues: dict[str, deque[Request]] = {}
+        self.n = 0
+        self.charged: set[int] = set()
+        self.service: dict[str, float] = {}      # cumulative weighted service, for fairness checks
+
+    @staticmethod
+    def client(req):
+        return req.client if req.client is not None else f"#{req.idx}"
+
+    def __len__(self): return self.n
+    def __iter__(self):
+        for q in self.queues.values():
+            yield from q
+
+    def push(self, req, now):
+        c = self.client(req)
+        q = self.queues.get(c)
+        if not q:
+            others = [self.counter[u] for u, qq in self.queues.items() if qq and u != c]
+            cur = self.counter.get(c, 0.0)
+            if others:
+                cur = max(cur, min(others))
+            self.counter[c] = cur
+            if q is None:
+                q = self.queues[c] = deque()
+        q.append(req)
+        self.n += 1
+
+    def requeue(self, req, now):
+        c = self.client(req)
+        q = self.queues.setdefault(c, deque())
+        self.counter.setdefault(c, 0.0)
+        q.appendleft(req)
+        self.n += 1
+
+    def _best(self):
+        best = None
+        for c, q in self.queues.items():
+            if q:
+                cand = (self.counter[c], q[0].arrival, q[0].idx)
+                if best is None or cand < best[0]:
+                    best = (cand, c)
+        return best[1] if best else None
+
+    def head(self, now):
+        c = self._best()
+        return self.queues[c][0] if c is not None else None
+
+    def pop_head(self):
+        c = self._best()
+        self.n -= 1
+        return self.queues[c].popleft()
+
+    def remove(self, req):
+        self.queues[self.client(req)].remove(req)
+        self.n -= 1
+
+    def ordered(self, now):
+        return sorted(self, key=lambda r: (self.counter[self.client(r)], r.arrival, r.idx))
+
+    def on_admit(self, req, now):
+        if req.idx not in self.charged:
+            self.charged.add(req.idx)
+            c = self.client(req)
+            self.counter[c] += self.wp * req.prompt
+            self.service[c] = self.service.get(c, 0.0) + self.wp * req.prompt
+
+    def _charge_tokens(self, req, k):
+        c = self.client(req)
+        self.counter[c] += self.wq * k
+        self.service[c] = self.service.get(c, 0.0) + self.wq * k
+
+    def after_step(self, plan, start, end):
+        for r in plan.emitted:
+            self._charge_tokens(r, 1)
+
+    def after_fast_forward(self, plan, starts, ends, k):
+        for r, _ in plan.items:
+            self._charge_tokens(r, k)
+
+
+class SloGate:
+    """SLO-aware admission control: reject requests whose TTFT deadline can no longer be met.
+
+    At arrival and at every step, each waiting request that has not yet produced a token gets a
+    lower bound on its first-token time: now + (prefill tokens queued ahead of it under FCFS,
+    including unfinished prefills of running requests, plus its own prompt) / the engine's peak
+    prefill rate under the latency model. If that bound exceeds arrival + TTFT_SLO x (1 + slack),
+    the request is rejected: with slack = 0 a request is rejected only when a miss is certain
+    under the cost model. Design after Mooncake's early rejection (Qin et al., FAST 2025) and
+    SCORPIO's TTFT guard (Tang et al., 2025).
+    """
+
+    def __init__(self, sim, params):
+        profiles = sim.config.slo_profiles
+        prof = params["slo_profile"]
+        if prof not in profiles:
+            raise ConfigError(f"[scheduler.slo-admission] slo_profile: unknown profile {prof!r} "
+                              f"(known: {', '.join(profiles)})")
+        self.ttft = float(profiles[prof][0]) * (1.0 + float(params["slack"]))
+        self.sim = sim
+        self.rate = None
+
+    def _rate(self, sched):
+        if self.rate is None:
+            budget = sched.mode.budget
+            lat = self.sim.latency
+            self.rate = max(n / lat.iteration_time([(n, 0)], 0, 0)
+                            for n in sorted({16, 64, 128, 256, 512, 1024, budget} - {0})
+                            if n <= budget)
+        return self.rate
+
+    def _ahead0(self):
+        return sum(r.num_tokens - r.computed for r in self.sim.running if not r.decoding)
+
+    def filter(self, sched, now):
+        order = sched.order
+        if not len(order):
+            return
+        rate = self._rate(sched)
+        ahead = self._ahead0()
+        for r in list(order.ordered(now)):
+            if r.generated == 0:
+                if now + (ahead + r.num_tokens) / rate > r.arrival + self.ttft:
+                    order.remove(r)
+                    self.sim.reject(r, "TTFT deadline cannot be met (admission control)")
+                    continue
+            ahead += r.num_tokens
+
+    def _deadlines(self, sched, now):
+        rate = self._rate(sched)
+        ahead = self._ahead0()
+        out = []
+        for r in sched.order.ordered(now):
+            if r.generated == 0:
+                out.append((r.arrival + self.ttft, (ahead + r.num_tokens) / rate))
+            ahead += r.num_tokens
+        return out
+
+    def fast_forward_limit(self, sched, plan, now):
+        d = self._deadlines(sched, now) if len(sched.order) else []
+        if not d:
+            return None, None
+        return None, min(D - x for D, x in d) - 1e-9
+
+    def refine(self, sched, plan, starts, ends, k):
+        d = self._deadlines(sched, float(starts[0])) if len(sched.order) else []
+        for D, x in d:
+            hit = np.nonzero(starts[:k] + x > D)[0]
+            if hit.size:
+                k = min(k, max(int(hit[0]), 1))
+        return k
+
+
+# ============================================================================ helpers
+
+
+def predicted_scores(output_tokens: np.ndarray, tau: float, seed: int) -> np.ndarray:
+    """Synthetic predictor scores with Kendall tau ~= `tau` against the true output lengths.
+
+    score = log(L) + sigma * z, z ~ N(0, 1) seeded; sigma starts from the bivariate-normal
+    relation tau = (2/pi) arcsin(rho) and is then adjusted by bisection so the empirical tau-b
+    on this trace matches `tau` (schedulers.md §7).
+    """
+    from scipy.stats import kendalltau
+
+    n = len(output_tokens)
+    if n == 0:
+        return np.zeros(0)
+    logL = np.log(output_tokens.astype(np.float64))
+    rng = np.random.Generator(np.random.PCG64([int(seed), 0x17A]))
+    z = rng.standard_normal(n)
+    if tau >= 1.0 or n < 3 or float(logL.std()) == 0.0:
+        return logL.copy()
+
+    def emp(sigma):
+        t = kendalltau(logL, logL + sigma * z).statistic
+        return -1.0 if np.isnan(t) else float(t)
+
+    lo, hi = 0.0, float(logL.std()) * 100.0 + 1.0
+    if emp(hi) > tau:
+        return logL + hi * z
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if emp(mid) > tau:
+            lo = mid
+        else:
+            hi = mid
+    return logL + 0.5 * (lo + hi) * z
+
+
+def _by_output(r: Request):
+    return r.output
+
+
+def _by_prompt(r: Request):
+    return r.prompt
+
+
+class _Deadline(StaticKey):
+    """EDF: waiting order by TTFT deadline = arrival + TTFT SLO of `slo_profile`."""
+
+    def __init__(self, sim, params):
+        prof = params["slo_profile"]
+        if prof not in sim.config.slo_profiles:
+            raise ConfigError(f"[scheduler.edf] slo_profile: unknown profile {prof!r} "
+                              f"(known: {', '.join(sim.config.slo_profiles)})")
+        ttft = float(sim.config.slo_profiles[prof][0])
+        super().__init__(sim, params, lambda r: r.arrival + ttft)
+
+
+class _Aging(SortedEachStep):
+    """SPF with linear aging: key = prompt tokens - aging x seconds waited (aging > 0)."""
+
+    dynamic = True
+
+    def __init__(self, sim, params):
+        super().__init__(sim, params)
+        self.alpha = float(params["aging"])
+
+    def key(self, req, now):
+        return (req.prompt - self.alpha * (now - req.arrival), req.arrival, req.idx)
+
+
+def _spf(sim, params):
+    if float(params.get("aging", 0.0)) > 0.0:
+        return _Aging(sim, params)
+    return StaticKey(sim, params, _by_prompt)
+
+
+# ============================================================================ the registry
+
+_V1 = "Kwon et al., SOSP 2023 (PagedAttention/vLLM); vLLM v1 scheduler (vllm/v1/core/sched/scheduler.py)"
+
+REGISTRY: dict[str, Policy] = {p.name: p for p in [
+    Policy("vllm-fcfs", "vLLM v1: continuous batching, chunked prefill, FCFS, recompute the newest",
+           Continuous, Fifo, cite=_V1),
+    Policy("sarathi", "Sarathi-Serve stall-free batching: decodes first, 512-token chunked prefills",
+           StallFree, Fifo, params={"chunk_size": 512},
+           cite="Agrawal et al., OSDI 2024 (Sarathi-Serve); microsoft/sarathi-serve sarathi_scheduler.py"),
+    Policy("orca", "Orca iteration-level batching: whole prompts join decodes, max-length KV reservation",
+           Selective, Fifo, params={"reserve": "max_model_len"},
+           cite="Yu et al., OSDI 2022 (Orca); Sarathi-Serve's orca_scheduler.py baseline"),
+    Policy("static", "Request-level batches (FasterTransformer): nothing joins a running batch",
+           Static, Fifo, params={"batch_size": 128, "pad_compute": False, "return_at_batch_end": False},
+           cite="NVIDIA FasterTransformer, the baseline of Yu et al., OSDI 2022; Sarathi-Serve faster_transformer_scheduler.py"),
+    Policy("sjf", "Shortest job first by oracle output length, non-preemptive",
+           Continuous, partial(StaticKey, keyfn=_by_output),
+           cite="Classic SJF; oracle-length baseline of Fu et al., NeurIPS 2024 (hao-ai-lab/vllm-ltr, sjf mode)"),
+    Policy("srpt", "Shortest remaining processing time (oracle), preemptive every step",
+           Continuous, ShortestRemaining,
+           cite="Schrage, Operations Research 1968; vllm-ltr srtf mode (Fu et al., NeurIPS 2024)"),
+    Policy("ltr", "Learning-to-rank predicted SJF (Kendall tau vs truth), preemptive, starvation guard",
+           Continuous, PredictedRank,
+           params={"tau": 0.52, "starvation_threshold": 200, "starvation_quantum": 10},
+           cite="Fu, Zhu, Su, Qiao, Stoica, Zhang, 'Efficient LLM Scheduling by Learning to Rank', NeurIPS 2024"),
+    Policy("spf", "Shortest prompt first, non-preemptive (optional linear aging)",
+           Continuous, _spf, params={"aging": 0.0},
+           cite="Generic shortest-prompt-first baseline (prompt length known on arrival)"),
+    Policy("edf", "Earliest TTFT deadline first (arrival + TTFT SLO), non-preemptive",
+           Continuous, _Deadline, params={"slo_profile": "standard"},
+           cite="Liu & Layland, JACM 1973; SCORPIO TTFT guard ordering (Tang et al., arXiv 2505.23022)"),
+    Policy("vtc", "Virtual token counters: least-served client first (w_p=1, w_q=2), counter lift",
+           Continuous, VirtualTokenCounter, params={"w_p": 1.0, "w_q": 2.0},
+           cite="Sheng et al., 'Fairness in Serving Large Language Models', OSDI 2024 (Ying1123/VTC-artifact)"),
+    Policy("fastserve", "FastServe skip-join MLFQ: quantum-demoted levels, starvation promotion",
+           Continuous, SkipJoinMLFQ,
+           params={"levels": 8, "q1_s": 0.03, "ratio": 2.0, "starve_limit_s": 10.0},
+           cite="Wu et al., 'Fast Distributed Inference Serving for Large Language Models', arXiv 2305.05920"),
+    Policy("hrrn", "Highest response ratio next, (wait + service) / service, non-preemptive",
+           Continuous, ResponseRatio, params={"size": "oracle"},
+           cite="Brinch Hansen, 'Short-term scheduling in multiprogramming systems', SOSP 1971"),
+    Policy("slo-admission", "FCFS with admission control: reject requests whose TTFT deadline cannot be met",
+           Continuous, Fifo, admission=SloGate, params={"slo_profile": "standard", "slack": 0.0},
+           cite="Qin et al., Mooncake (FAST 2025) early rejection; Tang et al., SCORPIO (2025); DistServe goodput (OSDI 2024)"),
+]}
+
+
+def get_policy(name: str) -> Policy:
+    """The policy registered under `name`; an unknown name is a one-line error listing the known ones."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ConfigError(f"unknown scheduler '{name}' (known: {', '.join(REGISTRY)})") from None
