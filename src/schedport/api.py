@@ -129,7 +129,7 @@ def rescale(trace: Trace, factor: float) -> Trace:
 
 def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | str | Path | None = None,
              load: float | None = None, seed: int = 0, *, exact: bool = False,
-             horizon_s: float | None = None) -> SimulationResult:
+             horizon_s: float | None = None, time_scale: float | None = None) -> SimulationResult:
     """Simulate `trace` under `scheduler` on `engine`; return the per-request table and summary.
 
     `trace` is a `Trace` or a path to a canonical CSV/Parquet file; `engine` an `EngineConfig`,
@@ -137,6 +137,8 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
     `horizon_s` cuts the simulation (requests still in flight end `unfinished`); metrics count
     completions within 1.5 x the arrival span (`[metrics] horizon_factor`) either way.
     `exact=True` steps every iteration (the oracle the default fast mode must match).
+    `time_scale` applies a precomputed `load_scale` factor instead of `load` (sweeps compute
+    each window's capacity once and pass the factor to every cell).
     """
     from schedport.trace import load_trace
 
@@ -145,7 +147,12 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
     cfg = _resolve_engine(engine)
     policy = get_policy(scheduler)
     scale = 1.0
-    if load is not None:
+    if load is not None and time_scale is not None:
+        raise SchedportError("give either load or time_scale, not both")
+    if time_scale is not None:
+        scale = float(time_scale)
+        trace = rescale(trace, scale)
+    elif load is not None:
         scale = load_scale(trace, load, cfg)
         trace = rescale(trace, scale)
     lat = make_latency_model(cfg)
