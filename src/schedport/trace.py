@@ -3,16 +3,46 @@
 Columns: `arrival_s` (float seconds from window start, non-decreasing),
 `input_tokens` (int >= 1), `output_tokens` (int >= 1), `client_id` (optional string).
 Every public format is converted into this by an adapter; the engine reads only this.
+
+Files are CSV (header `arrival_s,input_tokens,output_tokens[,client_id]`, any column
+order) or Parquet with the same columns. Anything wrong with a file or table is reported
+as a one-line `TraceError` naming the file (or source), the line/row and the column, e.g.
+``data/t.csv: line 5: column 'input_tokens': 'abc' is not an integer``.
+Nothing is silently repaired: the only normalisations are that an empty `client_id`
+means "no client" (None) and that an arrival of -0.0 is stored as 0.0.
 """
 
 from __future__ import annotations
 
+import csv
+import difflib
+import hashlib
+import io
+import os
+import struct
+import uuid
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from schedport.errors import TraceError
+
 COLUMNS = ("arrival_s", "input_tokens", "output_tokens", "client_id")
 REQUIRED = ("arrival_s", "input_tokens", "output_tokens")
+
+#: Largest token count accepted for one request. Far above any real model context; it
+#: keeps every value exactly representable and safe from overflow in downstream sums.
+MAX_TOKENS = 2**31 - 1
+
+_EXPECTED_HEADER = "arrival_s,input_tokens,output_tokens[,client_id]"
+_CSV_SUFFIXES = (".csv",)
+_PARQUET_SUFFIXES = (".parquet", ".pq")
+_SUPPORTED = ".csv, .parquet or .pq"
+_HASH_TAG = b"schedport-trace-v1\x00"
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,3 +73,694 @@ class Trace:
         """The same requests with every arrival time multiplied by `factor` (burst shape kept)."""
         return Trace(self.arrival_s * float(factor), self.input_tokens, self.output_tokens,
                      self.client_id, self.name)
+
+    # ----------------------------------------------------------------- construction
+
+    @classmethod
+    def from_arrays(cls, arrival_s: Any, input_tokens: Any, output_tokens: Any,
+                    client_id: Any = None, *, name: str = "trace",
+                    source: str = "<arrays>") -> "Trace":
+        """Validate columns (array-likes) and build a `Trace` from copies of them.
+
+        This is the one door into the canonical format for in-memory data (adapters,
+        generators, tests). Numbers may be given as numeric arrays or as strings;
+        `client_id` entries may be str, int (stored as its decimal string) or
+        None/NaN/"" (no client). Bad data raises `TraceError` naming `source`, the
+        1-based row and the column, e.g. ``<arrays>: row 3: column 'arrival_s': ...``.
+        An empty table is an error too: a trace without requests is never useful.
+        """
+        where = _Where(str(source))
+        raw: dict[str, np.ndarray] = {}
+        given = {"arrival_s": arrival_s, "input_tokens": input_tokens,
+                 "output_tokens": output_tokens}
+        if client_id is not None:
+            given["client_id"] = client_id
+        for col, values in given.items():
+            try:
+                arr = np.asarray(values)
+            except Exception as exc:  # ragged nested lists and the like
+                raise TraceError(f"{where.source}: column '{col}': cannot be read as a "
+                                 f"column of values ({_one_line(exc)})") from exc
+            if arr.ndim != 1:
+                raise TraceError(f"{where.source}: column '{col}': expected a one-dimensional "
+                                 f"column, got shape {arr.shape}")
+            raw[col] = arr
+        lengths = {col: len(arr) for col, arr in raw.items()}
+        if len(set(lengths.values())) > 1:
+            desc = ", ".join(f"{col} has {n}" for col, n in lengths.items())
+            raise TraceError(f"{where.source}: columns have different lengths ({desc})")
+        if lengths["arrival_s"] == 0:
+            raise TraceError(f"{where.source}: no requests (the table has no rows)")
+        numeric = {col: _numeric_from_any(col, raw[col], where) for col in REQUIRED}
+        clients = raw.get("client_id")
+        return _build(numeric, clients, where, name)
+
+    # ----------------------------------------------------------------- views
+
+    def to_frame(self):
+        """The trace as a pandas DataFrame with the canonical columns.
+
+        `client_id` (object dtype, None for no client) appears only if the trace has it.
+        The frame holds copies, so editing it never changes the trace.
+        """
+        import pandas as pd
+
+        data = {
+            "arrival_s": pd.Series(np.array(self.arrival_s, dtype=np.float64)),
+            "input_tokens": pd.Series(np.array(self.input_tokens, dtype=np.int64)),
+            "output_tokens": pd.Series(np.array(self.output_tokens, dtype=np.int64)),
+        }
+        if self.client_id is not None:
+            # explicit object dtype: pandas >= 3 would otherwise infer "str" and turn None into NaN
+            data["client_id"] = pd.Series(np.array(self.client_id, dtype=object), dtype=object)
+        return pd.DataFrame(data)
+
+    def take(self, indices: Any) -> "Trace":
+        """The requests at `indices` (integer positions or a boolean mask), in that order.
+
+        Used to cut windows and subsamples. The result must still have non-decreasing
+        arrivals; asking for a reordering raises `ValueError` (a programming error,
+        not bad user data).
+        """
+        idx = np.asarray(indices)
+        if idx.dtype == bool:
+            if idx.shape != (len(self),):
+                raise ValueError(f"boolean mask has shape {idx.shape}, trace has {len(self)} rows")
+            idx = np.flatnonzero(idx)
+        elif idx.size == 0:
+            idx = idx.astype(np.int64)
+        elif idx.dtype.kind not in "iu":
+            raise ValueError(f"indices must be integers or a boolean mask, got {idx.dtype}")
+        idx = idx.reshape(-1)
+        arrival = self.arrival_s[idx]
+        if arrival.size > 1 and bool(np.any(np.diff(arrival) < 0)):
+            raise ValueError("take() would put arrivals out of order; indices must keep "
+                             "arrival times non-decreasing")
+        clients = None if self.client_id is None else self.client_id[idx]
+        return Trace(_frozen(arrival), _frozen(self.input_tokens[idx]),
+                     _frozen(self.output_tokens[idx]),
+                     None if clients is None else _frozen(clients), self.name)
+
+    def head(self, n: int = 5) -> "Trace":
+        """The first `n` requests (all of them if the trace is shorter)."""
+        if n < 0:
+            raise ValueError(f"head() needs n >= 0, got {n}")
+        return self.take(np.arange(min(int(n), len(self))))
+
+    def __getitem__(self, key: slice) -> "Trace":
+        """`trace[a:b]` is the requests at positions a..b-1 (a `Trace`, via `take`)."""
+        if not isinstance(key, slice):
+            raise TypeError("a Trace can be sliced (trace[a:b]) but not indexed; "
+                            "use take() for a list of positions")
+        return self.take(np.arange(len(self))[key])
+
+    def content_sha256(self) -> str:
+        """Hex SHA-256 of the trace's content, independent of file format and dtype.
+
+        The serialisation is: a version tag, the row count, arrival_s as little-endian
+        float64 (-0.0 folded into 0.0), both token columns as little-endian int64, then a
+        presence flag for client_id and, if present, each id as a length-prefixed UTF-8
+        string (length 0xFFFFFFFF for "no client"). The name is not included, so the
+        same requests saved as CSV or Parquet, under any file name, hash the same.
+        Used to key caches and the corpus manifest.
+        """
+        h = hashlib.sha256(_HASH_TAG)
+        h.update(struct.pack("<Q", len(self)))
+        h.update(np.ascontiguousarray(np.asarray(self.arrival_s, dtype=np.float64) + 0.0,
+                                      dtype="<f8").tobytes())
+        h.update(np.ascontiguousarray(self.input_tokens, dtype="<i8").tobytes())
+        h.update(np.ascontiguousarray(self.output_tokens, dtype="<i8").tobytes())
+        if self.client_id is None:
+            h.update(b"\x00")
+        else:
+            h.update(b"\x01")
+            parts = []
+            for c in self.client_id.tolist():
+                if c is None:
+                    parts.append(b"\xff\xff\xff\xff")
+                else:
+                    b = str(c).encode("utf-8")
+                    parts.append(struct.pack("<I", len(b)))
+                    parts.append(b)
+            h.update(b"".join(parts))
+        return h.hexdigest()
+
+
+# ===================================================================== file I/O
+
+
+def load_trace(path: str | os.PathLike[str]) -> Trace:
+    """Read a canonical trace from a CSV or Parquet file (chosen by the file suffix).
+
+    The trace's name is the file stem. Any problem (missing file, wrong suffix, bad
+    header, bad value, arrivals going backwards, ragged CSV rows, ...) raises a one-line
+    `TraceError` naming the file, the line (CSV, header = line 1) or row (Parquet,
+    1-based) and the column. See the module docstring for what is accepted.
+    """
+    p = Path(path)
+    src = os.fspath(path)
+    kind = _kind_of(p, src)
+    if not p.exists():
+        raise TraceError(f"{src}: file not found")
+    if p.is_dir():
+        raise TraceError(f"{src}: is a directory, not a trace file")
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        raise TraceError(f"{src}: cannot read file ({exc.strerror or exc})") from exc
+    if size == 0:
+        raise TraceError(f"{src}: file is empty; expected a header {_EXPECTED_HEADER} "
+                         "and one row per request")
+    if kind == "csv":
+        return _load_csv(p, src)
+    return _load_parquet(p, src)
+
+
+def save_trace(trace: Trace, path: str | os.PathLike[str]) -> None:
+    """Write `trace` as CSV or Parquet (by suffix), atomically and losslessly.
+
+    The file is written to a temporary name in the same directory and then moved into
+    place with `os.replace`, so readers never see a half-written file and a failure
+    leaves no partial file. CSV floats use Python's shortest round-trip repr, so
+    `load_trace(save_trace(t))` reproduces every value exactly; Parquet stores
+    float64/int64/string columns. The client_id column is written only if present.
+    """
+    p = Path(path)
+    src = os.fspath(path)
+    kind = _kind_of(p, src)
+    if len(trace) == 0:
+        raise TraceError(f"{src}: cannot write a trace with no requests "
+                         "(it could not be loaded again)")
+    parent = p.parent
+    if not parent.is_dir():
+        raise TraceError(f"{src}: cannot write: directory '{parent}' does not exist")
+    if p.is_dir():
+        raise TraceError(f"{src}: cannot write: is a directory")
+    tmp = parent / f".{p.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp"
+    try:
+        if kind == "csv":
+            payload = _csv_text(trace).encode("utf-8")
+            with open(tmp, "xb") as f:
+                f.write(payload)
+                f.flush()
+                os.fsync(f.fileno())
+        else:
+            table = _arrow_table(trace)
+            import pyarrow.parquet as pq
+
+            with open(tmp, "xb") as f:
+                pq.write_table(table, f)
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise TraceError(f"{src}: cannot write file ({exc.strerror or exc})") from exc
+        if isinstance(exc, (TraceError, KeyboardInterrupt, SystemExit)):
+            raise
+        raise TraceError(f"{src}: cannot write trace ({_one_line(exc)})") from exc
+
+
+# ===================================================================== internals
+
+
+class _Where:
+    """Where a row lives, for error messages: `line N` (CSV) or `row N` (1-based)."""
+
+    def __init__(self, source: str, lines: np.ndarray | None = None) -> None:
+        self.source = source
+        self.lines = lines
+
+    def label(self, i: int) -> str:
+        if self.lines is not None:
+            return f"line {int(self.lines[i])}"
+        return f"row {i + 1}"
+
+    def cell(self, i: int, col: str) -> str:
+        return f"{self.source}: {self.label(i)}: column '{col}'"
+
+
+class _Numeric:
+    """A required column parsed to float64 (NaN where unparseable/missing).
+
+    `raw_at(i)` returns the original cell for error messages (str, None, or a number).
+    """
+
+    def __init__(self, values: np.ndarray, raw_at: Callable[[int], Any]) -> None:
+        self.values = values
+        self.raw_at = raw_at
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _kind_of(p: Path, src: str) -> str:
+    suffix = p.suffix.lower()
+    if suffix in _CSV_SUFFIXES:
+        return "csv"
+    if suffix in _PARQUET_SUFFIXES:
+        return "parquet"
+    shown = f"'{p.suffix}'" if p.suffix else "(no suffix)"
+    raise TraceError(f"{src}: unsupported trace file type {shown}; use {_SUPPORTED}")
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+def _show(raw: Any) -> str:
+    """A cell as it appears in messages: quoted, one line, not too long."""
+    text = raw if isinstance(raw, str) else str(raw)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return repr(text)
+
+
+def _is_null(raw: Any) -> bool:
+    if raw is None:
+        return True
+    try:
+        import pandas as pd
+
+        return raw is pd.NA or raw is pd.NaT
+    except ImportError:  # pragma: no cover - pandas is a dependency
+        return False
+
+
+def _bad_mask(col: str, vals: np.ndarray) -> np.ndarray:
+    """True where a parsed value is not acceptable for `col` (NaN counts as bad)."""
+    with np.errstate(invalid="ignore"):
+        if col == "arrival_s":
+            ok = np.isfinite(vals) & (vals >= 0)
+        else:
+            ok = np.isfinite(vals) & (vals >= 1) & (vals <= MAX_TOKENS) & (np.floor(vals) == vals)
+    return ~ok
+
+
+def _why(col: str, value: float, raw: Any) -> str:
+    """Why the cell `raw` (parsed as `value`) is not acceptable, as a message tail."""
+    integer = col != "arrival_s"
+    kind = "an integer" if integer else "a number"
+    if _is_null(raw):
+        return "missing value (null); a value is required"
+    if isinstance(raw, str):
+        stripped = raw.strip()
+        if stripped == "":
+            return "empty cell; a value is required"
+        if np.isnan(value):
+            if stripped.lower().lstrip("+-") == "nan":
+                return f"{_show(raw)} is not a number (NaN)"
+            return f"{_show(raw)} is not {kind}"
+    elif np.isnan(value):
+        return f"{_show(raw)} is not a number (NaN)"
+    if np.isinf(value):
+        return f"{_show(raw)} is infinite"
+    if integer:
+        if value != np.floor(value):
+            return f"{_show(raw)} is not an integer"
+        if value == 0:
+            return f"{_show(raw)} is zero; token counts must be >= 1"
+        if value < 0:
+            return f"{_show(raw)} is negative; token counts must be >= 1"
+        return f"{_show(raw)} is too large; token counts must be <= {MAX_TOKENS}"
+    return f"{_show(raw)} is negative; arrival times must be >= 0"
+
+
+def _numeric_from_strings(obj: np.ndarray) -> np.ndarray:
+    """Parse an object array of str (or mixed objects) to float64, NaN where impossible."""
+    import pandas as pd
+
+    parsed = pd.to_numeric(pd.Series(obj, dtype=object, copy=False), errors="coerce")
+    return np.asarray(parsed, dtype=np.float64)
+
+
+def _numeric_from_any(col: str, arr: np.ndarray, where: _Where) -> _Numeric:
+    """Turn one in-memory column (numeric, string or object array) into `_Numeric`."""
+    kind = arr.dtype.kind
+    if kind in "iuf":
+        values = arr.astype(np.float64)
+        return _Numeric(values, lambda i: arr[i].item())
+    if kind in "OUS":
+        obj = arr.astype(object) if kind != "O" else arr
+        if kind == "S":
+            obj = np.array([b.decode("utf-8", "replace") for b in arr.tolist()], dtype=object)
+        return _Numeric(_numeric_from_strings(obj), lambda i: obj[i])
+    raise TraceError(f"{where.source}: column '{col}': expected numbers, got values of "
+                     f"type {arr.dtype}")
+
+
+def _check_required(numeric: dict[str, _Numeric], where: _Where) -> None:
+    """Raise for the first bad cell; columns in order arrival_s, input_tokens, output_tokens."""
+    for col in REQUIRED:
+        num = numeric[col]
+        bad = _bad_mask(col, num.values)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise TraceError(f"{where.cell(i, col)}: {_why(col, num.values[i], num.raw_at(i))}")
+        if col == "arrival_s" and num.values.size > 1:
+            back = np.diff(num.values) < 0
+            if back.any():
+                i = int(np.argmax(back)) + 1
+                raise TraceError(
+                    f"{where.cell(i, col)}: {_show(num.raw_at(i))} is earlier than the "
+                    f"previous arrival {_show(num.raw_at(i - 1))} ({where.label(i - 1)}); "
+                    "arrival times must be non-decreasing")
+
+
+def _clients_from_any(values: Any, where: _Where) -> np.ndarray:
+    """client_id cells -> object array of str/None ("" and null mean no client)."""
+    seq = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    out = np.empty(len(seq), dtype=object)
+    for i, x in enumerate(seq):
+        if isinstance(x, str):
+            if x == "":
+                out[i] = None
+                continue
+            try:
+                x.encode("utf-8")
+            except UnicodeEncodeError:
+                raise TraceError(f"{where.cell(i, 'client_id')}: {_show(x)} is not valid "
+                                 "Unicode text (cannot be stored as UTF-8)") from None
+            out[i] = str(x)
+        elif x is None or _is_null(x) or (isinstance(x, float) and x != x):
+            out[i] = None
+        elif isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+            out[i] = str(int(x))
+        else:
+            raise TraceError(f"{where.cell(i, 'client_id')}: {_show(x)} is not a string "
+                             f"(got {type(x).__name__})")
+    return out
+
+
+def _clients_from_strings(obj: np.ndarray) -> np.ndarray:
+    """Fast path for an object array that holds only str: "" becomes None."""
+    out = np.array(obj, dtype=object, copy=True)
+    out[out == ""] = None
+    return out
+
+
+def _build(numeric: dict[str, _Numeric], clients: Any, where: _Where, name: str,
+           *, clients_are_strings: bool = False) -> Trace:
+    """Check the parsed columns and assemble a read-only `Trace`."""
+    _check_required(numeric, where)
+    arrival = numeric["arrival_s"].values.astype(np.float64) + 0.0  # fold -0.0 into 0.0
+    inp = numeric["input_tokens"].values.astype(np.int64)
+    out = numeric["output_tokens"].values.astype(np.int64)
+    cid = None
+    if clients is not None:
+        cid = (_clients_from_strings(clients) if clients_are_strings
+               else _clients_from_any(clients, where))
+        cid = _frozen(cid)
+    return Trace(_frozen(arrival), _frozen(inp), _frozen(out), cid, str(name))
+
+
+def _check_header(names: Sequence[str], src: str, prefix: str) -> None:
+    """Duplicate, unknown (with a did-you-mean hint) or missing columns -> TraceError."""
+    seen: set[str] = set()
+    for n in names:
+        if n in seen:
+            raise TraceError(f"{src}: {prefix}column '{n}' appears more than once")
+        seen.add(n)
+    allowed = ", ".join(COLUMNS)
+    for n in names:
+        if n not in COLUMNS:
+            if n.strip() == "":
+                what = "an empty column name (a stray comma?)"
+            else:
+                close = difflib.get_close_matches(n.strip(), COLUMNS, n=1, cutoff=0.6)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                what = f"unknown column '{n}'{hint}"
+            raise TraceError(f"{src}: {prefix}{what}; allowed columns are {allowed}")
+    for c in REQUIRED:
+        if c not in seen:
+            raise TraceError(f"{src}: {prefix}missing required column '{c}'; expected "
+                             f"header {_EXPECTED_HEADER}")
+
+
+# --------------------------------------------------------------------- CSV
+
+
+def _csv_text(trace: Trace) -> str:
+    """Canonical CSV text: header, then one line per request, '\\n' line endings."""
+    arrival = np.asarray(trace.arrival_s, dtype=np.float64).tolist()
+    inp = np.asarray(trace.input_tokens, dtype=np.int64).tolist()
+    out = np.asarray(trace.output_tokens, dtype=np.int64).tolist()
+    if trace.client_id is None:
+        head = "arrival_s,input_tokens,output_tokens\n"
+        body = [f"{a!r},{i},{o}\n" for a, i, o in zip(arrival, inp, out)]
+    else:
+        head = "arrival_s,input_tokens,output_tokens,client_id\n"
+        body = [f"{a!r},{i},{o},{_csv_field(c)}\n"
+                for a, i, o, c in zip(arrival, inp, out, trace.client_id.tolist())]
+    return head + "".join(body)
+
+
+def _csv_field(c: Any) -> str:
+    if c is None:
+        return ""
+    s = str(c)
+    if any(ch in s for ch in ',"\r\n\x00'):
+        return '"' + s.replace('"', '""') + '"'
+    return s
+
+
+def _decode(data: bytes, src: str) -> str:
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise TraceError(f"{src}: line {line}: not valid UTF-8 text (byte "
+                         f"{data[exc.start]:#04x})") from exc
+
+
+def _load_csv(p: Path, src: str) -> Trace:
+    """Read a CSV trace: structure pass (exact line numbers), then values.
+
+    The structure pass finds the header, skips blank lines and rejects ragged rows,
+    recording the physical line on which each record starts. Files without quote
+    characters are split line by line (fast); quoted files go through the csv module
+    so quoted commas and newlines are handled. Values are then parsed by pandas with
+    typed columns (fast path); if anything fails, every column is read as text and
+    checked cell by cell so the first bad cell can be named exactly.
+    """
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise TraceError(f"{src}: cannot read file ({exc.strerror or exc})") from exc
+    text = _decode(data, src)
+    columns: dict[str, np.ndarray] | None = None
+    if '"' in text or "\x00" in text:
+        header, lines, columns = _structure_quoted(text, src)
+    else:
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        header, lines = _structure_plain(text, src)
+    buf = text.encode("utf-8")
+    name = p.stem
+    if "\x00" not in text:
+        fast = _csv_fast(buf, header, len(lines), name, columns)
+        if fast is not None:
+            return fast
+    if columns is None:
+        import pandas as pd
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                df = pd.read_csv(io.BytesIO(buf), dtype=str, na_filter=False,
+                                 index_col=False, skip_blank_lines=True, engine="c")
+        except Exception as exc:
+            raise TraceError(f"{src}: malformed CSV ({_one_line(exc)})") from exc
+        if len(df) != len(lines):
+            raise TraceError(f"{src}: malformed CSV (read {len(df)} rows, "
+                             f"expected {len(lines)})")
+        columns = {c: df[c].to_numpy(dtype=object) for c in header}
+    numeric = {}
+    for c in REQUIRED:
+        obj = columns[c]
+        numeric[c] = _Numeric(_numeric_from_strings(obj), lambda i, obj=obj: obj[i])
+    return _build(numeric, columns.get("client_id"), _Where(src, lines), name,
+                  clients_are_strings=True)
+
+
+def _no_rows(src: str, has_header: bool) -> TraceError:
+    if has_header:
+        return TraceError(f"{src}: no requests (the file has a header but no data rows)")
+    return TraceError(f"{src}: file is empty; expected a header {_EXPECTED_HEADER} "
+                      "and one row per request")
+
+
+def _ragged(src: str, line: int, expected: int, found: int) -> TraceError:
+    return TraceError(f"{src}: line {line}: malformed CSV: expected {expected} fields "
+                      f"as in the header, found {found}")
+
+
+def _structure_plain(text: str, src: str) -> tuple[list[str], np.ndarray]:
+    """Header and record start lines of a quote-free CSV with '\\n' line endings."""
+    lines = text.split("\n")
+    nonblank = [k for k, line in enumerate(lines) if line != ""]
+    if not nonblank:
+        raise _no_rows(src, False)
+    h = nonblank[0]
+    header = lines[h].split(",")
+    _check_header(header, src, f"line {h + 1}: ")
+    rec = nonblank[1:]
+    if not rec:
+        raise _no_rows(src, True)
+    nfields = np.fromiter((lines[k].count(",") + 1 for k in rec), dtype=np.int64,
+                          count=len(rec))
+    ragged = nfields != len(header)
+    if ragged.any():
+        j = int(np.argmax(ragged))
+        raise _ragged(src, rec[j] + 1, len(header), int(nfields[j]))
+    return header, np.asarray(rec, dtype=np.int64) + 1
+
+
+def _structure_quoted(text: str, src: str
+                      ) -> tuple[list[str], np.ndarray, dict[str, np.ndarray]]:
+    """Header, record start lines and text columns of a CSV that uses quoting."""
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    rows: list[list[str]] = []
+    ends: list[int] = []
+    try:
+        for row in reader:
+            rows.append(row)
+            ends.append(reader.line_num)
+    except csv.Error as exc:
+        line = (ends[-1] if ends else 0) + 1
+        hint = "; is a quote left open?" if "end of data" in str(exc) else ""
+        raise TraceError(f"{src}: line {line}: malformed CSV ({exc}{hint})") from exc
+    starts = [1] + [e + 1 for e in ends[:-1]]
+    keep = [k for k, row in enumerate(rows) if row]  # [] is a blank line
+    if not keep:
+        raise _no_rows(src, False)
+    header = rows[keep[0]]
+    _check_header(header, src, f"line {starts[keep[0]]}: ")
+    rec = keep[1:]
+    if not rec:
+        raise _no_rows(src, True)
+    width = len(header)
+    for k in rec:
+        if len(rows[k]) != width:
+            raise _ragged(src, starts[k], width, len(rows[k]))
+    flat = list(zip(*(rows[k] for k in rec)))
+    columns = {c: np.array(flat[j], dtype=object) for j, c in enumerate(header)}
+    lines = np.fromiter((starts[k] for k in rec), dtype=np.int64, count=len(rec))
+    return header, lines, columns
+
+
+def _csv_fast(buf: bytes, header: list[str], nrows: int, name: str,
+              text_columns: dict[str, np.ndarray] | None) -> Trace | None:
+    """Typed pandas parse of a structurally valid CSV; None if anything is off.
+
+    When `text_columns` (the csv-module parse of a quoted file) is given, pandas' row
+    count and client_id column must agree with it exactly, a guard against the two
+    tokenizers reading quoting differently.
+    """
+    import pandas as pd
+
+    typed = {"arrival_s": "float64", "input_tokens": "int64", "output_tokens": "int64",
+             "client_id": object}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            df = pd.read_csv(io.BytesIO(buf), dtype=typed, na_filter=False,
+                             index_col=False, skip_blank_lines=True, engine="c")
+    except Exception:
+        return None
+    if len(df) != nrows or list(df.columns) != list(header):
+        return None
+    vals = {c: df[c].to_numpy(dtype=np.float64) for c in REQUIRED}
+    if any(_bad_mask(c, vals[c]).any() for c in REQUIRED):
+        return None
+    if nrows > 1 and bool(np.any(np.diff(vals["arrival_s"]) < 0)):
+        return None
+    cid = None
+    if "client_id" in header:
+        raw = df["client_id"].to_numpy(dtype=object)
+        if text_columns is not None and not np.array_equal(raw, text_columns["client_id"]):
+            return None
+        cid = _frozen(_clients_from_strings(raw))
+    arrival = vals["arrival_s"] + 0.0  # fold -0.0 into 0.0
+    inp = df["input_tokens"].to_numpy(dtype=np.int64)
+    out = df["output_tokens"].to_numpy(dtype=np.int64)
+    return Trace(_frozen(arrival), _frozen(inp), _frozen(out), cid, name)
+
+
+# --------------------------------------------------------------------- Parquet
+
+
+def _load_parquet(p: Path, src: str) -> Trace:
+    try:
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(p)
+    except OSError as exc:
+        if getattr(exc, "strerror", None):
+            raise TraceError(f"{src}: cannot read file ({exc.strerror})") from exc
+        raise TraceError(f"{src}: not a readable Parquet file ({_one_line(exc)})") from exc
+    except Exception as exc:
+        raise TraceError(f"{src}: not a readable Parquet file ({_one_line(exc)})") from exc
+    _check_header(list(table.column_names), src, "")
+    if table.num_rows == 0:
+        raise TraceError(f"{src}: no requests (the file has the columns but no rows)")
+    where = _Where(src)
+    try:
+        numeric = {c: _numeric_from_arrow(c, table.column(c), where) for c in REQUIRED}
+        clients = None
+        if "client_id" in table.column_names:
+            clients = _clients_from_arrow(table.column("client_id"), where)
+        return _build(numeric, clients, where, p.stem)
+    except TraceError:
+        raise
+    except Exception as exc:  # arrow conversion surprises
+        raise TraceError(f"{src}: cannot read Parquet columns ({_one_line(exc)})") from exc
+
+
+def _numeric_from_arrow(col: str, chunked: Any, where: _Where) -> _Numeric:
+    import pyarrow as pa
+
+    t = chunked.type
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        values = np.asarray(chunked.cast(pa.float64(), safe=False).to_pandas(), dtype=np.float64)
+        return _Numeric(values, lambda i: chunked[i].as_py())
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        obj = np.array(chunked.to_pylist(), dtype=object)
+        return _Numeric(_numeric_from_strings(obj), lambda i: obj[i])
+    raise TraceError(f"{where.source}: column '{col}' has Parquet type {t}; expected numbers")
+
+
+def _clients_from_arrow(chunked: Any, where: _Where) -> list[Any]:
+    import pyarrow as pa
+
+    t = chunked.type
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
+            or pa.types.is_null(t)):
+        return chunked.to_pylist()
+    raise TraceError(f"{where.source}: column 'client_id' has Parquet type {t}; "
+                     "expected strings")
+
+
+def _arrow_table(trace: Trace) -> Any:
+    import pyarrow as pa
+
+    data = {
+        "arrival_s": pa.array(np.asarray(trace.arrival_s, dtype=np.float64), pa.float64()),
+        "input_tokens": pa.array(np.asarray(trace.input_tokens, dtype=np.int64), pa.int64()),
+        "output_tokens": pa.array(np.asarray(trace.output_tokens, dtype=np.int64), pa.int64()),
+    }
+    if trace.client_id is not None:
+        data["client_id"] = pa.array(
+            [None if c is None else str(c) for c in trace.client_id.tolist()], pa.string())
+    return pa.table(data)

@@ -1,0 +1,267 @@
+"""Tests for schedport.latency: bit identity, monotonicity, calibration table, exact arithmetic."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedport.config import EngineConfig, engine_config_from_dict
+from schedport.latency import (
+    CALIBRATED_COEFFS,
+    DEFAULT_CPU_OVERHEAD_S,
+    LINEAR_DEFAULTS,
+    CalibratedLatency,
+    LatencyModel,
+    LinearLatency,
+    make_latency_model,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+CALIB_DIR = REPO.parent / "shared" / "calibration" / "vidur-a100-llama3-8b"
+
+MODELS = {
+    "calibrated-default": CalibratedLatency(),
+    "calibrated-gpu-only": CalibratedLatency(cpu_overhead_s=0.0, lm_head=False),
+    "linear-default": LinearLatency(**LINEAR_DEFAULTS),
+    "linear-custom": LinearLatency(0.0031, 1.7e-5, 3.3e-5, 7.1e-8),
+}
+model_names = st.sampled_from(sorted(MODELS))
+chunks_st = st.lists(st.tuples(st.integers(1, 8192), st.integers(0, 16384)), max_size=4)
+
+
+def test_models_satisfy_protocol():
+    for m in MODELS.values():
+        assert isinstance(m, LatencyModel)
+
+
+# --------------------------------------------------------------------------- bit identity
+@settings(max_examples=400, deadline=None)
+@given(name=model_names, n=st.integers(0, 512), data=st.data())
+def test_decode_times_bit_identical_to_iteration_time(name, n, data):
+    m = MODELS[name]
+    if n == 0:
+        kvs = [0]
+    else:
+        kvs = data.draw(st.lists(st.integers(n, n * 16384), min_size=1, max_size=20))
+    arr = np.array(kvs, dtype=np.int64)
+    vec = m.decode_times(n, arr)
+    assert vec.dtype == np.float64 and vec.shape == arr.shape
+    for i, kv in enumerate(kvs):
+        scalar = m.iteration_time((), n, kv)
+        assert isinstance(scalar, float)
+        assert vec[i] == scalar and math.copysign(1, vec[i]) == math.copysign(1, scalar), (name, n, kv)
+        # also via the engine's own fast path: a one-element array
+        assert float(m.decode_times(n, np.array([kv]))[0]) == scalar
+        assert m.iteration_time((), n, int(arr[i])) == scalar
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_bit_identity_at_split_and_quantum_edges(name):
+    m = MODELS[name]
+    for n in (1, 2, 63, 64, 65, 127, 128, 129, 256):
+        kvs = np.array([n, 512 * n - 1, 512 * n, 512 * n + 1, 8192 * n], dtype=np.int64)
+        vec = m.decode_times(n, kvs)
+        assert [float(v) for v in vec] == [m.iteration_time((), n, int(k)) for k in kvs]
+
+
+# --------------------------------------------------------------------------- monotonicity
+@settings(max_examples=300, deadline=None)
+@given(name=model_names, chunks=chunks_st, n=st.integers(0, 256), mean=st.integers(1, 8192),
+       i=st.integers(0, 3), dc=st.integers(1, 2048), dk=st.integers(1, 4096), dkv=st.integers(1, 100000))
+def test_more_work_is_never_faster(name, chunks, n, mean, i, dc, dk, dkv):
+    m = MODELS[name]
+    kv = n * mean
+    base = m.iteration_time(chunks, n, kv)
+    assert base > 0
+    if chunks:
+        j = i % len(chunks)
+        c, k = chunks[j]
+        longer = list(chunks)
+        longer[j] = (c + dc, k)
+        assert m.iteration_time(longer, n, kv) >= base  # bigger chunk
+        deeper = list(chunks)
+        deeper[j] = (c, k + dk)
+        assert m.iteration_time(deeper, n, kv) >= base  # more history
+    assert m.iteration_time(chunks + [(dc, dk)], n, kv) >= base  # one more prefill
+    if n:
+        assert m.iteration_time(chunks, n, kv + dkv) >= base  # more KV read, same batch
+    # one more decoding sequence at the same mean context
+    assert m.iteration_time(chunks, n + 1, kv + mean) >= base
+
+
+def test_documented_non_monotone_case_is_small():
+    """Adding a short decode can move the mean context below 512 and switch FlashInfer off
+    the split-KV path: the step gets at most 32 x (t0_long - t0_short) faster (docs/engine.md)."""
+    m = CalibratedLatency()
+    worst = 0.0
+    for n in (1, 2, 4, 8):
+        for kv in range(512 * n, 512 * n + 64):
+            worst = max(worst, m.iteration_time((), n, kv) - m.iteration_time((), n + 1, kv + 1))
+    bound = 32 * (CALIBRATED_COEFFS["decode_t0_long_ms"] - CALIBRATED_COEFFS["decode_t0_short_ms"]) * 1e-3
+    assert 0 < worst <= bound < 0.4e-3
+
+
+# --------------------------------------------------------------------------- calibration table
+# calibration.md section 5: (prefill tok, decode seqs, mean ctx) -> total (Vidur scope) ms,
+# and the "+ LM head + emb" column.
+SECTION5 = [
+    (0, 1, 512, 11.12, 11.75),
+    (0, 64, 1024, 16.23, 17.01),
+    (0, 256, 2048, 62.72, 64.04),
+    (2048, 0, 0, 150.36, 151.12),
+    (512, 64, 1024, 49.56, 50.36),
+    (8192, 0, 0, 661.99, 663.12),
+]
+
+
+@pytest.mark.parametrize("P,B,L,total,with_lm", SECTION5)
+def test_reproduces_calibration_table(P, B, L, total, with_lm):
+    chunks = ((P, 0),) if P else ()
+    gpu = CalibratedLatency(cpu_overhead_s=0.0, lm_head=False).iteration_time(chunks, B, B * L) * 1e3
+    assert gpu == pytest.approx(total, rel=0.005)
+    # the LM-head estimate (our fit) plus the profiled embedding (<= 0.5 ms, not modelled)
+    lm = CalibratedLatency(cpu_overhead_s=0.0, lm_head=True).iteration_time(chunks, B, B * L) * 1e3
+    assert lm == pytest.approx(with_lm, rel=0.01)
+    # the default adds exactly the CPU overhead
+    dflt = CalibratedLatency().iteration_time(chunks, B, B * L)
+    assert dflt == pytest.approx(lm * 1e-3 + DEFAULT_CPU_OVERHEAD_S, rel=1e-12)
+
+
+@pytest.mark.skipif(not (CALIB_DIR / "calibration.json").exists(), reason="shared calibration files absent")
+def test_embedded_coefficients_agree_with_calibration_json():
+    cj = json.loads((CALIB_DIR / "calibration.json").read_text())
+    rec = cj["linear_ops"]["recommended"]
+    att = cj["attention"]
+    pairs = [
+        (CALIBRATED_COEFFS["nonattn_T0_ms"], rec["T0_ms"]),
+        (CALIBRATED_COEFFS["nonattn_a_ms"], rec["a_ms"]),
+        (CALIBRATED_COEFFS["nonattn_b_ms_per_token"], rec["b_ms_per_token"]),
+        (CALIBRATED_COEFFS["decode_t0_short_ms"], att["decode"]["t0_small_ms"]),
+        (CALIBRATED_COEFFS["decode_t0_long_ms"], att["decode"]["t0_split_ms"]),
+        (CALIBRATED_COEFFS["decode_bw_bytes_per_s"] / 1e12, att["decode"]["BW_eff_TBps"]),
+        (CALIBRATED_COEFFS["prefill_t0_ms"], att["prefill_fresh_k0"]["t0_ms"]),
+        (CALIBRATED_COEFFS["prefill_eta_max"], att["prefill_fresh_k0"]["eta_max"]),
+        (CALIBRATED_COEFFS["prefill_c_half_tokens"], att["prefill_fresh_k0"]["c_half_tokens"]),
+        (CALIBRATED_COEFFS["prefill_eta_hist"], att["prefill_with_history"]["eta_hist"]),
+        (CALIBRATED_COEFFS["prefill_delta_ms_per_token"] * 1e3, att["prefill_with_history"]["delta_us_per_token"]),
+    ]
+    for ours, theirs in pairs:
+        assert ours == pytest.approx(theirs, rel=0.01)
+
+
+@pytest.mark.skipif(not (CALIB_DIR / "mlp.csv").exists(), reason="shared calibration files absent")
+def test_fit_tool_check_passes():
+    r = subprocess.run([sys.executable, str(REPO / "tools" / "fit_calibration.py"), "--check"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "embedded constants agree" in r.stdout
+
+
+# --------------------------------------------------------------------------- linear model
+def test_linear_exact_arithmetic():
+    m = LinearLatency(0.01, 0.0, 0.0, 0.0)
+    for args in (((), 1, 1), (((8000, 0),), 0, 0), (((5, 7), (9, 0)), 200, 90000)):
+        assert m.iteration_time(*args) == 0.01
+    assert list(m.decode_times(3, np.array([3, 4000]))) == [0.01, 0.01]
+    m = LinearLatency(0.5, 0.25, 0.125, 0.0625)  # powers of two: every product exact
+    # prefill 100 + 20 tokens; kv_read = 1000 (decode) + (50 + 100) + (0 + 20)
+    assert m.iteration_time(((100, 50), (20, 0)), 10, 1000) == 0.5 + 0.25 * 120 + 0.125 * 10 + 0.0625 * 1170
+    assert m.prefill_time(64) == 0.5 + 0.25 * 64 + 0.0625 * 64
+    d = m.describe()
+    assert d["model"] == "linear" and d["a_s"] == 0.5
+
+
+def test_linear_rejects_bad_coefficients():
+    with pytest.raises(ValueError):
+        LinearLatency(0.0, 0, 0, 0)
+    with pytest.raises(ValueError):
+        LinearLatency(0.01, -1e-9, 0, 0)
+    with pytest.raises(ValueError):
+        LinearLatency(float("nan"), 0, 0, 0)
+
+
+def test_linear_defaults_track_calibrated_model():
+    """The fitted defaults approximate the default calibrated model on typical decode steps."""
+    cal, lin = CalibratedLatency(), LinearLatency(**LINEAR_DEFAULTS)
+    for B, L in ((1, 512), (16, 1024), (64, 1024), (128, 2048), (256, 1024)):
+        assert lin.iteration_time((), B, B * L) == pytest.approx(cal.iteration_time((), B, B * L), rel=0.15)
+
+
+# --------------------------------------------------------------------------- alone time
+def loop_alone(m, I, N):
+    t = m.iteration_time(((I, 0),), 0, 0)
+    for j in range(1, N):
+        t += m.iteration_time((), 1, I + j)
+    return t
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_alone_time_equals_loop_sum(name):
+    m = MODELS[name]
+    I = np.array([1, 5, 63, 64, 65, 300, 500, 505, 510, 511, 512, 513, 2000, 8000, 100])
+    N = np.array([1, 7, 1, 2, 3, 500, 20, 7, 2, 1, 1, 9, 300, 192, 1000])
+    got = m.alone_time(I, N)
+    assert got.shape == I.shape and got.dtype == np.float64
+    for i in range(len(I)):
+        assert got[i] == pytest.approx(loop_alone(m, int(I[i]), int(N[i])), rel=1e-12, abs=0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=model_names, I=st.integers(1, 4096), N=st.integers(1, 700))
+def test_alone_time_property(name, I, N):
+    m = MODELS[name]
+    assert m.alone_time(np.array([I]), np.array([N]))[0] == pytest.approx(loop_alone(m, I, N), rel=1e-12)
+
+
+def test_alone_time_input_checks():
+    m = CalibratedLatency()
+    assert m.alone_time(np.array([], dtype=np.int64), np.array([], dtype=np.int64)).shape == (0,)
+    assert m.alone_time(np.array([10.0]), np.array([3.0]))[0] == pytest.approx(loop_alone(m, 10, 3))
+    with pytest.raises(ValueError):
+        m.alone_time(np.array([0]), np.array([1]))
+    with pytest.raises(ValueError):
+        m.alone_time(np.array([1, 2]), np.array([1]))
+    with pytest.raises(ValueError):
+        m.alone_time(np.array([1.5]), np.array([1]))
+
+
+# --------------------------------------------------------------------------- misc
+def test_prefill_time_and_describe():
+    m = CalibratedLatency()
+    assert m.prefill_time(2048) == m.iteration_time(((2048, 0),), 0, 0)
+    assert 0.15 < m.prefill_time(2048) < 0.16
+    d = m.describe()
+    json.dumps(d)
+    assert d["model"] == "calibrated" and d["cpu_overhead_s"] == DEFAULT_CPU_OVERHEAD_S
+    assert "7d47513363ec447a741ac5e47241580b47724fbf" in d["provenance"]["profile"]
+    assert d["gqa_batching_factor"] == 1.0
+
+
+def test_make_latency_model_from_config():
+    m = make_latency_model(EngineConfig())
+    assert isinstance(m, CalibratedLatency) and m.cpu_overhead_s == DEFAULT_CPU_OVERHEAD_S and m.lm_head
+    m = make_latency_model(engine_config_from_dict({"latency": {"model": "linear", "a": 0.01}}))
+    assert isinstance(m, LinearLatency) and (m.a, m.b, m.c, m.d) == (0.01, 0.0, 0.0, 0.0)
+    m = make_latency_model(engine_config_from_dict({"latency": {"cpu_overhead_s": 0}}))
+    assert m.iteration_time((), 1, 512) == pytest.approx(11.12e-3 + 0.689e-3, rel=0.005)
+
+
+def test_calibrated_rejects_negative_overhead():
+    with pytest.raises(ValueError):
+        CalibratedLatency(cpu_overhead_s=-1e-3)
+
+
+def test_chunked_prefill_costs_more_than_one_shot():
+    """Splitting a prompt into chunks never makes the total cheaper (history re-read)."""
+    m = CalibratedLatency()
+    one = m.prefill_time(4096)
+    chunks = sum(m.iteration_time(((512, 512 * i),), 0, 0) for i in range(8))
+    assert chunks > one
