@@ -27,6 +27,7 @@ waiting request could be admitted whatever the order.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ class Request:
     __slots__ = (
         "idx", "arrival", "prompt", "output", "client", "generated", "computed", "blocks",
         "phase", "decoding", "first_token", "finish", "preemptions", "admit_seq", "status",
-        "reject_reason", "key", "aux",
+        "reject_reason", "key", "aux", "sync", "pval", "done_clock", "swapped",
     )
 
     def __init__(self, idx: int, arrival: float, prompt: int, output: int, client: str | None):
@@ -68,6 +69,10 @@ class Request:
         self.reject_reason = ""
         self.key = None           # policy-maintained sort key
         self.aux = None           # policy-private state
+        self.sync = -1            # decode-cohort clock at which computed/generated were last true (-1: not in cohort)
+        self.pval = 0             # computed - sync while in the cohort (invariant under syncing)
+        self.done_clock = -1      # cohort clock at which it emits its last token
+        self.swapped = 0          # KV blocks held in host memory while swapped out
 
     @property
     def num_tokens(self) -> int:
@@ -109,6 +114,7 @@ class SimOutput:
     iterations: int
     preemptions_total: int
     recomputed_tokens: int
+    swapped_blocks: int
     steps_fast_forwarded: int
     events: int
 
@@ -168,11 +174,37 @@ class Simulator:
         self.events = 0
         self._admit_counter = 0
         self._next_arrival = 0
+        # swap preemption (policies that use it set host_blocks via their parameters)
+        self.block_bytes = config.block_bytes
+        self.host_blocks = 0
+        self.host_used = 0
+        self.pcie_bytes_per_s = 25e9
+        self.swap_bytes_pending = 0
+        self.swapped_blocks_total = 0
         self.sched = policy.bind(self)
+        # The decode cohort (fast mode only): running requests that decode one token per step are
+        # advanced together by bumping `dclock` instead of touching each one; a member's true
+        # computed/generated counts are its fields plus (dclock - sync). `sync_all` makes every
+        # field true before any per-request decision.
+        self.bulk = (not exact) and self.sched.supports_bulk()
+        self.dclock = 0
+        self.cohort_n = 0
+        self.cohort_pval = 0      # sum of members' pval
+        self.cohort_buckets = [0] * config.block_size   # members by pval mod block_size
+        self.cohort_heap: list = []                     # (done_clock, idx, req)
+        self._alloc_decode = self.sched.mode.allocates_decode_blocks
 
     # ----------------------------------------------------------------- bookkeeping used by policies
     def admit(self, req: Request) -> None:
-        """Move a waiting request into the running set (the policy already removed it from waiting)."""
+        """Move a waiting request into the running set (the policy already removed it from waiting).
+
+        A swapped-out request's KV comes back from host memory (charged to this step).
+        """
+        if req.swapped:
+            self.host_used -= req.swapped
+            self.swap_bytes_pending += req.swapped * self.block_bytes
+            self.swapped_blocks_total += req.swapped
+            req.swapped = 0
         req.phase = RUNNING
         req.admit_seq = self._admit_counter
         self._admit_counter += 1
@@ -183,8 +215,29 @@ class Simulator:
         self.cache.free -= blocks
         req.blocks += blocks
 
-    def preempt(self, req: Request) -> None:
-        """Preempt by recompute: free the request's KV, reset its progress, hand it back to waiting."""
+    def preempt(self, req: Request, swap: bool = False) -> None:
+        """Preempt `req` and hand it back to waiting.
+
+        By recompute (vLLM's default): its KV is freed and its progress reset, so resuming means
+        prefilling prompt + generated tokens again. By swap (`swap=True`, when the host swap space
+        has room): its KV blocks move to host memory, costing a PCIe transfer now and another
+        when it resumes, and its progress is kept.
+        """
+        if req.sync >= 0:
+            self.cohort_leave(req)
+        if swap and self.host_used + req.blocks <= self.host_blocks and req.blocks:
+            self.cache.free += req.blocks
+            self.host_used += req.blocks
+            self.swap_bytes_pending += req.blocks * self.block_bytes
+            self.swapped_blocks_total += req.blocks
+            req.swapped = req.blocks
+            req.blocks = 0
+            req.preemptions += 1
+            self.preemptions_total += 1
+            self.running.remove(req)
+            req.phase = WAITING
+            self.sched.requeue_preempted(req, self.now)
+            return
         self.cache.free += req.blocks
         req.blocks = 0
         self.recomputed_tokens += req.computed
@@ -202,6 +255,60 @@ class Simulator:
         req.status = "rejected"
         req.reject_reason = reason
         self.sched.on_reject(req)
+
+    # ----------------------------------------------------------------- the decode cohort
+    def cohort_join(self, req: Request) -> None:
+        """Start advancing `req` with the cohort (its fields are true now)."""
+        req.sync = d = self.dclock
+        pv = req.computed - d
+        req.pval = pv
+        req.done_clock = d + (req.output - req.generated)
+        self.cohort_n += 1
+        self.cohort_pval += pv
+        self.cohort_buckets[pv % self.cache.block_size] += 1
+        heapq.heappush(self.cohort_heap, (req.done_clock, req.idx, req))
+
+    def cohort_leave(self, req: Request) -> None:
+        """Make `req`'s fields true and stop advancing it with the cohort."""
+        self.sync(req)
+        req.sync = -1
+        self.cohort_n -= 1
+        self.cohort_pval -= req.pval
+        self.cohort_buckets[req.pval % self.cache.block_size] -= 1
+
+    def sync(self, req: Request) -> None:
+        """Bring a cohort member's computed/generated/blocks up to the cohort clock."""
+        if req.sync >= 0:
+            d = self.dclock - req.sync
+            if d:
+                req.computed += d
+                req.generated += d
+                req.sync = self.dclock
+                if self._alloc_decode:
+                    req.blocks = -(-req.computed // self.cache.block_size)
+
+    def sync_all(self) -> None:
+        """Make every running request's fields true and dissolve the cohort (per-request step follows)."""
+        if not self.cohort_n:
+            return
+        for r in self.running:
+            if r.sync >= 0:
+                self.sync(r)
+                r.sync = -1
+        self.cohort_n = 0
+        self.cohort_pval = 0
+        self.cohort_buckets = [0] * self.cache.block_size
+        self.cohort_heap = []
+
+    def rebuild_cohort(self) -> None:
+        """After a per-request step: every decoding running request rejoins the cohort."""
+        for r in self.running:
+            if r.decoding and r.sync < 0:
+                self.cohort_join(r)
+
+    def cohort_crossings(self, clock: int) -> int:
+        """Cohort members that need a new KV block for the decode step taken at cohort clock `clock`."""
+        return self.cohort_buckets[(-clock) % self.cache.block_size]
 
     # ----------------------------------------------------------------- main loop
     def run(self) -> SimOutput:
@@ -227,7 +334,11 @@ class Simulator:
                 self.now = reqs[i].arrival
                 continue
             plan = sched.plan(now)
-            if not plan.items:
+            if not plan.items and not (plan.cohort and self.cohort_n):
+                if plan.preempted:
+                    if self.bulk:
+                        self.rebuild_cohort()
+                    continue        # only preemptions (as vLLM can): nothing runs, plan again now
                 if self.running:
                     raise RuntimeError("internal: running requests but the policy scheduled nothing")
                 # nothing can start (e.g. everything waiting was just rejected); wait for an arrival
@@ -238,7 +349,8 @@ class Simulator:
                     raise RuntimeError("internal: requests wait on an idle engine with no arrival to come")
                 break
             self.events += 1
-            if (not self.exact and plan.decode_only and len(plan.items) == len(self.running)
+            if (not self.exact and plan.decode_only
+                    and (self.cohort_n == len(self.running) if plan.cohort else len(plan.items) == len(self.running))
                     and sched.stable(plan)):
                 if self._fast_forward(plan):
                     continue
@@ -259,44 +371,82 @@ class Simulator:
     # ----------------------------------------------------------------- one iteration
     def _execute(self, plan) -> None:
         """Run one iteration of the planned batch and emit its tokens at the step's end."""
+        items = plan.items
+        bulk = plan.cohort
         chunks = []
         n_dec = 0
         kv = 0
-        tokens = 0
-        for req, k in plan.items:
-            tokens += k
+        if bulk:
+            n_dec = self.cohort_n
+            kv = self.cohort_pval + n_dec * (self.dclock + 1)
+        for req, k in items:
             if req.decoding:
                 n_dec += 1
                 kv += req.computed + 1
             else:
                 chunks.append(plan.chunk_shape(req, k))
-        dt = self.latency.iteration_time(chunks, n_dec, kv) if chunks else float(
-            self.latency.decode_times(n_dec, np.array([kv], dtype=np.int64))[0])
+        dt = self.latency.iteration_time(chunks, n_dec, kv)
+        if self.swap_bytes_pending:
+            dt += self.swap_bytes_pending / self.pcie_bytes_per_s   # blocking swap-in/out copies
+            self.swap_bytes_pending = 0
         start = self.now
         end = start + dt
         finished = []
         emitted = plan.emitted = []
-        for req, k in plan.items:
-            req.computed += k
-            if req.computed >= req.num_tokens:
+        joined = []
+        for req, k in items:
+            c = req.computed + k
+            req.computed = c
+            if c >= req.prompt + req.generated:
                 emitted.append(req)
-                req.generated += 1
-                if req.generated == 1:
+                g = req.generated + 1
+                req.generated = g
+                if g == 1:
                     req.first_token = end
-                if req.generated >= req.output:
+                if g >= req.output:
                     finished.append(req)
-                else:
+                elif not req.decoding:
                     req.decoding = True
+                    joined.append(req)
+        if bulk:
+            self.dclock += 1
+            self._pop_cohort_done(finished)
+            for req in joined:
+                self.cohort_join(req)
+        elif self.bulk:
+            self.rebuild_cohort()
         self.iterations += 1
         self.sched.after_step(plan, start, end)
         for req in finished:
             self._finish(req, end)
         self.now = end
         if self.observer is not None:
-            self.observer(StepRecord(start, end, 1, tokens, len(plan.items), self.cache.used,
-                                     [(r.idx, k) for r, k in plan.items]))
+            self.observer(StepRecord(start, end, 1, sum(k for _, k in items) + (self.cohort_n if bulk else 0),
+                                     len(self.running) + len(finished), self.cache.used,
+                                     [(r.idx, k) for r, k in items]))
+
+    def _pop_cohort_done(self, finished: list) -> None:
+        """Move cohort members whose last token is due by now into `finished`."""
+        heap = self.cohort_heap
+        d = self.dclock
+        while heap and heap[0][0] <= d:
+            c, _, r = heapq.heappop(heap)
+            if r.sync >= 0 and r.done_clock == c:
+                self.cohort_leave(r)
+                finished.append(r)
+
+    def _cohort_next_done(self) -> int:
+        heap = self.cohort_heap
+        while heap:
+            c, _, r = heap[0]
+            if r.sync >= 0 and r.done_clock == c:
+                return c
+            heapq.heappop(heap)
+        raise RuntimeError("internal: empty decode cohort")
 
     def _finish(self, req: Request, t: float) -> None:
+        if req.sync >= 0:
+            self.cohort_leave(req)
         req.finish = t
         req.phase = DONE
         req.status = "completed"
@@ -306,8 +456,34 @@ class Simulator:
         self.sched.on_finish(req, t)
 
     # ----------------------------------------------------------------- fast-forward
+    def _time_steps(self, n: int, kv: np.ndarray):
+        """Start and end times of consecutive decode-only steps with KV reads `kv` (sequential sums)."""
+        k = kv.shape[0]
+        acc = np.empty(k + 1)
+        acc[0] = self.now
+        acc[1:] = self.latency.decode_times(n, kv)
+        ends = np.add.accumulate(acc)[1:]
+        starts = np.empty(k)
+        starts[0] = self.now
+        starts[1:] = ends[:-1]
+        return starts, ends
+
+    def _time_limit(self, starts: np.ndarray, k: int, t_pol) -> int:
+        """Cut k so that no step starts at or after the next arrival, the horizon or a policy time."""
+        limit_t = self.horizon
+        if self._next_arrival < len(self.requests):
+            limit_t = min(limit_t, self.requests[self._next_arrival].arrival)
+        if t_pol is not None:
+            limit_t = min(limit_t, t_pol)
+        if limit_t < math.inf:
+            j = int(np.searchsorted(starts, limit_t, side="left"))
+            k = min(k, max(j, 1))
+        return k
+
     def _fast_forward(self, plan) -> bool:
         """Run K identical decode-only steps at once; False if fewer than 2 are possible."""
+        if plan.cohort:
+            return self._fast_forward_cohort(plan)
         running = self.running
         B = len(running)
         comp = np.fromiter((r.computed for r in running), dtype=np.int64, count=B)
@@ -323,32 +499,12 @@ class Simulator:
             bs = self.cache.block_size
             held = np.fromiter((r.blocks for r in running), dtype=np.int64, count=B)
             first_need = held * bs - comp            # step index at which request i needs a new block
-            free = self.cache.free
-            k_blk = _first_shortfall(first_need, bs, free, k_max)
-            k_max = min(k_max, k_blk)
+            k_max = min(k_max, _first_shortfall(first_need, bs, self.cache.free, k_max))
             if k_max < 2:
                 return False
-        kv0 = int(comp.sum()) + B
-        kv = kv0 + B * np.arange(k_max, dtype=np.int64)
-        dts = self.latency.decode_times(B, kv)
-        acc = np.empty(k_max + 1)
-        acc[0] = self.now
-        acc[1:] = dts
-        ends = np.add.accumulate(acc)[1:]            # end time of step j (sequential sums, as stepping)
-        starts = np.empty(k_max)
-        starts[0] = self.now
-        starts[1:] = ends[:-1]
-        k = k_max
-        # step j may run only if no new arrival has come by its start and it starts before the horizon
-        limit_t = self.horizon
-        if self._next_arrival < len(self.requests):
-            limit_t = min(limit_t, self.requests[self._next_arrival].arrival)
-        if t_pol is not None:
-            limit_t = min(limit_t, t_pol)
-        if limit_t < math.inf:
-            # first j >= 1 whose start >= limit_t is excluded (step 0 always runs)
-            j = int(np.searchsorted(starts, limit_t, side="left"))
-            k = min(k, max(j, 1))
+        kv = int(comp.sum()) + B + B * np.arange(k_max, dtype=np.int64)
+        starts, ends = self._time_steps(B, kv)
+        k = self._time_limit(starts, k_max, t_pol)
         k = self.sched.refine_fast_forward(plan, starts[:k], ends[:k], k)
         if k < 2:
             return False
@@ -377,8 +533,52 @@ class Simulator:
             self.observer(StepRecord(start, end, k, B, B, self.cache.used))
         return True
 
+    def _fast_forward_cohort(self, plan) -> bool:
+        """Fast-forward when every running request is a cohort member: O(k) numpy, no per-request work."""
+        n = self.cohort_n
+        d0 = self.dclock
+        k_max = self._cohort_next_done() - d0
+        k_pol, t_pol = self.sched.fast_forward_limit(plan, self.now)
+        if k_pol is not None:
+            k_max = min(k_max, k_pol)
+        if k_max < 2:
+            return False
+        bs = self.cache.block_size
+        cum = None
+        if plan.allocates_decode_blocks:
+            # new blocks needed by steps 1..k_max-1 (step 0 was allocated when it was planned)
+            clocks = d0 + np.arange(1, k_max, dtype=np.int64)
+            cum = np.cumsum(np.asarray(self.cohort_buckets, dtype=np.int64)[(-clocks) % bs])
+            over = np.searchsorted(cum, self.cache.free, side="right")   # first j-1 with cum > free
+            k_max = min(k_max, int(over) + 1)
+            if k_max < 2:
+                return False
+        kv = self.cohort_pval + n * (d0 + 1 + np.arange(k_max, dtype=np.int64))
+        starts, ends = self._time_steps(n, kv)
+        k = self._time_limit(starts, k_max, t_pol)
+        k = self.sched.refine_fast_forward(plan, starts[:k], ends[:k], k)
+        if k < 2:
+            return False
+        start = self.now
+        end = float(ends[k - 1])
+        if cum is not None:
+            self.cache.free -= int(cum[k - 2])
+        self.dclock = d0 + k
+        self.iterations += k
+        self.steps_fast_forwarded += k
+        finished: list = []
+        self._pop_cohort_done(finished)
+        self.sched.after_fast_forward(plan, starts[:k], ends[:k], k)
+        for r in finished:
+            self._finish(r, end)
+        self.now = end
+        if self.observer is not None:
+            self.observer(StepRecord(start, end, k, n, n, self.cache.used))
+        return True
+
     # ----------------------------------------------------------------- results
     def _output(self) -> SimOutput:
+        self.sync_all()
         status = []
         for r in self.requests:
             if r.phase != DONE:
@@ -393,6 +593,7 @@ class Simulator:
             iterations=self.iterations,
             preemptions_total=self.preemptions_total,
             recomputed_tokens=self.recomputed_tokens,
+            swapped_blocks=self.swapped_blocks_total,
             steps_fast_forwarded=self.steps_fast_forwarded,
             events=self.events,
         )

@@ -36,7 +36,7 @@ class Plan:
     """One iteration's batch: (request, tokens) pairs plus what happened while forming it."""
 
     __slots__ = ("items", "admitted", "preempted", "decode_only", "allocates_decode_blocks", "pad",
-                 "emitted")
+                 "emitted", "cohort")
 
     def __init__(self, allocates_decode_blocks: bool = True):
         self.items: list[tuple[Request, int]] = []
@@ -46,6 +46,7 @@ class Plan:
         self.allocates_decode_blocks = allocates_decode_blocks
         self.pad = 0  # static batching with padded compute: prompt length every prefill is padded to
         self.emitted: list[Request] = []  # filled by the engine: requests that got a token this step
+        self.cohort = False  # True: every decode-cohort member also decodes one token (not in items)
 
     def add(self, req: Request, k: int) -> None:
         self.items.append((req, k))
@@ -74,6 +75,7 @@ class Ordering:
     preemptive = False
     dynamic = False
     victim = "newest"      # memory-pressure victim for non-preemptive orderings: newest | worst
+    per_request_steps = False  # True: needs every decode step reported per request (no bulk cohort)
 
     def __init__(self, sim, params: dict):
         self.sim = sim
@@ -94,6 +96,8 @@ class Ordering:
         return (req.arrival, req.idx)
 
     # -- hooks
+    def prepare(self, now: float) -> None:
+        """Called at the start of every step, before the batch is formed (time-driven promotions)."""
     def on_admit(self, req: Request, now: float) -> None: pass
     def after_step(self, plan: Plan, start: float, end: float) -> None: pass
     def after_fast_forward(self, plan: Plan, starts: np.ndarray, ends: np.ndarray, k: int) -> None: pass
@@ -246,6 +250,13 @@ class BatchingMode:
         wm = cfg.watermark if cfg.watermark is not None else params.get("watermark", self.default_watermark)
         self.watermark_blocks = int(math.floor(wm * sim.cache.num_blocks))
         self.max_num_seqs = int(params.get("max_num_seqs") or cfg.max_num_seqs)
+        self.swap = params.get("preemption", "recompute") == "swap"
+        if params.get("preemption", "recompute") not in ("recompute", "swap"):
+            from schedport.errors import ConfigError
+            raise ConfigError(f"preemption: must be 'recompute' or 'swap', got {params['preemption']!r}")
+        if self.swap:
+            sim.host_blocks = int(float(params.get("swap_space_gib", 4.0)) * 2**30 // sim.block_bytes)
+            sim.pcie_bytes_per_s = float(params.get("pcie_gb_s", 25.0)) * 1e9
 
     def never_fits(self, req: Request) -> str:
         """Why `req` can never be served in this mode ('' if it can)."""
@@ -255,12 +266,16 @@ class BatchingMode:
             return f"needs {need} KV blocks, the cache holds {c.num_blocks}"
         return ""
 
+    def planned_tokens(self, plan: Plan) -> int:
+        """Tokens the plan computes this step (cohort decodes included)."""
+        return sum(k for _, k in plan.items) + (self.sim.cohort_n if plan.cohort else 0)
+
     def any_admissible(self, sched: "BoundPolicy", plan: Plan) -> bool:
         """Could some waiting request be admitted now, in any order? (for dynamic orderings)"""
         sim = self.sim
         if len(sim.running) >= self.max_num_seqs:
             return False
-        left = self.budget - len(plan.items)
+        left = self.budget - self.planned_tokens(plan)
         if left <= 0:
             return False
         m = min(r.num_tokens for r in sched.order)
@@ -289,6 +304,102 @@ class Continuous(BatchingMode):
     def plan(self, sched: "BoundPolicy", now: float) -> Plan:
         if sched.order.preemptive:
             return self._plan_ranked(sched, now)
+        sim = self.sim
+        cache = sim.cache
+        running = sim.running
+        budget = self.budget
+        if sim.bulk:
+            plan = self._plan_cohort(sim, budget)
+        else:
+            plan = self._plan_running_unconstrained(running, cache, budget)
+        if plan is None:
+            sim.sync_all()
+            plan = self._plan_running_in_order(sched, now)
+            if plan.preempted:
+                plan.decode_only = False
+                return plan
+        budget -= self.planned_tokens(plan)
+        order = sched.order
+        wm = self.watermark_blocks
+        while budget > 0 and len(running) < self.max_num_seqs and len(order):
+            req = order.head(now)
+            k = min(req.prompt + req.generated, budget)
+            need = -(-k // cache.block_size)
+            if need > cache.free - wm:
+                break
+            order.pop_head()
+            sched.admit(req, now)
+            sim.allocate(req, need)
+            plan.add(req, k)
+            plan.admitted += 1
+            budget -= k
+        return plan
+
+    @staticmethod
+    def _plan_cohort(sim, budget) -> Plan | None:
+        """Bulk form of the unconstrained running pass (fast mode): cohort members are not touched."""
+        cache = sim.cache
+        bs = cache.block_size
+        tokens = sim.cohort_n
+        blocks = sim.cohort_crossings(sim.dclock)
+        items = []
+        for r in sim.running:
+            if r.sync < 0:
+                k = r.prompt + r.generated - r.computed
+                tokens += k
+                nb = -(-(r.computed + k) // bs) - r.blocks
+                blocks += nb
+                items.append((r, k, nb))
+        if tokens > budget or blocks > cache.free:
+            return None
+        cache.free -= blocks
+        plan = Plan()
+        plan.cohort = True
+        for r, k, nb in items:
+            r.blocks += nb
+            plan.add(r, k)
+        return plan
+
+    @staticmethod
+    def _plan_running_unconstrained(running, cache, budget) -> Plan | None:
+        """The common case, decided in bulk: every running request gets all it needs.
+
+        When the running requests' total token need fits the budget and their new blocks fit
+        the free pool, the in-order pass would give each its full need with no preemption,
+        whatever the order; otherwise return None and let the in-order pass decide.
+        """
+        bs = cache.block_size
+        pre = [r for r in running if not r.decoding]
+        tokens = len(running) - len(pre)
+        if tokens > budget:
+            return None
+        cross = [r for r in running if r.decoding and not r.computed % bs]
+        blocks = len(cross)
+        chunks = []
+        for r in pre:
+            k = r.prompt + r.generated - r.computed
+            tokens += k
+            nb = -(-(r.computed + k) // bs) - r.blocks
+            blocks += nb
+            chunks.append((r, k, nb))
+        if tokens > budget or blocks > cache.free:
+            return None
+        for r in cross:
+            r.blocks += 1
+        for r, k, nb in chunks:
+            r.blocks += nb
+        cache.free -= blocks
+        plan = Plan()
+        if chunks:
+            ks = {r.idx: k for r, k, _ in chunks}
+            plan.items = [(r, ks[r.idx] if not r.decoding else 1) for r in running]
+            plan.decode_only = False
+        else:
+            plan.items = [(r, 1) for r in running]
+        return plan
+
+    def _plan_running_in_order(self, sched: "BoundPolicy", now: float) -> Plan:
+        """vLLM v1's running pass, request by request, preempting when blocks run out."""
         sim = self.sim
         cache = sim.cache
         running = sim.running
@@ -322,64 +433,54 @@ class Continuous(BatchingMode):
             scheduled[req.idx] = k
             budget -= k
             i += 1
-        if plan.preempted:
-            plan.decode_only = False
-            return plan
-        order = sched.order
-        while budget > 0 and len(running) < self.max_num_seqs and len(order):
-            req = order.head(now)
-            k = min(req.num_tokens, budget)
-            need = cache.blocks_for(k)
-            if need > cache.free - self.watermark_blocks:
-                break
-            order.pop_head()
-            sched.admit(req, now)
-            sim.allocate(req, need)
-            plan.add(req, k)
-            plan.admitted += 1
-            budget -= k
         return plan
 
     def _plan_ranked(self, sched: "BoundPolicy", now: float) -> Plan:
         """Preemptive orderings: rank running and waiting together and fill the batch in rank order.
 
-        This is vllm-ltr's global ordering (Fu et al., NeurIPS 2024), with recompute in place of
-        swap: running requests ranked outside the first `max_num_seqs`, or displaced to free KV
-        blocks for a better-ranked request, are preempted.
+        This is vllm-ltr's global ordering (Fu et al., NeurIPS 2024): running requests ranked
+        outside the first `max_num_seqs`, or displaced to free KV blocks for a better-ranked
+        request, are preempted — by swap when the policy's `preemption = "swap"` and the host swap
+        space has room (the reference mechanism of vllm-ltr and FastServe), else by recompute.
+        A request not reached before the token budget runs out keeps its place but skips the step.
         """
         sim = self.sim
         cache = sim.cache
+        bs = cache.block_size
         order = sched.order
         key = order.key
+        swap = self.swap
         plan = Plan()
         budget = self.budget
-        run_sorted = sorted(sim.running, key=lambda r: key(r, now))
-        pending = deque(run_sorted)                 # running requests not yet reached, best first
-        waiting = order.ordered(now) if len(order) else []
-        cands = list(heapq.merge(run_sorted, waiting, key=lambda r: key(r, now)))
+        wm = self.watermark_blocks
+        keyed = [(key(r, now), r) for r in sim.running]
+        keyed.sort()
+        pending = deque(r for _, r in keyed)        # running requests not yet reached, best first
+        if len(order):
+            keyed.extend((key(r, now), r) for r in order)
+            keyed.sort()
         selected = 0
         admitting = True
-        for req in cands:
+        for _, req in keyed:
             if req.phase == RUNNING:
                 if pending and pending[0] is req:
                     pending.popleft()
                 elif req in pending:
                     pending.remove(req)
                 if selected >= self.max_num_seqs:
-                    sim.preempt(req)
+                    sim.preempt(req, swap)
                     plan.preempted += 1
                     continue
                 selected += 1
                 if budget <= 0:
                     continue
-                k = min(req.num_tokens - req.computed, budget)
-                need = cache.blocks_for(req.computed + k) - req.blocks
+                k = min(req.prompt + req.generated - req.computed, budget)
+                need = -(-(req.computed + k) // bs) - req.blocks
                 while need > cache.free and pending:
-                    v = pending.pop()
-                    sim.preempt(v)
+                    sim.preempt(pending.pop(), swap)
                     plan.preempted += 1
                 if need > cache.free:
-                    sim.preempt(req)
+                    sim.preempt(req, swap)
                     plan.preempted += 1
                     selected -= 1
                     continue
@@ -390,17 +491,15 @@ class Continuous(BatchingMode):
             elif req.phase == WAITING and admitting:
                 if selected >= self.max_num_seqs or budget <= 0:
                     continue
-                k = min(req.num_tokens, budget)
-                need = cache.blocks_for(k)
+                k = min(req.prompt + req.generated - req.computed, budget)
+                need = -(-(req.computed + k) // bs)
                 while len(sim.running) >= self.max_num_seqs and pending:
-                    v = pending.pop()
-                    sim.preempt(v)
+                    sim.preempt(pending.pop(), swap)
                     plan.preempted += 1
-                while need > cache.free - self.watermark_blocks and pending:
-                    v = pending.pop()
-                    sim.preempt(v)
+                while need > cache.free - wm and pending:
+                    sim.preempt(pending.pop(), swap)
                     plan.preempted += 1
-                if need > cache.free - self.watermark_blocks or len(sim.running) >= self.max_num_seqs:
+                if need > cache.free - wm or len(sim.running) >= self.max_num_seqs:
                     admitting = False                   # head-of-line: nothing ranked below it starts
                     continue
                 order.remove(req)
@@ -444,7 +543,7 @@ class StallFree(BatchingMode):
 
     def any_admissible(self, sched, plan):
         sim = self.sim
-        if len(sim.running) >= self.max_num_seqs or self.budget - len(plan.items) <= 0:
+        if len(sim.running) >= self.max_num_seqs or self.budget - self.planned_tokens(plan) <= 0:
             return False
         m = min(r.num_tokens for r in sched.order)
         return sim.cache.blocks_for(m) <= sim.cache.free - self.watermark_blocks
@@ -455,6 +554,14 @@ class StallFree(BatchingMode):
         running = sim.running
         plan = Plan()
         budget = self.budget
+        if sim.bulk:
+            cross = sim.cohort_crossings(sim.dclock)
+            if sim.cohort_n <= budget and cross <= cache.free:
+                cache.free -= cross
+                plan.cohort = True
+                budget -= sim.cohort_n
+                return self._plan_prefills(sched, now, plan, budget)
+            sim.sync_all()
         for req in list(running):
             if not req.decoding or req.phase != RUNNING or budget <= 0:
                 continue
@@ -473,6 +580,16 @@ class StallFree(BatchingMode):
                 sim.allocate(req, need)
             plan.add(req, 1)
             budget -= 1
+        plan = self._plan_prefills(sched, now, plan, budget)
+        if plan.preempted:
+            plan.decode_only = False
+        return plan
+
+    def _plan_prefills(self, sched, now, plan: Plan, budget: int) -> Plan:
+        """Second and third passes: ongoing prefills, then new requests, within what budget is left."""
+        sim = self.sim
+        cache = sim.cache
+        running = sim.running
         for req in running:
             if req.decoding or budget <= 0:
                 continue
@@ -492,8 +609,6 @@ class StallFree(BatchingMode):
             plan.add(req, k)
             plan.admitted += 1
             budget -= k
-        if plan.preempted:
-            plan.decode_only = False
         return plan
 
 
@@ -541,8 +656,11 @@ class Selective(BatchingMode):
         sim = self.sim
         cache = sim.cache
         plan = Plan(allocates_decode_blocks=False)
-        for req in sim.running:
-            plan.add(req, req.num_tokens - req.computed)
+        if sim.bulk:
+            plan.cohort = True          # every running request is decoding (prompts go in whole)
+        else:
+            for req in sim.running:
+                plan.add(req, req.num_tokens - req.computed)
         budget = self.budget
         order = sched.order
         while len(sim.running) < self.max_num_seqs and len(order):
@@ -601,8 +719,11 @@ class Static(BatchingMode):
         sim = self.sim
         plan = Plan(allocates_decode_blocks=False)
         if sim.running:
-            for req in sim.running:
-                plan.add(req, 1)
+            if sim.bulk:
+                plan.cohort = True
+            else:
+                for req in sim.running:
+                    plan.add(req, 1)
             return plan
         order = sched.order
         cache = sim.cache
@@ -676,6 +797,10 @@ class BoundPolicy:
         self.order = policy.order(sim, params)
         self.gate = policy.admission(sim, params)
 
+    def supports_bulk(self) -> bool:
+        """May the engine advance decoding requests in bulk (no per-request decode hooks needed)?"""
+        return not (self.order.preemptive or self.order.per_request_steps)
+
     # -- queue hooks used by the engine
     def has_waiting(self) -> bool:
         return len(self.order) > 0
@@ -705,6 +830,7 @@ class BoundPolicy:
 
     # -- the step
     def plan(self, now: float) -> Plan:
+        self.order.prepare(now)
         self.gate.filter(self, now)
         return self.mode.plan(self, now)
 

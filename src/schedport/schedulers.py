@@ -45,9 +45,9 @@ class PredictedRank(SortedEachStep):
     Scores stand in for the OPT-125M ListMLE predictor: score = log(output) + noise, the noise
     scale chosen so that Kendall's tau between score and true length hits `tau` on this trace
     (the recipe of schedulers.md §7, with the empirical tau matched by bisection). Requests are
-    ranked by (class, score) every step, running and waiting together. A request not scheduled
-    for `starvation_threshold` consecutive steps is promoted to class -1 for `starvation_quantum`
-    scheduled steps.
+    ranked by (class, score) every step, running and waiting together, and preempted by swap as
+    in vllm-ltr. A request not scheduled for `starvation_threshold` consecutive steps is promoted
+    to class -1 for `starvation_quantum` scheduled steps (0 disables the guard).
     """
 
     preemptive = True
@@ -59,57 +59,58 @@ class PredictedRank(SortedEachStep):
         tau = float(params["tau"])
         if not -1.0 < tau <= 1.0:
             raise ConfigError(f"[scheduler.ltr] tau: must be in (-1, 1], got {tau}")
-        out = sim.trace.output_tokens
-        self.scores = predicted_scores(out, tau, sim.seed)
-        self.idle: dict[int, int] = {}      # idx -> consecutive steps not scheduled
+        self.scores = predicted_scores(sim.trace.output_tokens, tau, sim.seed).tolist()
+        self.last: dict[int, int] = {}      # idx -> engine iteration count when last scheduled / queued
         self.boost: dict[int, int] = {}     # idx -> scheduled steps left in the top class
 
     def key(self, req, now):
-        return (-1 if req.idx in self.boost else 0, float(self.scores[req.idx]), req.arrival, req.idx)
+        return (-1 if req.idx in self.boost else 0, self.scores[req.idx], req.arrival, req.idx)
 
     def push(self, req, now):
         super().push(req, now)
-        self.idle.setdefault(req.idx, 0)
+        self.last.setdefault(req.idx, self.sim.iterations)
 
-    def _tick(self, plan, k):
-        scheduled = {r.idx for r, _ in plan.items}
-        for r in self.sim.running:
-            if r.idx not in scheduled:
-                self._idle_step(r, k)
-        for r in self.items:
-            self._idle_step(r, k)
-        for idx in scheduled:
-            self.idle[idx] = 0
-            if idx in self.boost:
-                self.boost[idx] -= k
-                if self.boost[idx] <= 0:
-                    del self.boost[idx]
+    def prepare(self, now):
+        if self.threshold <= 0:
+            return
+        it = self.sim.iterations
+        for group in (self.items, self.sim.running):
+            for r in group:
+                if r.idx not in self.boost and it - self.last[r.idx] >= self.threshold:
+                    self.boost[r.idx] = self.quantum
+                    self.last[r.idx] = it
 
-    def _idle_step(self, r, k):
-        v = self.idle.get(r.idx, 0) + k
-        if v >= self.threshold and r.idx not in self.boost:
-            self.boost[r.idx] = self.quantum
-            v = 0
-        self.idle[r.idx] = v
-        self._sorted_at = None
+    def _scheduled(self, plan, k):
+        it = self.sim.iterations
+        for r, _ in plan.items:
+            self.last[r.idx] = it
+            b = self.boost.get(r.idx)
+            if b is not None:
+                if b <= k:
+                    del self.boost[r.idx]
+                else:
+                    self.boost[r.idx] = b - k
 
     def after_step(self, plan, start, end):
-        self._tick(plan, 1)
+        self._scheduled(plan, 1)
 
     def after_fast_forward(self, plan, starts, ends, k):
-        self._tick(plan, k)
+        self._scheduled(plan, k)
 
     def on_finish(self, req, t):
-        self.idle.pop(req.idx, None)
+        self.last.pop(req.idx, None)
         self.boost.pop(req.idx, None)
 
     def fast_forward_limit(self, plan, now):
         k = None
-        if self.items:
-            k = self.threshold - max(self.idle.get(r.idx, 0) for r in self.items)
+        if self.threshold > 0 and self.items:
+            it = self.sim.iterations
+            k = self.threshold - max(it - self.last[r.idx] for r in self.items if r.idx not in self.boost) \
+                if any(r.idx not in self.boost for r in self.items) else None
         for r, _ in plan.items:
-            if r.idx in self.boost:
-                k = self.boost[r.idx] if k is None else min(k, self.boost[r.idx])
+            b = self.boost.get(r.idx)
+            if b is not None:
+                k = b if k is None else min(k, b)
         return (None if k is None else max(k, 1)), None
 
 
@@ -151,16 +152,13 @@ class SkipJoinMLFQ(SortedEachStep):
         self._state(req)
         super().push(req, now)
 
-    def _promote_starved(self, now):
+    def prepare(self, now):
+        """Promote waiting jobs that have not run for `starve_limit_s` to the top queue."""
         for r in self.items:
             s = self._state(r)
             if s[0] > 0 and now - s[4] >= self.starve:
                 s[0], s[1], s[2] = 0, now, 0.0
                 self._sorted_at = None
-
-    def ordered(self, now):
-        self._promote_starved(now)
-        return super().ordered(now)
 
     def _close(self, s):
         if not math.isnan(s[3]):
@@ -207,15 +205,22 @@ class SkipJoinMLFQ(SortedEachStep):
                 hit = np.nonzero(starts[:k] - s[4] >= self.starve)[0]
                 if hit.size:
                     k = min(k, max(int(hit[0]), 1))
-        # demotions: step j is the last one allowed if it ends a job's quantum
+        # demotions: step j is the last one allowed if it ends a job's quantum. Find the job that
+        # gets there first by arithmetic, then decide with the exact float test the step loop uses.
+        cands = []
         for r, _ in plan.items:
             s = self._state(r)
             if s[0] >= self.levels - 1:
                 continue
-            seg = starts[0] if (s[4] != starts[0] or math.isnan(s[3])) else s[3]
-            hit = np.nonzero(s[2] + (ends[:k] - seg) >= self.quanta[s[0]])[0]
-            if hit.size:
-                k = min(k, int(hit[0]) + 1)
+            seg = float(starts[0]) if (s[4] != starts[0] or math.isnan(s[3])) else s[3]
+            cands.append((seg + (self.quanta[s[0]] - s[2]), seg, s))
+        if cands:
+            first = min(c[0] for c in cands)
+            for due, seg, s in cands:
+                if due <= first + 1e-6 * max(1.0, abs(first)):
+                    hit = np.nonzero(s[2] + (ends[:k] - seg) >= self.quanta[s[0]])[0]
+                    if hit.size:
+                        k = min(k, int(hit[0]) + 1)
         return k
 
     def after_fast_forward(self, plan, starts, ends, k):
@@ -260,6 +265,7 @@ class VirtualTokenCounter(Ordering):
     """
 
     dynamic = True
+    per_request_steps = True
 
     def __init__(self, sim, params):
         super().__init__(sim, params)
@@ -517,10 +523,12 @@ REGISTRY: dict[str, Policy] = {p.name: p for p in [
            cite="Classic SJF; oracle-length baseline of Fu et al., NeurIPS 2024 (hao-ai-lab/vllm-ltr, sjf mode)"),
     Policy("srpt", "Shortest remaining processing time (oracle), preemptive every step",
            Continuous, ShortestRemaining,
+           params={"preemption": "swap", "swap_space_gib": 4.0, "pcie_gb_s": 25.0},
            cite="Schrage, Operations Research 1968; vllm-ltr srtf mode (Fu et al., NeurIPS 2024)"),
     Policy("ltr", "Learning-to-rank predicted SJF (Kendall tau vs truth), preemptive, starvation guard",
            Continuous, PredictedRank,
-           params={"tau": 0.52, "starvation_threshold": 200, "starvation_quantum": 10},
+           params={"tau": 0.52, "starvation_threshold": 200, "starvation_quantum": 10,
+                   "preemption": "swap", "swap_space_gib": 4.0, "pcie_gb_s": 25.0},
            cite="Fu, Zhu, Su, Qiao, Stoica, Zhang, 'Efficient LLM Scheduling by Learning to Rank', NeurIPS 2024"),
     Policy("spf", "Shortest prompt first, non-preemptive (optional linear aging)",
            Continuous, _spf, params={"aging": 0.0},
@@ -533,7 +541,8 @@ REGISTRY: dict[str, Policy] = {p.name: p for p in [
            cite="Sheng et al., 'Fairness in Serving Large Language Models', OSDI 2024 (Ying1123/VTC-artifact)"),
     Policy("fastserve", "FastServe skip-join MLFQ: quantum-demoted levels, starvation promotion",
            Continuous, SkipJoinMLFQ,
-           params={"levels": 8, "q1_s": 0.03, "ratio": 2.0, "starve_limit_s": 10.0},
+           params={"levels": 8, "q1_s": 0.03, "ratio": 2.0, "starve_limit_s": 10.0,
+                   "preemption": "swap", "swap_space_gib": 128.0, "pcie_gb_s": 25.0},
            cite="Wu et al., 'Fast Distributed Inference Serving for Large Language Models', arXiv 2305.05920"),
     Policy("hrrn", "Highest response ratio next, (wait + service) / service, non-preemptive",
            Continuous, ResponseRatio, params={"size": "oracle"},
