@@ -1,0 +1,120 @@
+"""The command line as a user meets it: outputs, exit codes, and one-line errors (no tracebacks)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from schedport.schedulers import REGISTRY
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "schedport.cli", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def one_line_error(p: subprocess.CompletedProcess) -> str:
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, p.stderr
+    assert "Traceback" not in p.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("ex")
+    p = d / "example.csv"
+    r = cli("example", "--out", p, "--requests", "300")
+    assert r.returncode == 0, r.stderr
+    return p
+
+
+def test_schedulers_lists_all_thirteen():
+    r = cli("schedulers")
+    assert r.returncode == 0
+    names = [ln.split()[0] for ln in r.stdout.splitlines() if ln.strip()]
+    assert names == list(REGISTRY) and len(names) == 13
+
+
+def test_simulate_writes_requests_and_summary(example, tmp_path):
+    out = tmp_path / "run"
+    r = cli("simulate", "--trace", example, "--scheduler", "sarathi", "--load", "0.8", "--out", out)
+    assert r.returncode == 0, r.stderr
+    df = pd.read_parquet(out / "requests.parquet")
+    assert list(df.columns) == ["request_id", "client_id", "arrival_s", "input_tokens", "output_tokens",
+                                "status", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s",
+                                "preemptions"]
+    assert len(df) == 300 and set(df.status) <= {"completed", "rejected", "unfinished"}
+    s = json.loads((out / "summary.json").read_text())
+    for k in ("n_requests", "n_completed", "n_rejected", "makespan_s", "throughput_rps",
+              "output_tokens_per_s", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
+              "tpot_mean_s", "tpot_p50_s", "tpot_p99_s", "e2e_mean_s", "e2e_p99_s",
+              "norm_latency_mean_s", "slowdown_jain", "preemptions", "iterations",
+              "completed_within_horizon", "slo_attainment_strict", "goodput_standard_rps",
+              "slo_attainment_relaxed"):
+        assert k in s, k
+    assert s["n_requests"] == 300
+
+
+def test_exact_and_fast_cli_runs_agree(example, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out, extra in ((a, []), (b, ["--exact"])):
+        r = cli("simulate", "--trace", example, "--scheduler", "hrrn", "--load", "1.2", "--out", out, *extra)
+        assert r.returncode == 0, r.stderr
+    assert pd.read_parquet(a / "requests.parquet").equals(pd.read_parquet(b / "requests.parquet"))
+
+
+def test_unknown_scheduler(example, tmp_path):
+    msg = one_line_error(cli("simulate", "--trace", example, "--scheduler", "fifo", "--out", tmp_path))
+    assert "unknown scheduler 'fifo'" in msg and "vllm-fcfs" in msg
+
+
+def test_bad_engine_key(example, tmp_path):
+    eng = tmp_path / "engine.toml"
+    eng.write_text("[engine]\nmax_num_seq = 4\n")
+    msg = one_line_error(cli("simulate", "--trace", example, "--scheduler", "vllm-fcfs",
+                             "--engine", eng, "--out", tmp_path / "o"))
+    assert "engine.toml" in msg and "max_num_seq" in msg
+
+
+def test_impossible_engine_value(example, tmp_path):
+    eng = tmp_path / "engine.toml"
+    eng.write_text("[engine]\nmax_num_seqs = -3\n")
+    msg = one_line_error(cli("simulate", "--trace", example, "--scheduler", "vllm-fcfs",
+                             "--engine", eng, "--out", tmp_path / "o"))
+    assert "max_num_seqs" in msg and "-3" in msg
+
+
+def test_unknown_scheduler_parameter(example, tmp_path):
+    eng = tmp_path / "engine.toml"
+    eng.write_text("[scheduler.ltr]\ntaux = 0.5\n")
+    msg = one_line_error(cli("simulate", "--trace", example, "--scheduler", "ltr",
+                             "--engine", eng, "--out", tmp_path / "o"))
+    assert "taux" in msg and "tau" in msg
+
+
+@pytest.mark.parametrize("body,where", [
+    ("arrival_s,input_tokens,output_tokens\n0,10,5\n1,x,5\n", "line 3"),
+    ("arrival_s,input_tokens,output_tokens\n0,10,5\n1,0,5\n", "line 3"),
+    ("arrival_s,input_tokens\n0,10\n", "output_tokens"),
+    ("arrival_s,input_tokens,output_tokens\n2,10,5\n1,10,5\n", "line 3"),
+    ("", "empty"),
+])
+def test_bad_trace(tmp_path, body, where):
+    t = tmp_path / "bad.csv"
+    t.write_text(body)
+    msg = one_line_error(cli("simulate", "--trace", t, "--scheduler", "vllm-fcfs", "--out", tmp_path / "o"))
+    assert "bad.csv" in msg and where in msg
+
+
+def test_load_must_be_positive(example, tmp_path):
+    msg = one_line_error(cli("simulate", "--trace", example, "--scheduler", "vllm-fcfs", "--load", "-1",
+                             "--out", tmp_path / "o"))
+    assert "--load" in msg
