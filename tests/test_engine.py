@@ -228,7 +228,7 @@ def test_vtc_keeps_backlogged_clients_within_the_published_bound():
         order = sim.sched.order
         q = order.queues
         if q.get("heavy") and q.get("light"):
-            samples.append((order.service.get("heavy", 0.0), order.service.get("light", 0.0)))
+            samples.append((order.service("heavy"), order.service("light")))
 
     sim = Simulator(t, get_policy("vtc"), cfg, make_latency_model(cfg), exact=True, observer=watch)
     sim.run()

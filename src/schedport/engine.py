@@ -193,6 +193,7 @@ class Simulator:
         self.cohort_buckets = [0] * config.block_size   # members by pval mod block_size
         self.cohort_heap: list = []                     # (done_clock, idx, req)
         self._alloc_decode = self.sched.mode.allocates_decode_blocks
+        self._cohort_hook = self.sched.order.cohort_changed
 
     # ----------------------------------------------------------------- bookkeeping used by policies
     def admit(self, req: Request) -> None:
@@ -267,10 +268,12 @@ class Simulator:
         self.cohort_pval += pv
         self.cohort_buckets[pv % self.cache.block_size] += 1
         heapq.heappush(self.cohort_heap, (req.done_clock, req.idx, req))
+        self._cohort_hook(req, 1)
 
     def cohort_leave(self, req: Request) -> None:
         """Make `req`'s fields true and stop advancing it with the cohort."""
         self.sync(req)
+        self._cohort_hook(req, -1)
         req.sync = -1
         self.cohort_n -= 1
         self.cohort_pval -= req.pval
@@ -294,6 +297,7 @@ class Simulator:
         for r in self.running:
             if r.sync >= 0:
                 self.sync(r)
+                self._cohort_hook(r, -1)
                 r.sync = -1
         self.cohort_n = 0
         self.cohort_pval = 0

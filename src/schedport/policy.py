@@ -102,6 +102,8 @@ class Ordering:
     def after_step(self, plan: Plan, start: float, end: float) -> None: pass
     def after_fast_forward(self, plan: Plan, starts: np.ndarray, ends: np.ndarray, k: int) -> None: pass
     def on_finish(self, req: Request, t: float) -> None: pass
+    def cohort_changed(self, req: Request, delta: int) -> None:
+        """A request joined (+1) or left (-1) the engine's decode cohort (fast mode only)."""
     def fast_forward_limit(self, plan: Plan, now: float) -> tuple[int | None, float | None]:
         return None, None
     def refine_fast_forward(self, plan: Plan, starts: np.ndarray, ends: np.ndarray, k: int) -> int:

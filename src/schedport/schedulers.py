@@ -262,24 +262,54 @@ class VirtualTokenCounter(Ordering):
     A client that becomes backlogged again is lifted to the smallest counter of the other
     backlogged clients, so idle time is not banked. Requests without a client id are each their
     own client. Preemption (the engine's recompute) charges no refund.
+
+    A counter is kept as lift offset + w_p x input tokens + w_q x output tokens, with the token
+    counts as integers (output tokens of decode-cohort members are counted lazily from the
+    cohort clock), so the step-by-step and fast-forward modes compute identical floats.
     """
 
     dynamic = True
-    per_request_steps = True
 
     def __init__(self, sim, params):
         super().__init__(sim, params)
         self.wp = float(params["w_p"])
         self.wq = float(params["w_q"])
-        self.counter: dict[str, float] = {}
+        self.base: dict[str, float] = {}          # lift offsets
+        self.tin: dict[str, int] = {}             # input tokens charged
+        self.tout: dict[str, int] = {}            # output tokens charged (synced part)
+        self.ncoh: dict[str, int] = {}            # decode-cohort members of the client
+        self.csync: dict[str, int] = {}           # cohort clock at the last sync of tout
         self.queues: dict[str, deque[Request]] = {}
         self.n = 0
         self.charged: set[int] = set()
-        self.service: dict[str, float] = {}      # cumulative weighted service, for fairness checks
 
     @staticmethod
     def client(req):
         return req.client if req.client is not None else f"#{req.idx}"
+
+    def _ensure(self, c):
+        if c not in self.base:
+            self.base[c] = 0.0
+            self.tin[c] = 0
+            self.tout[c] = 0
+            self.ncoh[c] = 0
+            self.csync[c] = self.sim.dclock
+
+    def _sync(self, c):
+        d = self.sim.dclock
+        self.tout[c] += self.ncoh[c] * (d - self.csync[c])
+        self.csync[c] = d
+
+    def service(self, c) -> float:
+        """Weighted service received by client `c` so far (no lift offset)."""
+        if c not in self.base:
+            return 0.0
+        self._sync(c)
+        return self.wp * self.tin[c] + self.wq * self.tout[c]
+
+    def counter(self, c) -> float:
+        """The client's virtual counter: lift offset plus weighted service."""
+        return self.base[c] + self.service(c)
 
     def __len__(self): return self.n
     def __iter__(self):
@@ -288,13 +318,14 @@ class VirtualTokenCounter(Ordering):
 
     def push(self, req, now):
         c = self.client(req)
+        self._ensure(c)
         q = self.queues.get(c)
         if not q:
-            others = [self.counter[u] for u, qq in self.queues.items() if qq and u != c]
-            cur = self.counter.get(c, 0.0)
+            others = [self.counter(u) for u, qq in self.queues.items() if qq and u != c]
             if others:
-                cur = max(cur, min(others))
-            self.counter[c] = cur
+                m = min(others)
+                if self.counter(c) < m:
+                    self.base[c] = m - self.service(c)
             if q is None:
                 q = self.queues[c] = deque()
         q.append(req)
@@ -302,16 +333,15 @@ class VirtualTokenCounter(Ordering):
 
     def requeue(self, req, now):
         c = self.client(req)
-        q = self.queues.setdefault(c, deque())
-        self.counter.setdefault(c, 0.0)
-        q.appendleft(req)
+        self._ensure(c)
+        self.queues.setdefault(c, deque()).appendleft(req)
         self.n += 1
 
     def _best(self):
         best = None
         for c, q in self.queues.items():
             if q:
-                cand = (self.counter[c], q[0].arrival, q[0].idx)
+                cand = (self.counter(c), q[0].arrival, q[0].idx)
                 if best is None or cand < best[0]:
                     best = (cand, c)
         return best[1] if best else None
@@ -330,27 +360,21 @@ class VirtualTokenCounter(Ordering):
         self.n -= 1
 
     def ordered(self, now):
-        return sorted(self, key=lambda r: (self.counter[self.client(r)], r.arrival, r.idx))
+        return sorted(self, key=lambda r: (self.counter(self.client(r)), r.arrival, r.idx))
 
     def on_admit(self, req, now):
         if req.idx not in self.charged:
             self.charged.add(req.idx)
-            c = self.client(req)
-            self.counter[c] += self.wp * req.prompt
-            self.service[c] = self.service.get(c, 0.0) + self.wp * req.prompt
+            self.tin[self.client(req)] += req.prompt
 
-    def _charge_tokens(self, req, k):
+    def cohort_changed(self, req, delta):
         c = self.client(req)
-        self.counter[c] += self.wq * k
-        self.service[c] = self.service.get(c, 0.0) + self.wq * k
+        self._sync(c)
+        self.ncoh[c] += delta
 
     def after_step(self, plan, start, end):
         for r in plan.emitted:
-            self._charge_tokens(r, 1)
-
-    def after_fast_forward(self, plan, starts, ends, k):
-        for r, _ in plan.items:
-            self._charge_tokens(r, k)
+            self.tout[self.client(r)] += 1
 
 
 class SloGate:
