@@ -685,8 +685,8 @@ class Static(BatchingMode):
     A batch of up to `batch_size` requests (default 128, Sarathi-Serve's FasterTransformer
     scheduler) is formed in arrival order only when nothing is running; it is prefilled in one
     forward pass and decoded until every member finishes; nothing joins mid-batch. Each member
-    reserves `max_model_len` tokens of KV. Options: `pad_compute` (finished or shorter members
-    keep costing compute: prompts padded to the longest, finished slots keep decoding) and
+    reserves `max_model_len` tokens of KV. Options: `pad_compute` (the batch prefill is padded
+    to the longest prompt, as FasterTransformer pads its input) and
     `return_at_batch_end` (every member's tokens are delivered when the batch ends). Defaults
     follow Sarathi-Serve's re-implementation: no padding, each request returns when it finishes.
     The batch prefill is capped at `max_num_batched_tokens` (default 65,536) tokens.
