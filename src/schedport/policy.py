@@ -450,6 +450,11 @@ class Continuous(BatchingMode):
         cache = sim.cache
         bs = cache.block_size
         order = sched.order
+        if not len(order):
+            # nothing waiting: if every running request gets its full need, rank order is moot
+            plan = self._plan_running_unconstrained(sim.running, cache, self.budget)
+            if plan is not None:
+                return plan
         key = order.key
         swap = self.swap
         plan = Plan()
