@@ -6,7 +6,6 @@ file, row/key and reason and exits 2 — never a traceback.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -91,8 +90,9 @@ def trace_convert(
     start: Optional[float] = typer.Option(None, "--start", help="Window start, seconds from the file start."),
     duration: Optional[float] = typer.Option(None, "--duration", help="Window length in seconds."),
     rows: Optional[int] = typer.Option(None, "--rows", help="Take N requests from the start."),
-    slot: Optional[float] = typer.Option(None, "--slot", help="servegen: 600 s slot start (seconds)."),
+    slot: Optional[int] = typer.Option(None, "--slot", help="servegen: 600 s slot start (seconds)."),
     seed: int = typer.Option(0, "--seed", help="servegen: generation seed."),
+    rate_scale: float = typer.Option(1.0, "--rate-scale", help="servegen: multiply every client's rate."),
 ) -> None:
     """Turn a public trace file into the canonical trace, reporting what was dropped and why."""
     from schedport import sources
@@ -102,7 +102,7 @@ def trace_convert(
     if fmt == "servegen":
         if slot is None:
             raise SchedportError("--from servegen needs --slot SECONDS (the 600 s window to generate)")
-        sel = {"slot_start_s": slot, "seed": seed}
+        sel = {"slot_start_s": slot, "seed": seed, "rate_scale": rate_scale}
     res = sources.read(fmt, list(inputs), **sel)
     if len(res.trace) == 0:
         raise SchedportError(f"{inputs[0]}: the selection holds no usable request")
@@ -110,7 +110,8 @@ def trace_convert(
     dropped = ", ".join(f"{k}={v}" for k, v in res.dropped.items() if v) or "none"
     out.print(f"wrote {len(res.trace)} requests to {out_path}; dropped: {dropped}")
     if res.skipped:
-        out.print(f"skipped: {', '.join(res.skipped)}")
+        names = [s.split(":")[0] for s in res.skipped]
+        out.print(f"skipped {len(names)}: {', '.join(names)} (see `sources.read(...).skipped` for why)")
 
 
 @trace_app.command("check")
