@@ -417,6 +417,8 @@ class Simulator:
             self._pop_cohort_done(finished)
             for req in joined:
                 self.cohort_join(req)
+            for req in plan.rejoin:
+                self.cohort_join(req)
         elif self.bulk:
             self.rebuild_cohort()
         self.iterations += 1

@@ -36,7 +36,7 @@ class Plan:
     """One iteration's batch: (request, tokens) pairs plus what happened while forming it."""
 
     __slots__ = ("items", "admitted", "preempted", "decode_only", "allocates_decode_blocks", "pad",
-                 "emitted", "cohort")
+                 "emitted", "cohort", "rejoin")
 
     def __init__(self, allocates_decode_blocks: bool = True):
         self.items: list[tuple[Request, int]] = []
@@ -47,6 +47,7 @@ class Plan:
         self.pad = 0  # static batching with padded compute: prompt length every prefill is padded to
         self.emitted: list[Request] = []  # filled by the engine: requests that got a token this step
         self.cohort = False  # True: every decode-cohort member also decodes one token (not in items)
+        self.rejoin: list[Request] = []   # cohort members sitting this step out (budget ran out first)
 
     def add(self, req: Request, k: int) -> None:
         self.items.append((req, k))
@@ -339,24 +340,53 @@ class Continuous(BatchingMode):
 
     @staticmethod
     def _plan_cohort(sim, budget) -> Plan | None:
-        """Bulk form of the unconstrained running pass (fast mode): cohort members are not touched."""
+        """Bulk form of the running pass (fast mode): cohort members are not touched one by one.
+
+        If the running requests' needs exceed the budget, the in-order pass is replayed on counts:
+        cohort members reached after the budget runs out sit the step out (they leave the cohort
+        for this step and rejoin after it). Returns None when blocks would run out, so that the
+        request-by-request pass decides the preemptions.
+        """
         cache = sim.cache
         bs = cache.block_size
+        running = sim.running
         tokens = sim.cohort_n
-        blocks = sim.cohort_crossings(sim.dclock)
         items = []
-        for r in sim.running:
+        for r in running:
             if r.sync < 0:
                 k = r.prompt + r.generated - r.computed
                 tokens += k
-                nb = -(-(r.computed + k) // bs) - r.blocks
-                blocks += nb
-                items.append((r, k, nb))
-        if tokens > budget or blocks > cache.free:
+                items.append([r, k, 0])
+        skipped = []
+        if tokens > budget:
+            items = []
+            left = budget
+            for r in running:
+                if left <= 0:
+                    if r.sync >= 0:
+                        skipped.append(r)
+                    continue
+                if r.sync >= 0:
+                    left -= 1
+                else:
+                    k = min(r.prompt + r.generated - r.computed, left)
+                    items.append([r, k, 0])
+                    left -= k
+            for r in skipped:
+                sim.cohort_leave(r)
+        blocks = sim.cohort_crossings(sim.dclock)
+        for it in items:
+            r, k, _ = it
+            it[2] = nb = -(-(r.computed + k) // bs) - r.blocks
+            blocks += nb
+        if blocks > cache.free:
+            for r in skipped:
+                sim.cohort_join(r)
             return None
         cache.free -= blocks
         plan = Plan()
         plan.cohort = True
+        plan.rejoin = skipped
         for r, k, nb in items:
             r.blocks += nb
             plan.add(r, k)
