@@ -20,6 +20,25 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Do LLM-serving scheduler rankings carry over across workloads, loads and metrics?")
 trace_app = typer.Typer(no_args_is_help=True, help="Convert and check request traces.")
 app.add_typer(trace_app, name="trace")
+
+
+def _register() -> None:
+    """Attach the commands that live beside the concept they drive (corpus, sweep, analysis)."""
+    from schedport.corpus import corpus_app
+
+    app.add_typer(corpus_app, name="corpus", help="Build, verify and list the frozen window corpus.")
+    try:
+        from schedport.sweep import run_command
+    except ImportError:  # pragma: no cover - during development
+        pass
+    else:
+        app.command("run")(run_command)
+    try:
+        from schedport.analysis import analyze_command
+    except ImportError:  # pragma: no cover
+        pass
+    else:
+        app.command("analyze")(analyze_command)
 out = Console()
 
 
@@ -130,6 +149,7 @@ def trace_check(path: Path = typer.Argument(..., help="Canonical trace to valida
 
 def main() -> None:
     """Console entry point: run the app, turning user errors into one line and exit code 2."""
+    _register()
     try:
         app()
     except SchedportError as e:
