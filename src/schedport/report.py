@@ -1,0 +1,659 @@
+"""The portability report: one self-contained HTML file rendered from ``portability.json``.
+
+`build_html(res)` turns the dict returned by `schedport.analysis.compute_portability` into a
+page; `write_report(res, path)` writes it. Nothing is recomputed here: every number on the page
+is read from the dict, so the report and ``portability.json`` cannot disagree. The numbers of
+the first screen (the headline findings) carry ``data-key`` (their path in the JSON) and
+``data-fmt`` attributes, so a test can check each against the file.
+
+Figures are drawn with matplotlib's Agg backend and embedded as base64 PNG (no network,
+no scripts, no external files). Palettes are colour-blind safe: cividis for concordance,
+viridis for counts, Okabe-Ito (with distinct markers and line styles) for categories.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+__all__ = ["build_html", "write_report", "fmt", "pct", "resolve_key", "OKABE_ITO"]
+
+OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "d")
+LINESTYLES = ("-", "--", "-.", ":")
+ROW_CAP = 200  # rows of long lists shown in the page (the JSON has all)
+MAP_ROWS = 25  # scheduler pairs shown in the reversal map
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def fmt(v: Any, digits: int = 3) -> str:
+    """A number for display: fixed digits, "n/a" for None/NaN."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "n/a"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return str(v)
+    return f"{v:.{digits}f}"
+
+
+def pct(v: Any, digits: int = 1) -> str:
+    """A share as a percentage, "n/a" for None/NaN."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "n/a"
+    return f"{100 * v:.{digits}f}%"
+
+
+_FORMATTERS = {"num": fmt, "pct": pct, "int": lambda v: "n/a" if v is None else str(int(v)), "str": str}
+
+
+def resolve_key(res: dict, key: str) -> Any:
+    """The value at dotted path `key` (list indices as integers) of the portability dict."""
+    cur: Any = res
+    for part in key.split("."):
+        cur = cur[int(part)] if isinstance(cur, list) else cur[part]
+    return cur
+
+
+def _esc(s: Any) -> str:
+    return html.escape(str(s), quote=True)
+
+
+class _Nums:
+    """Emits headline numbers tagged with their JSON path and format."""
+
+    def __init__(self, res: dict):
+        self.res = res
+
+    def __call__(self, key: str, kind: str = "num") -> str:
+        v = resolve_key(self.res, key)
+        text = _FORMATTERS[kind](v)
+        return f'<span class="num" data-key="{_esc(key)}" data-fmt="{kind}">{_esc(text)}</span>'
+
+    def ci(self, key: str, kind: str = "num") -> str:
+        """value [low, high] for a dict at `key` with value/ci_low/ci_high."""
+        return (f"{self(key + '.value', kind)} <span class='ci'>[{self(key + '.ci_low', kind)}, "
+                f"{self(key + '.ci_high', kind)}]</span>")
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _img(uri: Optional[str], alt: str, cls: str = "fig") -> str:
+    if uri is None:
+        return ""
+    return f'<img class="{cls}" alt="{_esc(alt)}" src="{uri}">'
+
+
+def _annotate(ax, mat: np.ndarray, fmt_s: str = "{:.2f}", fontsize: int = 7) -> None:
+    for (i, j), v in np.ndenumerate(mat):
+        if np.isfinite(v):
+            ax.text(j, i, fmt_s.format(v), ha="center", va="center", fontsize=fontsize,
+                    color="white" if v < 0.35 else "black")
+
+
+def fig_tau_heatmap(res: dict) -> Optional[str]:
+    """Cross-source Kendall tau by region (columns) x metric (rows), one panel per source pair."""
+    items = res["concordance"]["sources"]
+    if not items:
+        return None
+    metrics = res["parameters"]["metrics"]
+    regions = [r["name"] for r in res["parameters"]["regions"]]
+    pairs = list(dict.fromkeys((d["source_a"], d["source_b"]) for d in items))
+    fig, axes = plt.subplots(1, len(pairs), figsize=(1.0 + 0.55 * len(regions) * len(pairs) + 2.2 * len(pairs),
+                                                       1.2 + 0.26 * len(metrics)), squeeze=False)
+    im = None
+    for ax, (a, b) in zip(axes[0], pairs):
+        mat = np.full((len(metrics), len(regions)), np.nan)
+        for d in items:
+            if (d["source_a"], d["source_b"]) == (a, b) and d["tau"] is not None:
+                mat[metrics.index(d["metric"]), regions.index(d["region"])] = d["tau"]
+        im = ax.imshow(mat, cmap="cividis", vmin=-1, vmax=1, aspect="auto")
+        _annotate(ax, mat, fontsize=6)
+        ax.set_xticks(range(len(regions)), regions, rotation=45, ha="right", fontsize=7)
+        ax.set_yticks(range(len(metrics)), metrics if ax is axes[0][0] else [""] * len(metrics), fontsize=7)
+        ax.set_title(f"{a} vs {b}", fontsize=9)
+        ax.set_xlabel("operating region (increasing load)", fontsize=8)
+    axes[0][0].set_ylabel("metric", fontsize=8)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="Kendall tau-b (blank: undefined)")
+    fig.suptitle("Cross-source rank agreement by region and metric", fontsize=10)
+    return _png(fig)
+
+
+def fig_headline_tau(res: dict) -> Optional[str]:
+    """Cross-source tau (main-metric mean) per region, one line per source pair, with CIs."""
+    rows = res["headline"]["cross_source"]["by_pair_region"]
+    if not rows:
+        return None
+    regions = [r["name"] for r in res["parameters"]["regions"]]
+    pairs = list(dict.fromkeys((d["source_a"], d["source_b"]) for d in rows))
+    fig, ax = plt.subplots(figsize=(5.6, 3.0))
+    x = np.arange(len(regions))
+    for n, (a, b) in enumerate(pairs):
+        v = np.full(len(regions), np.nan)
+        lo, hi = v.copy(), v.copy()
+        for d in rows:
+            if (d["source_a"], d["source_b"]) == (a, b):
+                i = regions.index(d["region"])
+                v[i] = np.nan if d["value"] is None else d["value"]
+                lo[i] = np.nan if d["ci_low"] is None else d["ci_low"]
+                hi[i] = np.nan if d["ci_high"] is None else d["ci_high"]
+        off = (n - (len(pairs) - 1) / 2) * 0.08
+        col = OKABE_ITO[n % 8]
+        ax.vlines(x + off, lo, hi, color=col, linewidth=1.2)  # the CI need not contain the estimate
+        ax.plot(x + off, v, label=f"{a} vs {b}", color=col, marker=MARKERS[n % len(MARKERS)],
+                linestyle=LINESTYLES[n % 4], linewidth=1.2, markersize=4)
+    ax.set_xticks(x, regions, rotation=30, ha="right", fontsize=8)
+    ax.set_ylim(-1.05, 1.05)
+    ax.axhline(0, color="grey", linewidth=0.5)
+    ax.set_ylabel("Kendall tau-b (mean of main metrics)", fontsize=8)
+    ax.set_xlabel("operating region", fontsize=8)
+    ax.set_title("Cross-source agreement (line: estimate; bar: 95% basic bootstrap CI)", fontsize=9)
+    ax.legend(fontsize=7, loc="lower left")
+    return _png(fig)
+
+
+def fig_metric_matrix(res: dict, only: Optional[list] = None, title: str = "") -> Optional[str]:
+    """Metric x metric Kendall tau (mean over source x region conditions)."""
+    mm = res["metric_matrix"]
+    metrics = mm["metrics"]
+    if len(metrics) < 2:
+        return None
+    mat = np.array([[np.nan if v is None else v for v in row] for row in mm["tau"]], dtype=float)
+    if only:
+        ix = [metrics.index(m) for m in only if m in metrics]
+        if len(ix) < 2:
+            return None
+        mat = mat[np.ix_(ix, ix)]
+        metrics = [metrics[i] for i in ix]
+    n = len(metrics)
+    size = 1.8 + 0.36 * n
+    fig, ax = plt.subplots(figsize=(size + 1.0, size))
+    im = ax.imshow(mat, cmap="cividis", vmin=-1, vmax=1)
+    if n <= 14:
+        _annotate(ax, mat, fontsize=7 if n <= 8 else 6)
+    ax.set_xticks(range(n), metrics, rotation=60, ha="right", fontsize=7)
+    ax.set_yticks(range(n), metrics, fontsize=7)
+    fig.colorbar(im, ax=ax, shrink=0.8, label="mean Kendall tau-b")
+    ax.set_title(title or "Metric x metric rank agreement (mean over conditions)", fontsize=9)
+    return _png(fig)
+
+
+def fig_reversal_map(res: dict) -> Optional[str]:
+    """Reversal counts per scheduler pair (rows) and region (columns)."""
+    cells = res["reversals"]["map"]
+    if not cells:
+        return None
+    regions = [r["name"] for r in res["parameters"]["regions"]]
+    totals: dict = {}
+    for c in cells:
+        totals[c["scheduler_pair"]] = totals.get(c["scheduler_pair"], 0) + c["count"]
+    ranked = sorted(totals, key=lambda p: (-totals[p], p))
+    pairs = ranked[:MAP_ROWS]
+    cells = [c for c in cells if c["scheduler_pair"] in pairs]
+    mat = np.zeros((len(pairs), len(regions)))
+    for c in cells:
+        mat[pairs.index(c["scheduler_pair"]), regions.index(c["region"])] += c["count"]
+    fig, ax = plt.subplots(figsize=(1.8 + 0.7 * len(regions), 1.2 + 0.3 * len(pairs)))
+    im = ax.imshow(mat, cmap="viridis", aspect="auto", vmin=0)
+    for (i, j), v in np.ndenumerate(mat):
+        if v:
+            ax.text(j, i, f"{int(v)}", ha="center", va="center", fontsize=7,
+                    color="black" if v > 0.6 * mat.max() else "white")
+    ax.set_xticks(range(len(regions)), regions, rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(pairs)), pairs, fontsize=7)
+    ax.set_xlabel("operating region", fontsize=8)
+    ax.set_ylabel("scheduler pair", fontsize=8)
+    fig.colorbar(im, ax=ax, label="significant practical reversals")
+    shown = f" (top {len(pairs)} of {len(ranked)} pairs)" if len(ranked) > len(pairs) else ""
+    ax.set_title(f"Where rankings flip{shown}; cross-region reversals count in both regions", fontsize=9)
+    return _png(fig)
+
+
+def fig_rank_trajectories(res: dict) -> Optional[str]:
+    """Mean rank of each scheduler across regions: one row per main metric, one column per source."""
+    rk = res["rankings"]
+    if not rk:
+        return None
+    regions = [r["name"] for r in res["parameters"]["regions"]]
+    sources = res["parameters"]["sources"]
+    scheds = res["parameters"]["schedulers"]
+    metrics = res["headline"]["main_metrics"]
+    K = len(scheds)
+    table: dict = {}
+    for d in rk:
+        if d["metric"] in metrics:
+            table[(d["source"], d["metric"], d["scheduler"], d["region"])] = d["mean_rank"]
+    nr, nc = len(metrics), len(sources)
+    fig, axes = plt.subplots(nr, nc, figsize=(3.3 * nc + 1.9, 2.0 * nr + 0.9), squeeze=False,
+                             sharex=True, sharey=True)
+    x = np.arange(len(regions))
+    for mi, m in enumerate(metrics):
+        for si, s in enumerate(sources):
+            ax = axes[mi][si]
+            for k, sc in enumerate(scheds):
+                y = [table.get((s, m, sc, r), np.nan) for r in regions]
+                ax.plot(x, y, color=OKABE_ITO[k % 8], marker=MARKERS[k % len(MARKERS)],
+                        linestyle=LINESTYLES[(k // 8) % 4], linewidth=1.1, markersize=3.5, label=sc)
+            ax.set_ylim(K + 0.5, 0.5)
+            if mi == 0:
+                ax.set_title(s, fontsize=9)
+            if si == 0:
+                ax.set_ylabel(f"{m}\nmean rank (1 = best)", fontsize=7)
+            if mi == nr - 1:
+                ax.set_xticks(x, regions, rotation=35, ha="right", fontsize=7)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.25)
+    h, lab = axes[0][0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="center left", bbox_to_anchor=(0.99, 0.5), fontsize=8, title="scheduler")
+    fig.suptitle("Rank trajectories across operating regions (x: region, increasing load)", fontsize=10)
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.08, top=0.94, wspace=0.06, hspace=0.1)
+    return _png(fig)
+
+
+def fig_workload(res: dict) -> Optional[str]:
+    """Per-source distributions (over windows) of lengths, rate and burstiness."""
+    wl = res.get("workload") or {}
+    if not wl.get("available"):
+        return None
+    rows = wl["windows"]
+    stats_ = [s for s in ("input_mean", "output_mean", "input_p99", "output_p99", "rate_mean_rps", "dispersion")
+              if s in wl.get("stats", [])]
+    labels = {"input_mean": "mean input tokens", "output_mean": "mean output tokens",
+              "input_p99": "p99 input tokens", "output_p99": "p99 output tokens",
+              "rate_mean_rps": "mean rate (req/s, before scaling)", "dispersion": "index of dispersion"}
+    if not stats_:
+        return None
+    sources = sorted({r["source"] for r in rows})
+    fig, axes = plt.subplots(1, len(stats_), figsize=(2.6 * len(stats_), 3.0), squeeze=False)
+    rng = np.random.default_rng(0)
+    for ax, st in zip(axes[0], stats_):
+        data = [[r[st] for r in rows if r["source"] == s and r.get(st) is not None] for s in sources]
+        ax.boxplot([d if d else [np.nan] for d in data], showfliers=False, widths=0.5)
+        for n, d in enumerate(data):
+            ax.scatter(n + 1 + rng.uniform(-0.15, 0.15, len(d)), d, s=8, color=OKABE_ITO[n % 8],
+                       marker=MARKERS[n % len(MARKERS)], alpha=0.8, zorder=3)
+        ax.set_xticks(range(1, len(sources) + 1), sources, rotation=30, ha="right", fontsize=7)
+        flat = [v for d in data for v in d]
+        if flat and min(flat) > 0 and max(flat) / min(flat) > 50:
+            ax.set_yscale("log")
+        ax.set_title(labels[st], fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0][0].set_ylabel("per-window value", fontsize=8)
+    fig.suptitle("Workload characterization per source (one point per window)", fontsize=10)
+    fig.tight_layout()
+    return _png(fig)
+
+
+# --------------------------------------------------------------------------- page
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1a1a1a;background:#fff;line-height:1.4}
+main{max-width:1200px;margin:0 auto;padding:16px 24px}
+h1{font-size:1.5em;margin:0.2em 0}h2{border-bottom:1px solid #ccc;padding-bottom:2px;margin-top:1.6em}
+.sub{color:#555;font-size:0.9em}
+#headline{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:12px}
+#card-sources{grid-column:1/-1}
+.scroll{overflow-x:auto}
+.card{border:1px solid #d0d0d0;border-radius:6px;padding:10px 14px;background:#fafafa}
+.card h3{margin:0 0 6px 0;font-size:1.05em}
+.big{font-size:1.6em;font-weight:600}
+.num{font-variant-numeric:tabular-nums}.ci{color:#555;font-size:0.9em}
+table{border-collapse:collapse;font-size:0.85em;margin:6px 0}
+th,td{border:1px solid #ddd;padding:2px 6px;text-align:right}th{background:#f0f0f0}
+td.l,th.l{text-align:left}
+img.fig{max-width:100%;height:auto;display:block;margin:8px 0}
+img.small{max-width:100%;height:auto}
+.note{background:#fff8e1;border-left:4px solid #E69F00;padding:6px 10px;margin:8px 0;font-size:0.9em}
+.modeled{background:#e8f1fb;border-left:4px solid #0072B2;padding:4px 8px}
+pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:0.8em}
+details{margin:6px 0}summary{cursor:pointer;font-weight:600}
+"""
+
+
+def _headline(res: dict, n: _Nums) -> str:
+    h = res["headline"]
+    cs = h["cross_source"]
+    regions = [r["name"] for r in res["parameters"]["regions"]]
+    out = ['<section id="headline" aria-label="headline findings">']
+
+    # card 1: cross-source tau
+    c = ['<div class="card" id="card-sources"><h3>Do rankings carry over across sources?</h3>']
+    if cs["by_pair"]:
+        c.append(f"<p class='sub'>{_esc(cs['basis'])}; 95% bias-corrected (basic) bootstrap CI over windows. "
+                 "Sampling noise pulls tau of estimated ranks towards 0, so an interval can lie above its "
+                 "estimate.</p>")
+        c.append("<div style='display:flex;gap:16px;flex-wrap:wrap;align-items:flex-start'><div>")
+        c.append("<table><tr><th class='l'>source pair</th>"
+                 + "".join(f"<th>{_esc(r)}</th>" for r in regions) + "<th>all regions</th></tr>")
+        for pi, d in enumerate(cs["by_pair"]):
+            row = [f"<td class='l'>{_esc(d['source_a'])} vs {_esc(d['source_b'])}</td>"]
+            for r in regions:
+                ix = next(i for i, e in enumerate(cs["by_pair_region"])
+                          if e["source_a"] == d["source_a"] and e["source_b"] == d["source_b"] and e["region"] == r)
+                row.append(f"<td>{n(f'headline.cross_source.by_pair_region.{ix}.value')}</td>")
+            row.append(f"<td><b>{n.ci(f'headline.cross_source.by_pair.{pi}')}</b></td>")
+            c.append("<tr>" + "".join(row) + "</tr>")
+        c.append("</table>")
+        mp = cs["min_pair"]
+        if mp:
+            c.append(f"<p>Lowest pair: <b>{_esc(mp['source_a'])} vs {_esc(mp['source_b'])}</b>, tau = "
+                     f"<span class='big'>{n('headline.cross_source.min_pair.value')}</span> "
+                     f"<span class='ci'>[{n('headline.cross_source.min_pair.ci_low')}, "
+                     f"{n('headline.cross_source.min_pair.ci_high')}]</span> (CI of the minimum over pairs).</p>")
+        mc = cs["min_cell"]
+        if mc:
+            c.append(f"<p>Lowest single region: {_esc(mc['source_a'])} vs {_esc(mc['source_b'])} at "
+                     f"{_esc(mc['region'])}: tau = {n.ci('headline.cross_source.min_cell')}.</p>")
+        c.append(f"<p>Top-1 agreement across sources (share of pair x region x main metric where the best "
+                 f"scheduler is shared): {n.ci('headline.cross_source.top1_agreement', 'pct')}.</p>")
+        c.append("</div><div>" + _img(fig_headline_tau(res), "cross-source tau per region", "small") + "</div></div>")
+    else:
+        c.append("<p>Only one source in the store: no cross-source comparison.</p>")
+    c.append("</div>")
+    out += c
+
+    # card 2: reversals
+    rv = h["reversals"]
+    c = ['<div class="card" id="card-reversals"><h3>How often do pairwise rankings flip?</h3>']
+    c.append(f"<p><span class='big'>{n('headline.reversals.n_significant_practical', 'int')}</span> significant, "
+             f"practically relevant reversals out of {n('headline.reversals.n_comparisons', 'int')} comparisons: "
+             f"<span class='big'>{n('headline.reversals.share', 'pct')}</span> "
+             f"<span class='ci'>[{n('headline.reversals.ci_low', 'pct')}, {n('headline.reversals.ci_high', 'pct')}]"
+             f"</span></p>")
+    p = res["parameters"]
+    c.append(f"<p class='sub'>Sign flip of the median per-window relative effect between two conditions (two "
+             f"sources at one region, or two regions at one source), both sides BH-significant at q = "
+             f"{_esc(p['q'])} over {n('headline.reversals.n_tests', 'int')} Wilcoxon tests, both |effect| &ge; "
+             f"{_esc(pct(p['practical_threshold'], 0))}. Interval: {_esc(rv['ci_method'])}, which ignores "
+             f"dependence between comparisons.</p>")
+    conc = []
+    for key, label in (("top_region", "region"), ("top_source_pair", "source pair (cross-source reversals)"),
+                       ("top_source_involved", "source involved"), ("top_scheduler_pair", "scheduler pair"),
+                       ("top_metric", "metric")):
+        t = rv.get(key)
+        if t:
+            conc.append(f"<li>{label}: <b>{_esc(t['key'])}</b> ({n(f'headline.reversals.{key}.count', 'int')} "
+                        f"reversals, {n(f'headline.reversals.{key}.share_of_reversals', 'pct')} of them)</li>")
+    if conc:
+        c.append("<p>They concentrate in:</p><ul>" + "".join(conc) + "</ul>")
+    elif rv["n_comparisons"]:
+        c.append("<p>No reversal passed both significance and the practical threshold.</p>")
+    c.append("</div>")
+    out += c
+
+    # card 3: metrics
+    hm = h["metrics"]
+    c = ['<div class="card" id="card-metrics"><h3>Does the ranking depend on the metric?</h3>']
+    c.append(f"<p>Mean pairwise tau between the main metrics: <span class='big'>"
+             f"{n('headline.metrics.mean_pairwise_tau.value')}</span> <span class='ci'>["
+             f"{n('headline.metrics.mean_pairwise_tau.ci_low')}, {n('headline.metrics.mean_pairwise_tau.ci_high')}"
+             f"]</span> (all {len(p['metrics'])} metrics: {n.ci('headline.metrics.mean_pairwise_tau_all_metrics')}).</p>")
+    c.append(f"<p>The single best scheduler changes with the metric in <span class='big'>"
+             f"{n('headline.metrics.best_changes_with_metric.value', 'pct')}</span> <span class='ci'>["
+             f"{n('headline.metrics.best_changes_with_metric.ci_low', 'pct')}, "
+             f"{n('headline.metrics.best_changes_with_metric.ci_high', 'pct')}]</span> of conditions "
+             f"({n('headline.metrics.best_changes_with_metric.n_changed', 'int')} of "
+             f"{n('headline.metrics.best_changes_with_metric.n_conditions', 'int')} source x region).</p>")
+    c.append(f"<p class='sub'>Main metrics: {_esc(', '.join(h['main_metrics']))}. Best = lowest mean rank "
+             "(ties share the title); changed = no scheduler is best on every main metric.</p>")
+    c.append(_img(fig_metric_matrix(res, only=h["main_metrics"], title="Main-metric rank agreement"),
+                  "metric concordance (main metrics)", "small"))
+    c.append("</div>")
+    out += c
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _rank_tables(res: dict) -> str:
+    p = res["parameters"]
+    regions = [r["name"] for r in p["regions"]]
+    sources = p["sources"]
+    look = {(d["metric"], d["source"], d["region"], d["scheduler"]): d for d in res["rankings"]}
+    K = len(p["schedulers"])
+    out = []
+    for mi, m in enumerate(res["headline"]["main_metrics"]):
+        rows = []
+        head = ("<tr><th class='l' rowspan='2'>scheduler</th>"
+                + "".join(f"<th colspan='{len(regions)}'>{_esc(s)}</th>" for s in sources) + "</tr><tr>"
+                + "".join(f"<th>{_esc(r)}</th>" for _ in sources for r in regions) + "</tr>")
+        for sc in p["schedulers"]:
+            cells = [f"<td class='l'>{_esc(sc)}</td>"]
+            for s in sources:
+                for r in regions:
+                    d = look.get((m, s, r, sc))
+                    if d is None:
+                        cells.append("<td>&ndash;</td>")
+                        continue
+                    v = d["mean_rank"]
+                    shade = int(255 - 90 * (1 - (v - 1) / max(K - 1, 1)))
+                    cells.append(f"<td style='background:rgb({shade},{shade},255)' title='95% CI "
+                                 f"[{fmt(d['ci_low'], 2)}, {fmt(d['ci_high'], 2)}], {d['n_windows']} windows'>"
+                                 f"{fmt(v, 2)}</td>")
+            rows.append("<tr>" + "".join(cells) + "</tr>")
+        direction = p["directions"].get(m, "?")
+        out.append(f"<details{' open' if mi == 0 else ''}><summary>{_esc(m)} ({direction} is better)</summary>"
+                   f"<div class='scroll'><table>{head}{''.join(rows)}</table></div></details>")
+    return ("<p class='sub'>Mean within-window rank (1 = best) per source and region; darker = better; hover "
+            "for the 95% bootstrap CI. All metrics are in portability.json.</p>" + "".join(out))
+
+
+def _reversal_table(res: dict) -> str:
+    items = res["reversals"]["items"]
+    if not items:
+        return "<p>No significant practical reversal.</p>"
+    rows = []
+    for d in items[:ROW_CAP]:
+        rows.append(
+            "<tr>" + "".join([
+                f"<td class='l'>{_esc(d['scheduler_a'])} vs {_esc(d['scheduler_b'])}</td>",
+                f"<td class='l'>{_esc(d['metric'])}</td>",
+                f"<td class='l'>{_esc(d['source_a'])} @ {_esc(d['region_a'])}</td>",
+                f"<td>{fmt(d['effect_a'])}</td><td>{fmt(d['q_a'], 4)}</td>",
+                f"<td class='l'>{_esc(d['source_b'])} @ {_esc(d['region_b'])}</td>",
+                f"<td>{fmt(d['effect_b'])}</td><td>{fmt(d['q_b'], 4)}</td>",
+            ]) + "</tr>")
+    more = (f"<p class='sub'>{len(items) - ROW_CAP} more in portability.json.</p>" if len(items) > ROW_CAP else "")
+    return ("<p class='sub'>Effect: median relative effect of the first scheduler over the second (positive = first "
+            "better); q: Benjamini-Hochberg adjusted p-value.</p>"
+            "<table><tr><th class='l'>pair</th><th class='l'>metric</th><th class='l'>condition 1</th><th>effect</th>"
+            "<th>q</th><th class='l'>condition 2</th><th>effect</th><th>q</th></tr>"
+            + "".join(rows) + "</table>" + more)
+
+
+def _breakdowns(res: dict) -> str:
+    rv = res["reversals"]
+    parts = []
+    for key, label in (("by_region", "region"), ("by_source_pair", "source pair (cross-source)"),
+                       ("by_source", "source (cross-region)"), ("by_scheduler_pair", "scheduler pair"),
+                       ("by_metric", "metric")):
+        d = rv.get(key) or {}
+        if not d:
+            continue
+        rows = "".join(f"<tr><td class='l'>{_esc(k)}</td><td>{v}</td></tr>" for k, v in list(d.items())[:30])
+        parts.append(f"<div><table><tr><th class='l'>{_esc(label)}</th><th>reversals</th></tr>{rows}</table></div>")
+    return ("<div style='display:flex;gap:16px;flex-wrap:wrap'>" + "".join(parts) + "</div>"
+            f"<p class='sub'>{_esc(rv['counting'])}.</p>")
+
+
+def _methodology(res: dict) -> str:
+    p = res["parameters"]
+    regions = ", ".join(f"{r['name']} (rho {fmt(r['rho'], 2)})" for r in p["regions"])
+    wins = ", ".join(f"{s}: {n}" for s, n in p["windows_per_source"].items())
+    dirs_hi = [m for m, d in p["directions"].items() if d == "higher"]
+    dirs_lo = [m for m, d in p["directions"].items() if d == "lower"]
+    li = [
+        f"Data: {len(p['schedulers'])} schedulers ({_esc(', '.join(p['schedulers']))}); sources and windows: "
+        f"{_esc(wins)}; regions: {_esc(regions)}; seeds per cell: {p['seeds_per_cell']['min']}"
+        f"&ndash;{p['seeds_per_cell']['max']}, averaged within each window first. The window is the unit of "
+        "replication.",
+        f"Metrics ({len(p['metrics'])}): lower is better for {_esc(', '.join(dirs_lo))}; higher is better for "
+        f"{_esc(', '.join(dirs_hi))}. Each SLO profile's attainment and goodput is a metric of its own. Main "
+        f"metrics (tables and headline averages): {_esc(', '.join(p['main_metrics']))}.",
+        f"Ranks: {_esc(p['rank_method'])}. A condition (source x region) uses its complete block: the windows in "
+        f"which every scheduler has a result (at least {p['min_windows']}).",
+        f"Uncertainty: {_esc(p['ci_method'])}; B = {p['n_boot']} replicates, seed {p['seed']}, "
+        f"{int(100 * p['ci_level'])}% intervals. Every concordance, average, minimum and share is recomputed on "
+        "each replicate. Why basic intervals for concordance: tau between estimated mean-rank vectors is biased "
+        "towards 0 by sampling noise and a resample adds that noise again, so the replicates sit below the "
+        "estimate; the basic interval [2t - q97.5, 2t - q2.5] corrects for the shift (each headline's "
+        "boot_bias in portability.json gives its size).",
+        "Concordance: Kendall's tau-b (the statistic of scipy.stats.kendalltau, computed vectorised and checked "
+        "against scipy in the test suite) between mean-rank vectors of two sources (same "
+        "region and metric), two regions (same source and metric) and two metrics (same source and region), plus "
+        "Spearman's rho and top-1 agreement (the sets of tied-best schedulers intersect). tau is undefined when "
+        "all schedulers tie; averages skip undefined values.",
+        f"Best-changes share: {_esc(res['headline']['metrics']['best_changes_with_metric']['definition'])}.",
+        f"Reversals: effect = {_esc(p['effect'])}. Test: {_esc(p['test'])}. Multiplicity: {_esc(p['multiplicity'])}"
+        f", at q = {p['q']}. Rule: {_esc(p['reversal_rule'])}, threshold {_esc(pct(p['practical_threshold'], 1))}. "
+        "n_comparisons counts (scheduler pair, metric, condition pair) cases where both conditions were tested.",
+        "NaN metrics (e.g. no completed request): rank worst in their window; windows where every scheduler is "
+        "NaN carry no ordering and are left out for that metric; effects leave out windows where either "
+        "scheduler is NaN.",
+    ]
+    notes = res.get("notes") or []
+    note_html = ""
+    if notes:
+        shown = "".join(f"<li>{_esc(x)}</li>" for x in notes[:60])
+        extra = f"<li>... {len(notes) - 60} more in portability.json</li>" if len(notes) > 60 else ""
+        note_html = f"<h3>Notes from this analysis</h3><ul>{shown}{extra}</ul>"
+    ri = res.get("run_info", {})
+    return ("<ul>" + "".join(f"<li>{x}</li>" for x in li) + "</ul>" + note_html
+            + f"<p class='sub'>Statistics computed in {fmt(ri.get('elapsed_s'), 1)} s.</p>")
+
+
+def _provenance(res: dict) -> str:
+    pv = res["provenance"]
+    rows = []
+    for k in ("corpus_sha256", "engine_hash", "package_version", "git_commit", "status", "started", "finished",
+              "ended", "cells_done", "corpus_dir", "results_dir", "analysis_version"):
+        if k in ("finished", "ended", "cells_done", "corpus_dir") and pv.get(k) is None:
+            continue
+        rows.append(f"<tr><th class='l'>{_esc(k)}</th><td class='l'>{_esc(pv.get(k) if pv.get(k) is not None else 'n/a')}"
+                    "</td></tr>")
+    if pv.get("selectors") is not None:
+        rows.append(f"<tr><th class='l'>selectors</th><td class='l'><code>{_esc(json.dumps(pv['selectors']))}"
+                    "</code></td></tr>")
+    srcs = []
+    for d in pv["data_sources"]:
+        cls = " class='modeled'" if d.get("modeled") else ""
+        flag = " <b>[MODELED: not the real trace]</b>" if d.get("modeled") else ""
+        srcs.append(f"<li{cls}><b>{_esc(d['source'])}</b>: {_esc(d['name'])}{flag}. License: {_esc(d['license'])}. "
+                    f"Cite: {_esc(d['citation'])}. {_esc(d.get('note', ''))}</li>")
+    eng = pv.get("engine_config")
+    eng_html = (f"<details><summary>engine config</summary><pre>{_esc(json.dumps(eng, indent=1, sort_keys=True))}"
+                "</pre></details>") if eng else "<p>engine config: n/a</p>"
+    return (f"<table>{''.join(rows)}</table>{eng_html}<h3>Data sources</h3><ul>{''.join(srcs)}</ul>")
+
+
+def _missing(res: dict) -> str:
+    cells = res.get("missing_cells") or []
+    blocks = res.get("complete_blocks") or []
+    partial = [b for b in blocks if b["n_complete"] < b["n_windows"] or not b["analysed"]]
+    if not cells:
+        return "<p>No missing cells: every (source, window, region, scheduler) has a result.</p>"
+    rows = "".join(f"<tr><td class='l'>{_esc(c['source'])}</td><td class='l'>{_esc(c['window_id'])}</td>"
+                   f"<td class='l'>{_esc(c['region'])}</td><td class='l'>{_esc(c['scheduler'])}</td></tr>"
+                   for c in cells[:ROW_CAP])
+    brows = "".join(f"<tr><td class='l'>{_esc(b['source'])}</td><td class='l'>{_esc(b['region'])}</td>"
+                    f"<td>{b['n_complete']}</td><td>{b['n_windows']}</td><td>{'yes' if b['analysed'] else 'no'}"
+                    "</td></tr>" for b in partial)
+    more = f"<p class='sub'>{len(cells) - ROW_CAP} more in portability.json.</p>" if len(cells) > ROW_CAP else ""
+    return (f"<div class='note'>{len(cells)} cell(s) are missing from the results store. Each condition was "
+            "analysed on its complete block (windows where every scheduler has a result).</div>"
+            "<table><tr><th class='l'>source</th><th class='l'>region</th><th>complete windows</th><th>windows</th>"
+            f"<th>analysed</th></tr>{brows}</table>"
+            "<details><summary>missing cells</summary><table><tr><th class='l'>source</th><th class='l'>window</th>"
+            f"<th class='l'>region</th><th class='l'>scheduler</th></tr>{rows}</table>{more}</details>")
+
+
+def build_html(res: dict) -> str:
+    """The whole report page for a portability dict (see module docstring)."""
+    n = _Nums(res)
+    p = res["parameters"]
+    pv = res["provenance"]
+    modeled = [d["source"] for d in pv["data_sources"] if d.get("modeled")]
+    modeled_note = (f"<div class='modeled'>Modeled source(s): <b>{_esc(', '.join(modeled))}</b> &mdash; generated "
+                    "from the authors' published characterization, not the real trace.</div>") if modeled else ""
+    miss_note = (f"<div class='note'>{len(res['missing_cells'])} missing cell(s): every condition is analysed on "
+                 "its complete block of windows (see <a href='#missing'>Missing cells</a>).</div>"
+                 if res.get("missing_cells") else "")
+    corpus = pv.get("corpus_sha256") or "n/a"
+    wl = res.get("workload") or {}
+    wl_fig = fig_workload(res)
+    if wl_fig:
+        wl_html = _img(wl_fig, "workload characterization") + f"<p class='sub'>{_esc(wl.get('note', ''))}</p>"
+    elif wl.get("available"):
+        wl_html = ("<p class='note'>Workload characterization skipped: the corpus manifest carries none of the "
+                   "per-window length, rate or burstiness statistics it plots.</p>")
+    else:
+        wl_html = (f"<p class='note'>Workload characterization skipped: {_esc(wl.get('note', 'no corpus given'))}. "
+                   "Pass <code>--corpus DIR</code> to include it.</p>")
+    figs = [
+        ("Cross-source agreement by region and metric", _img(fig_tau_heatmap(res), "tau heatmap")
+         or "<p>Only one source: nothing to compare.</p>"),
+        ("Reversal map", _img(fig_reversal_map(res), "reversal map") or "<p>No reversals to map.</p>"),
+        ("Rank trajectories", _img(fig_rank_trajectories(res), "rank trajectories")),
+        ("Metric x metric concordance (all metrics)", _img(fig_metric_matrix(res), "metric matrix")),
+        ("Workload characterization", wl_html),
+    ]
+    fig_html = "".join(f"<h3>{_esc(t)}</h3>{b}" for t, b in figs)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>schedport portability report</title>
+<style>{CSS}</style></head>
+<body><main>
+<h1>Do scheduler rankings carry over?</h1>
+<p class="sub">{len(p['schedulers'])} schedulers &middot; sources {_esc(', '.join(p['sources']))} &middot;
+{len(p['regions'])} regions &middot; {len(p['metrics'])} metrics &middot; corpus <code>{_esc(str(corpus)[:16])}</code>
+&middot; B = {p['n_boot']} &middot; q = {p['q']} &middot; practical threshold {_esc(pct(p['practical_threshold'], 0))}</p>
+{modeled_note}{miss_note}
+{_headline(res, n)}
+<h2 id="figures">Figures</h2>
+{fig_html}
+<h2 id="rankings">Rankings per source and region (main metrics)</h2>
+{_rank_tables(res)}
+<h2 id="reversals">Reversals</h2>
+{_breakdowns(res)}
+{_reversal_table(res)}
+<h2 id="missing">Missing cells</h2>
+{_missing(res)}
+<h2 id="methodology">Methodology</h2>
+{_methodology(res)}
+<h2 id="provenance">Provenance</h2>
+{_provenance(res)}
+<p class="sub">Generated by schedport {_esc(pv.get('analysis_version'))} from portability.json.</p>
+</main></body></html>
+"""
+
+
+def write_report(res: dict, path) -> Path:
+    """Render `res` and write it to `path` (atomically); returns the path."""
+    path = Path(path)
+    text = build_html(res)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path

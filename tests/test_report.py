@@ -1,0 +1,196 @@
+"""The HTML report: first-screen numbers come from portability.json and match the store; the page is
+self-contained; it renders in headless Chromium when one is installed."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from _synthstore import REGIONS6, make_runs, write_store
+from schedport.analysis import MAIN_METRICS, analyze, metric_direction
+from schedport.report import _FORMATTERS, build_html, resolve_key
+
+SCHEDS5 = ["edf", "fastserve", "hrrn", "ltr", "orca"]
+
+
+def _order(s, r, m):
+    # sources disagree a little at high load, and metrics disagree on fairness
+    if s == "burstgpt-modeled" and r == 2 and m in ("ttft_p99_s", "e2e_mean_s"):
+        return [1, 0, 3, 2, 4]
+    if m == "slowdown_jain":
+        return [4, 3, 2, 1, 0]
+    return [0, 1, 2, 3, 4]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    d = tmp_path_factory.mktemp("store")
+    runs = make_runs(schedulers=SCHEDS5, n_windows=8, seeds=(0, 1), order=_order, spacing=0.15, noise=0.08)
+    # one missing cell, to see it reported
+    runs = runs[~((runs.source == "azure") & (runs.window_id == 2) & (runs.region == "light")
+                  & (runs.scheduler == "hrrn"))].reset_index(drop=True)
+    write_store(d, runs)
+    res = analyze(d, n_boot=200, seed=3)
+    html = (d / "report.html").read_text(encoding="utf-8")
+    return d, runs, res, html
+
+
+class _Spans(HTMLParser):
+    """Collects (data-key, data-fmt, text) of the tagged numbers, and where the first h2 starts."""
+
+    def __init__(self):
+        super().__init__()
+        self.spans, self._cur, self.in_headline = [], None, False
+        self.headline_spans = 0
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "section" and a.get("id") == "headline":
+            self.in_headline = True
+        if tag == "span" and "data-key" in a:
+            self._cur = [a["data-key"], a["data-fmt"], ""]
+
+    def handle_endtag(self, tag):
+        if tag == "section":
+            self.in_headline = False
+        if tag == "span" and self._cur is not None:
+            self.spans.append(tuple(self._cur))
+            self.headline_spans += self.in_headline
+            self._cur = None
+
+    def handle_data(self, data):
+        if self._cur is not None:
+            self._cur[2] += data
+
+
+def test_every_first_screen_number_is_read_from_portability_json(study):
+    d, _, res, html = study
+    on_disk = json.loads((d / "portability.json").read_text())
+    p = _Spans()
+    p.feed(html)
+    assert p.headline_spans >= 20
+    for key, kind, text in p.spans:
+        assert text == _FORMATTERS[kind](resolve_key(on_disk, key)), key
+    keys = {k for k, _, _ in p.spans}
+    for must in ("headline.cross_source.min_pair.value", "headline.reversals.share",
+                 "headline.reversals.n_comparisons", "headline.metrics.best_changes_with_metric.value",
+                 "headline.metrics.mean_pairwise_tau.value", "headline.cross_source.by_pair.0.ci_low"):
+        assert must in keys
+    # the page is a pure function of the JSON on disk
+    assert build_html(on_disk) == html
+
+
+def _mean_ranks(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Independent recomputation: seed mean, complete blocks, within-window ranks, mean per condition."""
+    avg = runs.groupby(["source", "window_id", "region", "scheduler"])[metric].mean().reset_index()
+    k = avg["scheduler"].nunique()
+    n = avg.groupby(["source", "window_id", "region"])["scheduler"].transform("nunique")
+    avg = avg[n == k].copy()
+    asc = metric_direction(metric) < 0
+    avg["rank"] = avg.groupby(["source", "window_id", "region"])[metric].rank(method="average", ascending=asc)
+    return avg.groupby(["source", "region", "scheduler"])["rank"].mean().reset_index()
+
+
+def test_first_screen_numbers_recomputed_from_the_store(study):
+    _, runs, res, _ = study
+    ranks = {m: _mean_ranks(runs, m) for m in MAIN_METRICS}
+
+    def vec(m, s, r):
+        t = ranks[m]
+        return t[(t.source == s) & (t.region == r)].sort_values("scheduler")["rank"].to_numpy()
+
+    # cross-source tau per pair and region, averaged over the main metrics
+    for e in res["headline"]["cross_source"]["by_pair_region"]:
+        taus = [stats.kendalltau(vec(m, e["source_a"], e["region"]), vec(m, e["source_b"], e["region"])).statistic
+                for m in MAIN_METRICS]
+        assert e["value"] == pytest.approx(np.nanmean(taus), abs=1e-12)
+    pairs = res["headline"]["cross_source"]["by_pair"]
+    assert res["headline"]["cross_source"]["min_pair"]["value"] == pytest.approx(min(p["value"] for p in pairs))
+    # the planted disagreement makes burstgpt-modeled pairs the least concordant
+    mp = res["headline"]["cross_source"]["min_pair"]
+    assert "burstgpt-modeled" in (mp["source_a"], mp["source_b"])
+
+    # best scheduler changes with the metric: share of conditions with no common best
+    changed, total = 0, 0
+    for s in res["parameters"]["sources"]:
+        for r in [x["name"] for x in res["parameters"]["regions"]]:
+            sets = []
+            for m in MAIN_METRICS:
+                t = ranks[m]
+                t = t[(t.source == s) & (t.region == r)]
+                sets.append(set(t[t["rank"] == t["rank"].min()]["scheduler"]))
+            total += 1
+            changed += not set.intersection(*sets)
+    assert res["headline"]["metrics"]["best_changes_with_metric"]["value"] == pytest.approx(changed / total)
+    assert changed == total  # slowdown_jain's best is everyone else's worst
+
+    # mean pairwise metric tau over main-metric pairs and conditions
+    vals = []
+    for s in res["parameters"]["sources"]:
+        for r in [x["name"] for x in res["parameters"]["regions"]]:
+            for i, a in enumerate(MAIN_METRICS):
+                for b in MAIN_METRICS[i + 1:]:
+                    vals.append(stats.kendalltau(vec(a, s, r), vec(b, s, r)).statistic)
+    assert res["headline"]["metrics"]["mean_pairwise_tau"]["value"] == pytest.approx(np.nanmean(vals), abs=1e-12)
+
+    # reversal comparisons: K(K-1)/2 pairs x metrics x (regions x source pairs + sources x region pairs)
+    K, M, S, R = 5, len(res["parameters"]["metrics"]), 3, 3
+    assert res["headline"]["reversals"]["n_comparisons"] == K * (K - 1) // 2 * M * (R * 3 + S * 3)
+    assert res["headline"]["reversals"]["n_significant_practical"] == len(res["reversals"]["items"])
+
+
+def test_report_is_self_contained_and_complete(study):
+    _, _, res, html = study
+    assert not re.search(r"""<(script|link|iframe)\b""", html, re.I)
+    assert not re.search(r"""src=["']?(https?:|//)""", html, re.I)
+    assert "@import" not in html and "url(" not in html
+    imgs = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+    assert len(imgs) >= 5  # headline tau, main-metric matrix, heatmap, reversal map, trajectories, matrix
+    for b64 in imgs:
+        assert base64.b64decode(b64)[:8] == b"\x89PNG\r\n\x1a\n"
+    for text in ("Methodology", "Provenance", "Rankings per source and region", "Reversal map",
+                 "Rank trajectories", "Workload characterization skipped", "--corpus", "CC-BY 4.0",
+                 "Apache-2.0", "Splitwise", "2505.09999", "MODELED", "burstgpt-modeled", "Wilson",
+                 "Benjamini-Hochberg", "Wilcoxon", "complete block", "B = 200", "seed 3"):
+        assert text in html, text
+    assert res["provenance"]["corpus_sha256"][:16] in html
+    assert "1 cell(s) are missing" in html
+
+
+def test_report_without_reversals_or_second_source(tmp_path):
+    runs = make_runs(sources=["azure"], schedulers=SCHEDS5[:3], n_windows=4, regions=REGIONS6[:2])
+    write_store(tmp_path, runs)
+    analyze(tmp_path, n_boot=30)
+    html = (tmp_path / "report.html").read_text()
+    assert "Only one source" in html and "No reversals to map" in html
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None and not Path("/usr/bin/chromium").exists(),
+                    reason="Chromium not installed (Debian package 'chromium'); screenshot test skipped")
+def test_report_renders_in_headless_chromium(study, tmp_path):
+    d, _, _, _ = study
+    exe = shutil.which("chromium") or "/usr/bin/chromium"
+    shot = tmp_path / "report.png"
+    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,2000",
+           f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", (d / "report.html").as_uri()]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (1280, 2000)
+    # the browser parsed the whole page: its DOM holds the headline and the last section
+    dom = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'p2'}",
+                          "--dump-dom", (d / "report.html").as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0
+    assert 'id="headline"' in dom.stdout and 'id="provenance"' in dom.stdout
