@@ -1,0 +1,209 @@
+"""Operating regions (offered load rho) and the persistent per-window capacity cache.
+
+A window is run in a region by scaling its time axis so that its offered load
+rho = (offered request rate) / (engine capacity for the window's request mix) hits the
+region's value. Capacity is measured by the simulator (`schedport.api.capacity`: every
+request released at once, served by the reference scheduler), so it depends only on the
+window's content and the engine configuration -- never on the scheduler under test. It is
+worth caching: measuring it costs about one simulation per window, and the sweep, the
+corpus listing and the analysis all need it. The cache is a small JSON file keyed by
+(window content sha256, engine config hash), written atomically.
+
+The region scale factor is exactly `schedport.api.load_scale`'s formula,
+``offered / (capacity * rho)`` with ``offered = (n - 1) / span``, so a sweep cell and a
+``schedport simulate --load RHO`` run of the same window agree to the last bit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from schedport.errors import SchedportError, TraceError
+
+#: The six operating regions of the study, by offered load rho, in increasing order.
+REGIONS: dict[str, float] = {
+    "light": 0.3,
+    "moderate": 0.6,
+    "high": 0.8,
+    "near-saturation": 0.95,
+    "overload": 1.2,
+    "severe": 1.6,
+}
+
+CACHE_KIND = "schedport-capacity-cache"
+CACHE_SCHEMA = 1
+
+
+def parse_regions(spec: str | None) -> dict[str, float]:
+    """Turn a ``--regions`` value into an ordered {name: rho} dict.
+
+    ``None`` or "" means all of `REGIONS`. Otherwise a comma-separated list whose items
+    are either a region name (``light``) or a custom region ``name=rho``
+    (``mid=0.7``), so the study's names and values stay configurable from the command
+    line. Unknown names, duplicates and non-positive rho are one-line errors.
+    """
+    if spec is None or not spec.strip():
+        return dict(REGIONS)
+    out: dict[str, float] = {}
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            continue
+        if "=" in item:
+            name, _, value = (p.strip() for p in item.partition("="))
+            try:
+                rho = float(value)
+            except ValueError:
+                raise SchedportError(f"--regions: {item!r}: rho must be a number, got {value!r}") from None
+            if not name:
+                raise SchedportError(f"--regions: {item!r}: a custom region needs a name (name=rho)")
+        else:
+            name = item
+            if name not in REGIONS:
+                raise SchedportError(f"--regions: unknown region {name!r} (known: {', '.join(REGIONS)}; "
+                                     f"or give a custom one as name=rho)")
+            rho = REGIONS[name]
+        if not (math.isfinite(rho) and rho > 0):
+            raise SchedportError(f"--regions: {name}: rho must be a positive number, got {rho}")
+        if name in out:
+            raise SchedportError(f"--regions: region {name!r} given twice")
+        out[name] = rho
+    if not out:
+        raise SchedportError("--regions: no region given")
+    return out
+
+
+def offered_rate(trace) -> float:
+    """The window's offered request rate, (n - 1) / span in req/s (as `api.load_scale`)."""
+    if len(trace) < 2 or trace.span_s <= 0:
+        raise TraceError(f"{trace.name}: a region needs at least two requests with distinct arrival "
+                         f"times (the offered rate is undefined otherwise)")
+    return (len(trace) - 1) / trace.span_s
+
+
+def time_scale(trace, capacity_rps: float, rho: float) -> float:
+    """The time-axis factor bringing `trace` to offered load `rho` given its capacity.
+
+    Identical arithmetic to `schedport.api.load_scale`, with the capacity supplied by
+    the caller (from the cache) instead of measured again.
+    """
+    return offered_rate(trace) / (capacity_rps * rho)
+
+
+class CapacityCache:
+    """Capacities in req/s keyed by (window sha256, engine config hash), persisted as JSON.
+
+    `get` / `put` work in memory; `save` writes the file atomically (temp file, fsync,
+    rename), merging entries another process may have saved meanwhile, so concurrent
+    users lose nothing. Floats are stored with Python's round-trip repr, so a cached
+    capacity is bit-identical to a freshly measured one.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self.entries: dict[str, float] = self._read()
+        self._dirty = False
+
+    @staticmethod
+    def key(window_sha256: str, config_hash: str) -> str:
+        """The cache key of a window and an engine configuration."""
+        return f"{window_sha256}:{config_hash}"
+
+    def _read(self) -> dict[str, float]:
+        if not self.path.exists():
+            return {}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise SchedportError(f"{self.path}: not a readable capacity cache ({_one_line(e)}); "
+                                 f"delete it to measure capacities again") from None
+        if not (isinstance(data, dict) and data.get("kind") == CACHE_KIND
+                and data.get("schema") == CACHE_SCHEMA and isinstance(data.get("entries"), dict)):
+            raise SchedportError(f"{self.path}: not a schedport capacity cache (schema {CACHE_SCHEMA}); "
+                                 f"delete or move it to measure capacities again")
+        entries = data["entries"]
+        for k, v in entries.items():
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
+                raise SchedportError(f"{self.path}: entry {k!r} is not a positive capacity ({v!r}); "
+                                     f"delete the file to measure capacities again")
+        return {str(k): float(v) for k, v in entries.items()}
+
+    def get(self, window_sha256: str, config_hash: str) -> float | None:
+        """The cached capacity, or None when it has not been measured yet."""
+        return self.entries.get(self.key(window_sha256, config_hash))
+
+    def put(self, window_sha256: str, config_hash: str, capacity_rps: float) -> None:
+        """Record a measured capacity (in memory; call `save` to persist)."""
+        self.entries[self.key(window_sha256, config_hash)] = float(capacity_rps)
+        self._dirty = True
+
+    def save(self) -> None:
+        """Write the cache atomically if anything changed, keeping entries saved by others."""
+        if not self._dirty:
+            return
+        merged = self._read() if self.path.exists() else {}
+        merged.update(self.entries)
+        self.entries = merged
+        payload = json.dumps({"kind": CACHE_KIND, "schema": CACHE_SCHEMA,
+                              "entries": dict(sorted(merged.items()))}, indent=1) + "\n"
+        atomic_write_bytes(self.path, payload.encode("utf-8"))
+        self._dirty = False
+
+    def capacity(self, trace, cfg, window_sha256: str | None = None) -> float:
+        """The capacity of `trace` on engine `cfg`: from the cache, else measured and recorded."""
+        from schedport.api import capacity
+
+        sha = window_sha256 or trace.content_sha256()
+        h = cfg.config_hash()
+        cap = self.get(sha, h)
+        if cap is None:
+            cap = capacity(trace, cfg)
+            self.put(sha, h, cap)
+        return cap
+
+
+def capacity_cache(path: str | os.PathLike[str]) -> CapacityCache:
+    """Open (or start) the persistent capacity cache at `path` (a JSON file)."""
+    return CapacityCache(path)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically and durably: temp file in the same dir, fsync, rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o644)  # mkstemp makes 0600; results are meant to be shared
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so a rename inside it survives a power loss (best effort)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__

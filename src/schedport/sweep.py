@@ -1,0 +1,934 @@
+"""The sweep: schedulers x windows x regions x seeds, resumable, on a process pool or Ray.
+
+`run_sweep` is the engine of ``schedport run``:
+
+1. Read the corpus (``DIR/manifest.json`` + ``DIR/windows/*.parquet``) and select the
+   cells: ``schedulers x windows x regions x seeds`` (``--windows N`` keeps the first N
+   windows of each source, in manifest order; ``--seeds N`` runs seeds 0..N-1).
+2. Open the results store (`schedport.store`): refuse a store of another corpus or engine
+   config, a corrupt or foreign directory; collect the cells already finished.
+3. Measure each selected window's capacity once (in parallel, same executor), cached in
+   ``OUT/capacity.json`` by (window sha256, engine hash) and reused on later runs.
+4. Run the missing cells in chunks -- one chunk = one window x one scheduler x all its
+   selected regions and seeds -- so a task carries the trace once and runs several
+   simulations (per-task overhead well under 1%), while chunks stay small enough to balance
+   load over the workers and to lose little on a kill. The driver alone writes the store:
+   finished cells are flushed as one Parquet part every `FLUSH_SECONDS` seconds or
+   `FLUSH_CELLS` cells, so a crash loses at most those.
+
+Per cell: ``time_scale = offered / (capacity * rho)`` (the formula of
+`schedport.api.load_scale`, capacity from the cache) and
+``api.simulate(trace, scheduler, engine=cfg, seed=seed, time_scale=time_scale)``; the
+stored row is the cell key, rho, time_scale, capacity and the run summary. Simulation is
+deterministic, so every executor and worker count gives bit-identical rows.
+
+Executors: ``local`` is a `ProcessPoolExecutor` over ``--workers`` processes (default: all
+cores; one worker runs in-process); ``ray`` submits the same chunks as Ray tasks to an
+existing cluster (``--ray-address``) or to a local instance with ``--workers`` CPUs. Each
+window's trace goes to the Ray object store once, so cluster nodes need no shared file
+system -- only the same schedport version installed (checked at start).
+
+``--quick`` selects `QUICK`: 5 schedulers (vllm-fcfs, sarathi, sjf, vtc, slo-admission:
+cheap to simulate, and batching, ordering, fairness and admission all represented), the
+first 4 windows of each source (enough for the analysis's per-window statistics), 3
+regions (moderate, near-saturation, overload: below, at and past the knee), 1 seed --
+180 runs on the 3-source corpus, about 15 s of simulation on 2 cores, under a minute with
+the analysis (and the corpus build on a fresh machine). Explicit selectors override it.
+
+Ctrl-C (or SIGTERM) stops cleanly: running tasks are cancelled, every finished cell is
+flushed, the manifest says "interrupted", and the command exits 130; rerunning resumes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from schedport.errors import SchedportError
+
+FLUSH_SECONDS = 5.0
+FLUSH_CELLS = 1000
+DEFAULT_CORPUS = Path("corpus")
+DEFAULT_OUT = Path("results")
+#: Extra counters `schedport.api.simulate` adds to every summary (after the SLO metrics).
+SUMMARY_COUNTERS = ("recomputed_tokens", "load_scale")
+#: The ``--quick`` subset (documented in the module docstring and the CLI help).
+QUICK = {"schedulers": ("vllm-fcfs", "sarathi", "sjf", "vtc", "slo-admission"), "windows": 4,
+         "regions": ("moderate", "near-saturation", "overload")}
+EXECUTORS = ("local", "ray")
+
+
+class SweepInterrupted(SchedportError):
+    """The sweep was stopped by Ctrl-C / SIGTERM after keeping every finished cell."""
+
+    exit_code = 130
+
+
+# ============================================================================ corpus access
+
+
+@dataclass(frozen=True)
+class CorpusWindow:
+    """One window of a corpus manifest: id, source, content sha256 and its other fields."""
+
+    window_id: str
+    source: str
+    sha256: str
+    meta: dict = field(default_factory=dict, compare=False)
+
+
+class _ManifestCorpus:
+    """A corpus directory read straight from its manifest (fallback for `schedport.corpus`)."""
+
+    def __init__(self, root: Path, corpus_sha256: str, windows: list[CorpusWindow]):
+        self.root = root
+        self.corpus_sha256 = corpus_sha256
+        self.windows = windows
+
+    def trace(self, window_id: str):
+        """The canonical trace of `window_id` (``windows/<window_id>.parquet``)."""
+        from schedport.trace import load_trace
+
+        return load_trace(self.root / "windows" / f"{window_id}.parquet")
+
+
+def _read_corpus(root: str | os.PathLike[str]) -> _ManifestCorpus:
+    """Read a corpus manifest (schema 1) into an object shaped like `schedport.corpus.Corpus`.
+
+    Only what the sweep needs is checked: a readable manifest with a corpus hash and a list
+    of windows each having a unique ``window_id``, a ``source`` and a ``sha256``. The window
+    files are checked against their sha256 when the sweep loads them.
+    """
+    root = Path(root)
+    mpath = root / "manifest.json"
+    hint = f"build it with `schedport corpus build --out {root}`"
+    if not mpath.is_file():
+        raise SchedportError(f"{root}: not a corpus directory (no manifest.json); {hint}")
+    try:
+        data = json.loads(mpath.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SchedportError(f"{mpath}: unreadable corpus manifest ({' '.join(str(e).split())})") from None
+    if not isinstance(data, dict) or data.get("schema") != 1:
+        raise SchedportError(f"{mpath}: not a schedport corpus manifest (schema 1)")
+    if not isinstance(data.get("corpus_sha256"), str) or not isinstance(data.get("windows"), list):
+        raise SchedportError(f"{mpath}: corpus manifest lacks corpus_sha256 or its windows list")
+    windows: list[CorpusWindow] = []
+    seen: set[str] = set()
+    for i, w in enumerate(data["windows"]):
+        if not isinstance(w, dict) or not all(isinstance(w.get(k), str) and w.get(k)
+                                              for k in ("window_id", "source", "sha256")):
+            raise SchedportError(f"{mpath}: windows[{i}] needs string window_id, source and sha256")
+        if w["window_id"] in seen:
+            raise SchedportError(f"{mpath}: window {w['window_id']!r} listed twice")
+        seen.add(w["window_id"])
+        windows.append(CorpusWindow(w["window_id"], w["source"], w["sha256"], dict(w)))
+    if not windows:
+        raise SchedportError(f"{mpath}: the corpus has no windows")
+    return _ManifestCorpus(root, data["corpus_sha256"], windows)
+
+
+def write_demo_corpus(out: str | os.PathLike[str], *, sources: tuple[str, ...] = ("demo-a", "demo-b"),
+                      windows_per_source: int = 2, requests_per_window: int = 60, seed: int = 0) -> Path:
+    """Write a small synthetic corpus (same layout and manifest as the real one) to `out`.
+
+    Windows are consecutive slices of `schedport.examples.make_example_trace` (one
+    generated trace per source, seeded by `seed` + source index), re-based to start at 0.
+    For tests, the sweep benchmark and first contact without the public data; its sources
+    are synthetic and named as such, never mistaken for real traces.
+    """
+    import hashlib
+
+    import numpy as np
+
+    from schedport.examples import make_example_trace
+    from schedport.regions import atomic_write_bytes
+    from schedport.trace import Trace, save_trace
+
+    out = Path(out)
+    (out / "windows").mkdir(parents=True, exist_ok=True)
+    entries = []
+    n = requests_per_window
+    for si, src in enumerate(sources):
+        full = make_example_trace(n * windows_per_source, seed + si)
+        for k in range(windows_per_source):
+            part = full[k * n:(k + 1) * n]
+            arr = np.round(part.arrival_s - part.arrival_s[0], 6)
+            wid = f"{src}-{k:02d}"
+            t = Trace.from_arrays(arr, part.input_tokens, part.output_tokens, part.client_id, name=wid)
+            save_trace(t, out / "windows" / f"{wid}.parquet")
+            entries.append({"window_id": wid, "source": src, "n_requests": len(t),
+                            "duration_s": float(t.span_s), "sha256": t.content_sha256()})
+    digest = hashlib.sha256("".join(e["window_id"] + ":" + e["sha256"] + "\n" for e in entries).encode())
+    manifest = {"schema": 1, "corpus_sha256": digest.hexdigest(), "code_version": "demo", "windows": entries}
+    atomic_write_bytes(out / "manifest.json", (json.dumps(manifest, indent=2) + "\n").encode())
+    return out
+
+
+def load_corpus(root: str | os.PathLike[str]):
+    """The corpus at `root`: via `schedport.corpus.load_corpus` when present, else `_read_corpus`."""
+    try:
+        from schedport.corpus import load_corpus as real_load
+    except ImportError:
+        return _read_corpus(root)
+    return real_load(root)
+
+
+# ============================================================================ selection
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What to run: scheduler names, windows (in corpus order), regions {name: rho}, seeds."""
+
+    schedulers: tuple[str, ...]
+    windows: tuple[CorpusWindow, ...]
+    regions: dict[str, float]
+    seeds: tuple[int, ...]
+
+    @property
+    def n_cells(self) -> int:
+        """Number of cells (runs) in the selection."""
+        return len(self.schedulers) * len(self.windows) * len(self.regions) * len(self.seeds)
+
+    def cells(self):
+        """Every cell key (source, window_id, region, scheduler, seed), window-major."""
+        for w in self.windows:
+            for s in self.schedulers:
+                for r in self.regions:
+                    for seed in self.seeds:
+                        yield (w.source, w.window_id, r, s, seed)
+
+
+def _split(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    return items or None
+
+
+def select(corpus, *, schedulers: str | list[str] | None = None, sources: str | list[str] | None = None,
+           regions: str | None = None, windows: int | None = None, seeds: int = 1,
+           quick: bool = False) -> Selection:
+    """Resolve command-line selectors against the corpus and the scheduler registry.
+
+    Names are validated (unknown scheduler, source or region -> one-line error listing the
+    known ones). `quick` fills in `QUICK` for every selector not given explicitly.
+    """
+    from schedport.regions import REGIONS, parse_regions
+    from schedport.schedulers import REGISTRY, get_policy
+
+    sch = _split(schedulers) if isinstance(schedulers, str) or schedulers is None else list(schedulers)
+    src = _split(sources) if isinstance(sources, str) or sources is None else list(sources)
+    if quick:
+        sch = sch or list(QUICK["schedulers"])
+        windows = windows if windows is not None else QUICK["windows"]
+        if regions is None:
+            regions = ",".join(QUICK["regions"])
+    sch = sch or list(REGISTRY)
+    for s in sch:
+        get_policy(s)
+    if len(set(sch)) != len(sch):
+        raise SchedportError("--schedulers: a scheduler is named twice")
+    reg = parse_regions(regions) if regions is not None else dict(REGIONS)
+    if windows is not None and windows < 1:
+        raise SchedportError(f"--windows must be at least 1, got {windows}")
+    if seeds < 1:
+        raise SchedportError(f"--seeds must be at least 1, got {seeds}")
+    known = list(dict.fromkeys(w.source for w in corpus.windows))
+    if src:
+        for s in src:
+            if s not in known:
+                raise SchedportError(f"--sources: unknown source {s!r} in this corpus (known: {', '.join(known)})")
+    chosen: list[CorpusWindow] = []
+    per_source: dict[str, int] = {}
+    for w in corpus.windows:
+        if src and w.source not in src:
+            continue
+        if windows is not None and per_source.get(w.source, 0) >= windows:
+            continue
+        per_source[w.source] = per_source.get(w.source, 0) + 1
+        chosen.append(w)
+    return Selection(tuple(sch), tuple(chosen), reg, tuple(range(seeds)))
+
+
+def metric_columns(cfg) -> list[str]:
+    """The metric columns of every stored row for engine config `cfg` (summary key order)."""
+    from schedport.metrics import summary_keys
+
+    return summary_keys(list(cfg.slo_profiles), SUMMARY_COUNTERS)
+
+
+# ============================================================================ the work (in workers)
+
+
+def measure_capacity(trace, cfg) -> tuple[float, float]:
+    """Worker task: (capacity in req/s, seconds spent) of one window on engine `cfg`."""
+    from schedport.api import capacity
+
+    t0 = time.perf_counter()
+    cap = capacity(trace, cfg)
+    return cap, time.perf_counter() - t0
+
+
+def run_chunk(trace, cfg, scheduler: str, window: tuple[str, str, str, float], cells: list[tuple[str, float, int]],
+              keep_requests: bool = False) -> tuple[list[dict], list | None, float]:
+    """Worker task: simulate one window under one scheduler at several (region, rho, seed).
+
+    `window` is (source, window_id, sha256, capacity_rps). Returns the stored rows, the
+    per-request tables when `keep_requests` (else None), and the seconds spent inside
+    `api.simulate` (to measure the sweep machinery's overhead).
+    """
+    from schedport.api import simulate
+    from schedport.regions import time_scale
+
+    source, window_id, sha, cap = window
+    rows: list[dict] = []
+    reqs: list | None = [] if keep_requests else None
+    sim_s = 0.0
+    for region, rho, seed in cells:
+        scale = time_scale(trace, cap, rho)
+        t0 = time.perf_counter()
+        res = simulate(trace, scheduler, engine=cfg, seed=seed, time_scale=scale)
+        sim_s += time.perf_counter() - t0
+        row = {"source": source, "window_id": window_id, "region": region, "scheduler": scheduler,
+               "seed": int(seed), "rho": float(rho), "time_scale": float(scale), "capacity_rps": float(cap),
+               "window_sha256": sha}
+        row.update(res.summary)
+        rows.append(row)
+        if reqs is not None:
+            reqs.append(res.requests)
+    return rows, reqs, sim_s
+
+
+def _worker_init(driver_pid: int) -> None:
+    """Pool worker set-up: ignore Ctrl-C, die with the driver, pay the imports up front."""
+    # Ctrl-C reaches the whole process group; only the driver handles it (flush, mark, exit).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watch_driver, args=(driver_pid,), daemon=True, name="driver-watch").start()
+    import schedport.api  # noqa: F401
+
+
+def _driver_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed driver not yet reaped by its parent is a zombie: dead for our purpose
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _watch_driver(pid: int, period: float = 1.0) -> None:
+    # A SIGKILLed driver cannot stop its workers (forkserver children are not its own), and
+    # they would otherwise wait for work forever: exit within a second of its death.
+    while True:
+        time.sleep(period)
+        if not _driver_alive(pid):
+            os._exit(1)
+
+
+def _warmup() -> int:
+    """Worker task used to start every pool process before the sweep's clock starts."""
+    time.sleep(0.05)  # long enough that each warm-up task lands on its own new process
+    return os.getpid()
+
+
+def code_fingerprint() -> str:
+    """sha256 over the source of the modules a simulation's result depends on."""
+    import hashlib
+
+    import schedport
+
+    h = hashlib.sha256(schedport.__version__.encode())
+    pkg = Path(schedport.__file__).parent
+    for name in ("api.py", "engine.py", "policy.py", "schedulers.py", "latency.py", "metrics.py",
+                 "config.py", "trace.py", "regions.py"):
+        p = pkg / name
+        h.update(name.encode() + b"\0" + (p.read_bytes() if p.exists() else b""))
+    return h.hexdigest()
+
+
+# ============================================================================ executors
+
+
+class _Task:
+    """A deferred call (the serial executor's task handle; hashable by identity)."""
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn, args):
+        self.fn = fn
+        self.args = args
+
+
+class _Serial:
+    """Runs tasks in the driver process, one at a time (``--workers 1``)."""
+
+    name = "local"
+
+    def put(self, obj):
+        return obj
+
+    def submit(self, fn, *args):
+        return _Task(fn, args)
+
+    def as_completed(self, handles, tick: float):
+        """Run each task now, in submission order, yielding (handle, result)."""
+        for h in list(handles):
+            yield h, h.fn(*h.args)
+
+    def shutdown(self, cancel: bool = False) -> None:
+        pass
+
+
+class _Pool:
+    """A process pool over `workers` processes (forkserver start: safe with the driver's threads)."""
+
+    name = "local"
+
+    def __init__(self, workers: int):
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                                        initargs=(os.getpid(),))
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            for f in [self.pool.submit(_warmup) for _ in range(workers)]:
+                f.result()
+        except BrokenProcessPool:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            raise SchedportError("the worker processes failed to start (a script calling run_sweep must "
+                                 "guard its entry point with `if __name__ == \"__main__\":`)") from None
+
+    def put(self, obj):
+        return obj
+
+    def submit(self, fn, *args):
+        return self.pool.submit(fn, *args)
+
+    def as_completed(self, handles, tick: float):
+        """Yield (handle, result) as tasks finish, and (None, None) every `tick` seconds idle."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        pending = set(handles)
+        while pending:
+            done, pending = wait(pending, timeout=tick, return_when=FIRST_COMPLETED)
+            if not done:
+                yield None, None
+            for f in done:
+                yield f, f.result()
+
+    def shutdown(self, cancel: bool = False) -> None:
+        if cancel:
+            procs = list((getattr(self.pool, "_processes", None) or {}).values())
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            for p in procs:  # our own worker processes: stop their in-flight chunk now
+                if p.is_alive():
+                    p.terminate()
+            for p in procs:
+                p.join(timeout=5)
+        else:
+            self.pool.shutdown(wait=True)
+
+
+class _Ray:
+    """The same tasks as Ray remote tasks, on an existing cluster or a local instance."""
+
+    name = "ray"
+
+    def __init__(self, workers: int, address: str | None):
+        try:
+            import ray
+        except ImportError:
+            raise SchedportError("--executor ray needs Ray: pip install 'schedport[ray]'") from None
+        self.ray = ray
+        self.started = False
+        if not ray.is_initialized():
+            kw: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
+            if address:
+                _check_reachable(address)
+            try:
+                if address:
+                    ray.init(address=address, **kw)
+                else:
+                    ray.init(num_cpus=workers, include_dashboard=False, **kw)
+            except Exception as e:  # connection refused, bad address, ...
+                where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+                raise SchedportError(f"cannot start or reach {where}: {' '.join(str(e).split())[:300]}") from None
+            self.started = True
+        self._remote: dict = {}
+        self._pending: set = set()
+        mine = code_fingerprint()
+        theirs = ray.get(self._fn(code_fingerprint).remote())
+        if theirs != mine:
+            self.shutdown()
+            raise SchedportError("the Ray workers run another schedport version/code than this driver "
+                                 "(results would not be comparable); install the same schedport there")
+
+    def _fn(self, fn):
+        if fn not in self._remote:
+            self._remote[fn] = self.ray.remote(fn)
+        return self._remote[fn]
+
+    def put(self, obj):
+        return self.ray.put(obj)
+
+    def submit(self, fn, *args):
+        ref = self._fn(fn).remote(*args)
+        self._pending.add(ref)
+        return ref
+
+    def as_completed(self, handles, tick: float):
+        """Yield (ref, result) as tasks finish, and (None, None) every `tick` seconds idle."""
+        pending = list(handles)
+        while pending:
+            done, pending = self.ray.wait(pending, num_returns=1, timeout=tick)
+            if not done:
+                yield None, None
+            for ref in done:
+                self._pending.discard(ref)
+                try:
+                    res = self.ray.get(ref)
+                except self.ray.exceptions.RayTaskError as e:
+                    cause = getattr(e, "cause", None)
+                    if isinstance(cause, SchedportError):
+                        raise cause from None
+                    raise
+                yield ref, res
+
+    def shutdown(self, cancel: bool = False) -> None:
+        if cancel:  # on a shared cluster, do not leave our queued tasks behind
+            for ref in self._pending:
+                try:
+                    self.ray.cancel(ref, force=True)
+                except Exception:  # already finished or gone: nothing to cancel
+                    pass
+            self._pending.clear()
+        if self.started:
+            self.ray.shutdown()
+            self.started = False
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast (one line) when a ``host:port`` Ray address refuses connections.
+
+    `ray.init` would otherwise retry for minutes. Addresses without an explicit port
+    ("auto", "local") are left to Ray.
+    """
+    import socket
+
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise SchedportError(f"cannot start or reach the Ray cluster at {address}: "
+                             f"{e.strerror or e}") from None
+
+
+def make_executor(kind: str, workers: int, ray_address: str | None = None):
+    """The executor named `kind` ("local" or "ray") with `workers` processes / local CPUs."""
+    if kind == "local":
+        if ray_address:
+            raise SchedportError("--ray-address only applies to --executor ray")
+        return _Serial() if workers == 1 else _Pool(workers)
+    if kind == "ray":
+        return _Ray(workers, ray_address)
+    raise SchedportError(f"--executor must be one of {', '.join(EXECUTORS)}, got {kind!r}")
+
+
+# ============================================================================ the sweep
+
+
+@dataclass
+class SweepResult:
+    """What a sweep did: cell counts, timings and where the results are."""
+
+    out: Path
+    cells_total: int
+    cells_skipped: int
+    cells_run: int
+    wall_s: float
+    sim_s: float
+    capacity_s: float
+    capacities_measured: int
+    workers: int
+    executor: str
+    status: str
+    moved_aside: Path | None = None
+    timings: dict = field(default_factory=dict)
+    sim_by_scheduler: dict = field(default_factory=dict)
+
+
+def _progress(enabled: bool, console=None):
+    """A rich progress display: description, bar, done/total, runs/s, elapsed and ETA."""
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.text import Text
+
+    class RateColumn(ProgressColumn):
+        def render(self, task):
+            speed = task.finished_speed or task.speed
+            return Text("-- runs/s" if not speed else f"{speed:.1f} runs/s", style="progress.data.speed")
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), RateColumn(),
+                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                    console=console or Console(stderr=True), disable=not enabled)
+
+
+class _StopOnSignal:
+    """Turn SIGTERM into KeyboardInterrupt while the sweep runs, so both stop it cleanly."""
+
+    def __enter__(self):
+        self.old = None
+        if threading.current_thread() is threading.main_thread():
+            def handler(signum, frame):
+                raise KeyboardInterrupt
+            self.old = signal.signal(signal.SIGTERM, handler)
+        return self
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            signal.signal(signal.SIGTERM, self.old)
+        return False
+
+
+def _engine_config(engine):
+    from schedport.config import EngineConfig, load_engine_config
+
+    return engine if isinstance(engine, EngineConfig) else load_engine_config(engine)
+
+
+def run_sweep(corpus_dir: str | os.PathLike[str], out: str | os.PathLike[str], *,
+              schedulers: str | list[str] | None = None, sources: str | list[str] | None = None,
+              regions: str | None = None, windows: int | None = None, seeds: int = 1, quick: bool = False,
+              engine=None, executor: str = "local", workers: int | None = None,
+              ray_address: str | None = None, keep_requests: bool = False, force: bool = False,
+              progress: bool = True, console=None, flush_cells: int = FLUSH_CELLS,
+              flush_seconds: float = FLUSH_SECONDS) -> SweepResult:
+    """Run (or resume) the sweep of the selected cells into the results store at `out`.
+
+    `engine` is an `EngineConfig`, a TOML path or None (defaults). Finished cells already
+    in the store are skipped; the rest run on the chosen executor and are flushed to the
+    store in atomic batches (every `flush_cells` cells or `flush_seconds` seconds).
+    Raises `SweepInterrupted` (exit code 130) after a clean stop on Ctrl-C / SIGTERM, and
+    `SchedportError` for any bad input, foreign or mismatched store. With the local
+    executor and more than one worker, a script calling this must guard its entry point
+    with ``if __name__ == "__main__":`` (worker processes re-import the main module).
+    Returns a `SweepResult`; the method is in the module docstring.
+    """
+    from schedport.store import open_store
+
+    t_start = time.perf_counter()
+    out = Path(out)
+    cfg = _engine_config(engine)
+    workers = int(workers) if workers is not None else (os.cpu_count() or 1)
+    if workers < 1:
+        raise SchedportError(f"--workers must be at least 1, got {workers}")
+    if executor not in EXECUTORS:
+        raise SchedportError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    corpus = load_corpus(corpus_dir)
+    sel = select(corpus, schedulers=schedulers, sources=sources, regions=regions, windows=windows,
+                 seeds=seeds, quick=quick)
+    store, moved = open_store(out, corpus_sha256=corpus.corpus_sha256, engine_config=cfg.to_dict(),
+                              engine_hash=cfg.config_hash(), metric_columns=metric_columns(cfg),
+                              corpus_dir=str(corpus_dir), force=force)
+    sw = _Sweep(corpus, corpus_dir, sel, cfg, store, workers, flush_cells, flush_seconds, keep_requests)
+    res = SweepResult(out=out, cells_total=sel.n_cells, cells_skipped=0, cells_run=0, wall_s=0.0, sim_s=0.0,
+                      capacity_s=0.0, capacities_measured=0, workers=workers, executor=executor,
+                      status="failed", moved_aside=moved, timings=sw.timings, sim_by_scheduler=sw.by_sched)
+    interrupted = False
+    try:
+        sw.plan()
+        res.cells_skipped = sw.skipped
+        store.begin_run({"selectors": sw.selectors(quick), "executor": executor, "workers": workers,
+                         "cells_planned": sel.n_cells, "cells_skipped": sw.skipped})
+        if sw.todo:
+            sw.load_traces(t_start)
+            sw.ex = make_executor(executor, workers, ray_address)
+            sw.timings["executor_start_s"] = time.perf_counter() - t_start - sw.timings["load_s"]
+            with _StopOnSignal(), _progress(progress, console) as bar:
+                sw.measure_capacities(out / "capacity.json", bar)
+                sw.run_cells(bar)
+            sw.ex.shutdown()
+            sw.ex = None
+        res.status = "finished"
+    except KeyboardInterrupt:
+        res.status = "interrupted"
+        interrupted = True
+    finally:
+        if sw.ex is not None:
+            sw.ex.shutdown(cancel=True)
+        res.wall_s = time.perf_counter() - t_start
+        res.cells_run, res.sim_s = sw.cells_run, sw.sim_s
+        res.capacity_s, res.capacities_measured = sw.cap_s, sw.n_measured
+        try:
+            store.flush()  # every finished cell is kept, whatever stopped the sweep
+            if store.manifest.get("runs") and store.manifest["runs"][-1]["status"] == "running":
+                store.end_run(res.status, cells_run=res.cells_run, wall_s=round(res.wall_s, 3),
+                              sim_s=round(res.sim_s, 3))
+        finally:
+            store.close()
+    if interrupted:
+        raise SweepInterrupted(f"interrupted: kept {len(store.done)} finished cells in {out}; "
+                               f"rerun the same command to resume")
+    return res
+
+
+class _Sweep:
+    """The state of one `run_sweep` invocation between planning and the last flush."""
+
+    def __init__(self, corpus, corpus_dir, sel: Selection, cfg, store, workers: int, flush_cells: int,
+                 flush_seconds: float, keep_requests: bool):
+        self.corpus, self.corpus_dir, self.sel, self.cfg, self.store = corpus, corpus_dir, sel, cfg, store
+        self.workers, self.flush_cells, self.flush_seconds = workers, flush_cells, flush_seconds
+        self.keep_requests = keep_requests
+        self.chash = cfg.config_hash()
+        self.ex = None
+        self.todo: dict[tuple[str, str], list[tuple[str, float, int]]] = {}
+        self.skipped = 0
+        self.need: list[CorpusWindow] = []
+        self.traces: dict = {}
+        self.caps: dict[str, float] = {}
+        self.cells_run = 0
+        self.sim_s = self.cap_s = 0.0
+        self.n_measured = 0
+        self.timings: dict[str, float] = {}
+        self.by_sched: dict[str, float] = {}
+
+    def plan(self) -> None:
+        """Split the selection into finished cells (skipped) and chunks still to run."""
+        for region, rho in self.sel.regions.items():
+            old = self.store.region_rho.get(region)
+            if old is not None and old != rho:
+                raise SchedportError(f"{self.store.root}: region {region!r} was run at rho={old}, this run asks "
+                                     f"rho={rho}; give the custom region another name or use a new --out")
+        for key in self.sel.cells():
+            if key in self.store.done:
+                self.skipped += 1
+                continue
+            _, wid, region, sched, seed = key
+            self.todo.setdefault((wid, sched), []).append((region, self.sel.regions[region], seed))
+        wanted = {wid for wid, _ in self.todo}
+        self.need = [w for w in self.sel.windows if w.window_id in wanted]
+
+    def selectors(self, quick: bool) -> dict:
+        """The selection as recorded in the manifest."""
+        sel = self.sel
+        return {"schedulers": list(sel.schedulers), "sources": list(dict.fromkeys(w.source for w in sel.windows)),
+                "windows": [w.window_id for w in sel.windows], "regions": sel.regions, "seeds": list(sel.seeds),
+                "quick": quick, "keep_requests": self.keep_requests}
+
+    def load_traces(self, t_start: float) -> None:
+        """Load every window still needed, checking its content hash and that it can be scaled."""
+        from schedport.regions import offered_rate
+
+        for w in self.need:
+            t = self.corpus.trace(w.window_id)
+            if t.content_sha256() != w.sha256:
+                raise SchedportError(f"{self.corpus_dir}: window {w.window_id} does not match its manifest "
+                                     f"sha256 (run `schedport corpus verify`)")
+            offered_rate(t)  # a window that cannot be brought to a region fails here, before any work
+            self.traces[w.window_id] = t
+        self.timings["load_s"] = time.perf_counter() - t_start
+
+    def measure_capacities(self, cache_path: Path, bar) -> None:
+        """Capacity of every needed window: from the cache, else measured in parallel and cached."""
+        from schedport.regions import capacity_cache
+
+        ex = self.ex
+        self.refs = {wid: ex.put(t) for wid, t in self.traces.items()}
+        self.cfg_ref = ex.put(self.cfg)
+        cache = capacity_cache(cache_path)
+        missing = []
+        for w in self.need:
+            c = cache.get(w.sha256, self.chash)
+            if c is None:
+                missing.append(w)
+            else:
+                self.caps[w.window_id] = c
+        if not missing:
+            return
+        t0 = last_save = time.perf_counter()
+        task = bar.add_task("capacities", total=len(missing))
+        handles = {ex.submit(measure_capacity, self.refs[w.window_id], self.cfg_ref): w for w in missing}
+        try:
+            for h, res in ex.as_completed(list(handles), tick=1.0):
+                if h is None:
+                    continue
+                w = handles[h]
+                cap, dt = res
+                self.caps[w.window_id] = cap
+                self.cap_s += dt
+                self.n_measured += 1
+                cache.put(w.sha256, self.chash, cap)
+                bar.advance(task)
+                if time.perf_counter() - last_save >= self.flush_seconds:
+                    cache.save()
+                    last_save = time.perf_counter()
+        finally:
+            cache.save()
+        self.timings["capacity_wall_s"] = time.perf_counter() - t0
+
+    def run_cells(self, bar) -> None:
+        """Run every remaining chunk, flushing finished cells to the store in batches."""
+        ex, store = self.ex, self.store
+        t0 = time.perf_counter()
+        task = bar.add_task("runs", total=sum(len(c) for c in self.todo.values()))
+        handles = {}
+        for w in self.need:  # window-major: corpus order, then scheduler order
+            for s in self.sel.schedulers:
+                cells = self.todo.get((w.window_id, s))
+                if cells:
+                    h = ex.submit(run_chunk, self.refs[w.window_id], self.cfg_ref, s,
+                                  (w.source, w.window_id, w.sha256, self.caps[w.window_id]), cells,
+                                  self.keep_requests)
+                    handles[h] = s
+        allowed = set(metric_columns(self.cfg)) | {"source", "window_id", "region", "scheduler", "seed", "rho",
+                                                   "time_scale", "capacity_rps", "window_sha256"}
+        last_flush = last_event = time.monotonic()
+        outstanding = len(handles)
+        idle = 0.0  # worker-seconds without a task (the tail): a diagnostic for the benchmark
+        for h, res in ex.as_completed(list(handles), tick=1.0):
+            now = time.monotonic()
+            if outstanding < self.workers:
+                idle += (self.workers - outstanding) * (now - last_event)
+            last_event = now
+            if h is not None:
+                outstanding -= 1
+                rows, reqs, dt = res
+                extra = set(rows[0]) - allowed
+                if extra:
+                    raise RuntimeError(f"schedport bug: the run summary has keys the store does not declare: "
+                                       f"{sorted(extra)}")
+                store.add(rows, reqs)
+                self.sim_s += dt
+                self.by_sched[handles[h]] = self.by_sched.get(handles[h], 0.0) + dt
+                self.cells_run += len(rows)
+                bar.advance(task, len(rows))
+            if store.pending and (store.pending >= self.flush_cells
+                                  or time.monotonic() - last_flush >= self.flush_seconds):
+                store.flush()
+                last_flush = time.monotonic()
+        store.flush()
+        self.timings.update(runs_wall_s=time.perf_counter() - t0, idle_worker_s=idle, tasks=len(handles))
+
+
+# ============================================================================ the CLI command
+
+
+def run_command(
+    schedulers: Optional[str] = typer.Option(
+        None, "--schedulers", help="Comma-separated scheduler names (default: all 13; see `schedport schedulers`)."),
+    sources: Optional[str] = typer.Option(
+        None, "--sources", help="Comma-separated corpus sources (default: all, e.g. azure,bailian,burstgpt-modeled)."),
+    regions: Optional[str] = typer.Option(
+        None, "--regions", help="Comma-separated regions: light,moderate,high,near-saturation,overload,severe "
+                                "(rho 0.3..1.6), or custom name=rho. Default: all six."),
+    windows: Optional[int] = typer.Option(
+        None, "--windows", help="Run only the first N windows of each source (default: all)."),
+    seeds: int = typer.Option(1, "--seeds", help="Run seeds 0..N-1 of every cell."),
+    corpus: Path = typer.Option(
+        DEFAULT_CORPUS, "--corpus", help="Corpus directory (built from the public data if missing)."),
+    engine: Optional[Path] = typer.Option(None, "--engine", help="Engine config TOML (defaults: docs/engine.md)."),
+    data_dir: Optional[Path] = typer.Option(
+        None, "--data-dir", help="Public data directory, used only to build a missing corpus."),
+    quick: bool = typer.Option(
+        False, "--quick", help="Small first-contact subset (under a minute on 2 cores): schedulers "
+                               "vllm-fcfs,sarathi,sjf,vtc,slo-admission; 4 windows per source; regions "
+                               "moderate,near-saturation,overload. Explicit selectors override it."),
+    out: Path = typer.Option(
+        DEFAULT_OUT, "--out", help="Results directory: Parquet dataset OUT/runs/ + OUT/manifest.json. "
+                                   "Rerunning resumes, skipping finished cells."),
+    force: bool = typer.Option(
+        False, "--force", help="If OUT holds results of another corpus/engine config, or is corrupt or foreign, "
+                               "move it aside to OUT.old-<timestamp> and start afresh (nothing is deleted)."),
+    workers: Optional[int] = typer.Option(
+        None, "--workers", help="Worker processes (local) or CPUs of a local Ray instance (default: all cores)."),
+    executor: str = typer.Option("local", "--executor", help="local (process pool) or ray."),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray-address", help="Existing Ray cluster (e.g. ray://host:10001 or auto); default: start a "
+                                    "local instance."),
+    keep_requests: bool = typer.Option(
+        False, "--keep-requests", help="Also keep every run's per-request table in OUT/requests/ (large)."),
+) -> None:
+    """Run the experiment matrix (schedulers x windows x regions x seeds), resumable, then the analysis."""
+    try:
+        _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
+                     workers, executor, ray_address, keep_requests)
+    except (KeyboardInterrupt, SweepInterrupted) as e:
+        from rich.console import Console
+
+        msg = str(e) if isinstance(e, SweepInterrupted) else "interrupted"
+        Console(stderr=True).print(msg, markup=False)
+        raise typer.Exit(130) from None
+
+
+def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
+                 workers, executor, ray_address, keep_requests) -> None:
+    from rich.console import Console
+
+    con = Console()
+    if not corpus.exists():
+        try:
+            from schedport.corpus import build_corpus
+        except ImportError:
+            raise SchedportError(f"{corpus}: corpus directory not found; build the corpus first "
+                                 f"(`schedport corpus build --out {corpus}`)") from None
+        con.print(f"corpus {corpus} not found: building it from the public data first", markup=False)
+        kw = {}
+        if "progress" in inspect.signature(build_corpus).parameters:
+            kw["progress"] = lambda msg: con.print(str(msg), markup=False, soft_wrap=True)
+        build_corpus(spec=None, data_dir=data_dir, out=corpus, **kw)
+    res = run_sweep(corpus, out, schedulers=schedulers, sources=sources, regions=regions, windows=windows,
+                    seeds=seeds, quick=quick, engine=engine, executor=executor, workers=workers,
+                    ray_address=ray_address, keep_requests=keep_requests, force=force)
+    if res.moved_aside is not None:
+        con.print(f"moved the previous contents of {out} aside to {res.moved_aside}", markup=False,
+                  soft_wrap=True)
+    if res.cells_run == 0:
+        con.print(f"nothing to run: all {res.cells_total} cells are already in {out / 'runs'} "
+                  f"(0 simulations, {res.wall_s:.1f} s)", markup=False,
+                  soft_wrap=True)
+    else:
+        rate = res.cells_run / res.wall_s if res.wall_s > 0 else math.nan
+        con.print(f"{res.cells_run} runs ({res.cells_skipped} already done, {res.cells_total} in the selection) "
+                  f"in {_fmt_wall(res.wall_s)} wall ({rate:.1f} runs/s, {res.workers} {res.executor} workers); "
+                  f"results in {out / 'runs'}", markup=False, soft_wrap=True)
+    try:
+        from schedport.analysis import analyze
+    except ImportError:
+        return
+    kw = {"corpus_dir": corpus} if "corpus_dir" in inspect.signature(analyze).parameters else {}
+    analyze(out, out, **kw)
+    for name in ("portability.json", "report.html"):
+        if (out / name).exists():
+            con.print(f"{'analysis' if name.endswith('json') else 'report'}: {out / name}", markup=False,
+                      soft_wrap=True)
+
+
+def _fmt_wall(s: float) -> str:
+    if s < 60:
+        return f"{s:.1f} s"
+    m, sec = divmod(int(round(s)), 60)
+    return f"{m} min {sec:02d} s"
