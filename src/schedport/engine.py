@@ -193,6 +193,7 @@ class Simulator:
         self.cohort_buckets = [0] * config.block_size   # members by pval mod block_size
         self.cohort_heap: list = []                     # (done_clock, idx, req)
         self._alloc_decode = self.sched.mode.allocates_decode_blocks
+        self._last_dt = 0.0
         self._cohort_hook = self.sched.order.cohort_changed
 
     # ----------------------------------------------------------------- bookkeeping used by policies
@@ -395,6 +396,7 @@ class Simulator:
             self.swap_bytes_pending = 0
         start = self.now
         end = start + dt
+        self._last_dt = dt
         finished = []
         emitted = plan.emitted = []
         joined = []
@@ -486,16 +488,30 @@ class Simulator:
             k = min(k, max(j, 1))
         return k
 
+    def _too_close(self, t_pol) -> bool:
+        """Cheap pre-check: is the next time-driven decision due within about one step?
+
+        Only decides whether a fast-forward is worth attempting; results never depend on it.
+        """
+        limit = self.horizon
+        if self._next_arrival < len(self.requests):
+            limit = min(limit, self.requests[self._next_arrival].arrival)
+        if t_pol is not None:
+            limit = min(limit, t_pol)
+        return limit - self.now < 1.5 * self._last_dt
+
     def _fast_forward(self, plan) -> bool:
         """Run K identical decode-only steps at once; False if fewer than 2 are possible."""
         if plan.cohort:
             return self._fast_forward_cohort(plan)
+        k_pol, t_pol = self.sched.fast_forward_limit(plan, self.now)
+        if self._too_close(t_pol):
+            return False
         running = self.running
         B = len(running)
         comp = np.fromiter((r.computed for r in running), dtype=np.int64, count=B)
         rem = np.fromiter((r.output - r.generated for r in running), dtype=np.int64, count=B)
         k_max = int(rem.min())                       # the step that completes the first request(s)
-        k_pol, t_pol = self.sched.fast_forward_limit(plan, self.now)
         if k_pol is not None:
             k_max = min(k_max, k_pol)
         if k_max < 2:
@@ -543,8 +559,10 @@ class Simulator:
         """Fast-forward when every running request is a cohort member: O(k) numpy, no per-request work."""
         n = self.cohort_n
         d0 = self.dclock
-        k_max = self._cohort_next_done() - d0
         k_pol, t_pol = self.sched.fast_forward_limit(plan, self.now)
+        if self._too_close(t_pol):
+            return False
+        k_max = self._cohort_next_done() - d0
         if k_pol is not None:
             k_max = min(k_max, k_pol)
         if k_max < 2:

@@ -145,20 +145,31 @@ class SkipJoinMLFQ(SortedEachStep):
         return req.aux
 
     def key(self, req, now):
-        s = self._state(req)
+        s = req.aux                     # set when the request first joined the queue
         return (s[0], s[1], req.idx)
 
     def push(self, req, now):
-        self._state(req)
+        s = self._state(req)
+        if s[0] > 0:
+            self._next_starve = min(self._next_starve, s[4] + self.starve)
         super().push(req, now)
+
+    _next_starve = math.inf             # no waiting job can starve before this time
 
     def prepare(self, now):
         """Promote waiting jobs that have not run for `starve_limit_s` to the top queue."""
+        if now < self._next_starve - 1e-6:
+            return
+        nxt = math.inf
         for r in self.items:
-            s = self._state(r)
-            if s[0] > 0 and now - s[4] >= self.starve:
-                s[0], s[1], s[2] = 0, now, 0.0
-                self._sorted_at = None
+            s = r.aux
+            if s[0] > 0:
+                if now - s[4] >= self.starve:
+                    s[0], s[1], s[2] = 0, now, 0.0
+                    self._sorted_at = None
+                else:
+                    nxt = min(nxt, s[4] + self.starve)
+        self._next_starve = nxt
 
     def _close(self, s):
         if not math.isnan(s[3]):
@@ -178,50 +189,38 @@ class SkipJoinMLFQ(SortedEachStep):
             s[3] = math.nan
 
     def after_step(self, plan, start, end):
+        run = self._run
         for r, _ in plan.items:
-            self._run(self._state(r), start, end)
-        for r in self.sim.running:
-            if r.aux is not None and r.aux[4] != end:
-                self._close(r.aux)              # not scheduled this step: its run segment ends
+            run(r.aux, start, end)
+        if len(plan.items) != len(self.sim.running):
+            for r in self.sim.running:
+                if r.aux[4] != end:
+                    self._close(r.aux)          # not scheduled this step: its run segment ends
 
     def requeue(self, req, now):
-        self._close(self._state(req))
+        s = self._state(req)
+        self._close(s)
+        if s[0] > 0:
+            self._next_starve = min(self._next_starve, s[4] + self.starve)
         super().requeue(req, now)
 
     def fast_forward_limit(self, plan, now):
-        t = None
-        for r in self.items:
-            s = self._state(r)
-            if s[0] > 0:
-                tt = s[4] + self.starve
-                t = tt if t is None else min(t, tt)
-        return None, t
+        """The earliest time a waiting job may starve or a running job may use up its quantum.
 
-    def refine_fast_forward(self, plan, starts, ends, k):
-        # starvation promotions: the first step whose start satisfies now - last >= limit
-        for r in self.items:
-            s = self._state(r)
-            if s[0] > 0:
-                hit = np.nonzero(starts[:k] - s[4] >= self.starve)[0]
-                if hit.size:
-                    k = min(k, max(int(hit[0]), 1))
-        # demotions: step j is the last one allowed if it ends a job's quantum. Find the job that
-        # gets there first by arithmetic, then decide with the exact float test the step loop uses.
-        cands = []
+        Returned 1 us early: a step that starts before it cannot trigger either decision (the
+        step-by-step tests compare within float rounding of these sums), so no exact re-check
+        is needed; the step during which a quantum runs out still starts before it and runs.
+        """
+        t = self._next_starve
+        last = self.levels - 1
         for r, _ in plan.items:
-            s = self._state(r)
-            if s[0] >= self.levels - 1:
-                continue
-            seg = float(starts[0]) if (s[4] != starts[0] or math.isnan(s[3])) else s[3]
-            cands.append((seg + (self.quanta[s[0]] - s[2]), seg, s))
-        if cands:
-            first = min(c[0] for c in cands)
-            for due, seg, s in cands:
-                if due <= first + 1e-6 * max(1.0, abs(first)):
-                    hit = np.nonzero(s[2] + (ends[:k] - seg) >= self.quanta[s[0]])[0]
-                    if hit.size:
-                        k = min(k, int(hit[0]) + 1)
-        return k
+            s = r.aux
+            if s[0] < last:
+                seg = now if (s[4] != now or math.isnan(s[3])) else s[3]
+                due = seg + (self.quanta[s[0]] - s[2])
+                if due < t:
+                    t = due
+        return None, (t - 1e-6 if t < math.inf else None)
 
     def after_fast_forward(self, plan, starts, ends, k):
         for r, _ in plan.items:
