@@ -404,7 +404,6 @@ def _headline(res: dict, n: _Nums) -> str:
     out += c
 
     # card 3: metrics
-    hm = h["metrics"]
     c = ['<div class="card" id="card-metrics"><h3>Does the ranking depend on the metric?</h3>']
     c.append(f"<p>Mean pairwise tau between the main metrics: <span class='big'>"
              f"{n('headline.metrics.mean_pairwise_tau.value')}</span> <span class='ci'>["

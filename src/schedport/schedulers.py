@@ -15,10 +15,10 @@ from functools import partial
 
 import numpy as np
 
-from schedport.engine import RUNNING, Request
+from schedport.engine import Request
 from schedport.errors import ConfigError
 from schedport.policy import (
-    AdmitAll, Continuous, Fifo, Ordering, Policy, Selective, SortedEachStep, Static, StaticKey,
+    Continuous, Fifo, Ordering, Policy, Selective, SortedEachStep, Static, StaticKey,
     StallFree,
 )
 

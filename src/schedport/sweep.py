@@ -54,6 +54,7 @@ from typing import Any, Optional
 
 import typer
 
+from schedport.corpus import Window
 from schedport.errors import SchedportError
 
 FLUSH_SECONDS = 5.0
@@ -77,64 +78,11 @@ class SweepInterrupted(SchedportError):
 # ============================================================================ corpus access
 
 
-@dataclass(frozen=True)
-class CorpusWindow:
-    """One window of a corpus manifest: id, source, content sha256 and its other fields."""
+def load_corpus(root: str | os.PathLike[str]):
+    """The corpus at `root` (`schedport.corpus.load_corpus`; a one-line error if there is none)."""
+    from schedport.corpus import load_corpus as _load
 
-    window_id: str
-    source: str
-    sha256: str
-    meta: dict = field(default_factory=dict, compare=False)
-
-
-class _ManifestCorpus:
-    """A corpus directory read straight from its manifest (fallback for `schedport.corpus`)."""
-
-    def __init__(self, root: Path, corpus_sha256: str, windows: list[CorpusWindow]):
-        self.root = root
-        self.corpus_sha256 = corpus_sha256
-        self.windows = windows
-
-    def trace(self, window_id: str):
-        """The canonical trace of `window_id` (``windows/<window_id>.parquet``)."""
-        from schedport.trace import load_trace
-
-        return load_trace(self.root / "windows" / f"{window_id}.parquet")
-
-
-def _read_corpus(root: str | os.PathLike[str]) -> _ManifestCorpus:
-    """Read a corpus manifest (schema 1) into an object shaped like `schedport.corpus.Corpus`.
-
-    Only what the sweep needs is checked: a readable manifest with a corpus hash and a list
-    of windows each having a unique ``window_id``, a ``source`` and a ``sha256``. The window
-    files are checked against their sha256 when the sweep loads them.
-    """
-    root = Path(root)
-    mpath = root / "manifest.json"
-    hint = f"build it with `schedport corpus build --out {root}`"
-    if not mpath.is_file():
-        raise SchedportError(f"{root}: not a corpus directory (no manifest.json); {hint}")
-    try:
-        data = json.loads(mpath.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SchedportError(f"{mpath}: unreadable corpus manifest ({' '.join(str(e).split())})") from None
-    if not isinstance(data, dict) or data.get("schema") != 1:
-        raise SchedportError(f"{mpath}: not a schedport corpus manifest (schema 1)")
-    if not isinstance(data.get("corpus_sha256"), str) or not isinstance(data.get("windows"), list):
-        raise SchedportError(f"{mpath}: corpus manifest lacks corpus_sha256 or its windows list")
-    windows: list[CorpusWindow] = []
-    seen: set[str] = set()
-    for i, w in enumerate(data["windows"]):
-        if not isinstance(w, dict) or not all(isinstance(w.get(k), str) and w.get(k)
-                                              for k in ("window_id", "source", "sha256")):
-            raise SchedportError(f"{mpath}: windows[{i}] needs string window_id, source and sha256")
-        if w["window_id"] in seen:
-            raise SchedportError(f"{mpath}: window {w['window_id']!r} listed twice")
-        seen.add(w["window_id"])
-        windows.append(CorpusWindow(w["window_id"], w["source"], w["sha256"], dict(w)))
-    if not windows:
-        raise SchedportError(f"{mpath}: the corpus has no windows")
-    return _ManifestCorpus(root, data["corpus_sha256"], windows)
+    return _load(root)
 
 
 def write_demo_corpus(out: str | os.PathLike[str], *, sources: tuple[str, ...] = ("demo-a", "demo-b"),
@@ -174,15 +122,6 @@ def write_demo_corpus(out: str | os.PathLike[str], *, sources: tuple[str, ...] =
     return out
 
 
-def load_corpus(root: str | os.PathLike[str]):
-    """The corpus at `root`: via `schedport.corpus.load_corpus` when present, else `_read_corpus`."""
-    try:
-        from schedport.corpus import load_corpus as real_load
-    except ImportError:
-        return _read_corpus(root)
-    return real_load(root)
-
-
 # ============================================================================ selection
 
 
@@ -191,7 +130,7 @@ class Selection:
     """What to run: scheduler names, windows (in corpus order), regions {name: rho}, seeds."""
 
     schedulers: tuple[str, ...]
-    windows: tuple[CorpusWindow, ...]
+    windows: tuple[Window, ...]
     regions: dict[str, float]
     seeds: tuple[int, ...]
 
@@ -249,7 +188,7 @@ def select(corpus, *, schedulers: str | list[str] | None = None, sources: str | 
         for s in src:
             if s not in known:
                 raise SchedportError(f"--sources: unknown source {s!r} in this corpus (known: {', '.join(known)})")
-    chosen: list[CorpusWindow] = []
+    chosen: list[Window] = []
     per_source: dict[str, int] = {}
     for w in corpus.windows:
         if src and w.source not in src:
@@ -707,7 +646,7 @@ class _Sweep:
         self.ex = None
         self.todo: dict[tuple[str, str], list[tuple[str, float, int]]] = {}
         self.skipped = 0
-        self.need: list[CorpusWindow] = []
+        self.need: list[Window] = []
         self.traces: dict = {}
         self.caps: dict[str, float] = {}
         self.cells_run = 0
@@ -890,11 +829,8 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
 
     con = Console()
     if not corpus.exists():
-        try:
-            from schedport.corpus import build_corpus
-        except ImportError:
-            raise SchedportError(f"{corpus}: corpus directory not found; build the corpus first "
-                                 f"(`schedport corpus build --out {corpus}`)") from None
+        from schedport.corpus import build_corpus
+
         con.print(f"corpus {corpus} not found: building it from the public data first", markup=False)
         kw = {}
         if "progress" in inspect.signature(build_corpus).parameters:
