@@ -69,16 +69,27 @@ class PredictedRank(SortedEachStep):
     def push(self, req, now):
         super().push(req, now)
         self.last.setdefault(req.idx, self.sim.iterations)
+        self._next_promo = min(self._next_promo, self.last[req.idx] + self.threshold)
+
+    _next_promo = 0                     # no promotion can happen before this engine iteration
 
     def prepare(self, now):
         if self.threshold <= 0:
             return
         it = self.sim.iterations
+        if it < self._next_promo:
+            return
+        nxt = None
         for group in (self.items, self.sim.running):
             for r in group:
-                if r.idx not in self.boost and it - self.last[r.idx] >= self.threshold:
+                if r.idx in self.boost:
+                    continue
+                if it - self.last[r.idx] >= self.threshold:
                     self.boost[r.idx] = self.quantum
                     self.last[r.idx] = it
+                due = self.last[r.idx] + self.threshold
+                nxt = due if nxt is None else min(nxt, due)
+        self._next_promo = it + self.threshold if nxt is None else nxt
 
     def _scheduled(self, plan, k):
         it = self.sim.iterations
@@ -104,9 +115,7 @@ class PredictedRank(SortedEachStep):
     def fast_forward_limit(self, plan, now):
         k = None
         if self.threshold > 0 and self.items:
-            it = self.sim.iterations
-            k = self.threshold - max(it - self.last[r.idx] for r in self.items if r.idx not in self.boost) \
-                if any(r.idx not in self.boost for r in self.items) else None
+            k = self._next_promo - self.sim.iterations   # a lower bound on steps before a promotion
         for r, _ in plan.items:
             b = self.boost.get(r.idx)
             if b is not None:
