@@ -273,6 +273,9 @@ def test_preemptive_policies_swap_and_keep_progress():
     sim, out = run(busy_trace(200, rate=100.0), "srpt", cfg, exact=False)
     assert out.preemptions_total > 0
     assert out.swapped_blocks > 0
+    assert out.recomputed_tokens == 0            # the host swap space was never full here
+    s = simulate(busy_trace(200, rate=100.0), "srpt", cfg).summary
+    assert s["swapped_bytes"] == out.swapped_blocks * cfg.block_bytes
 
 
 def test_recompute_preemption_replays_prompt_and_generated_tokens():

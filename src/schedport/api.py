@@ -172,5 +172,6 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
     summary = summarize(table, horizon_s=horizon, slo_profiles=cfg.slo_profiles, alone_s=alone,
                         counters={"preemptions": out.preemptions_total, "iterations": out.iterations,
                                   "recomputed_tokens": out.recomputed_tokens,
+                                  "swapped_bytes": out.swapped_blocks * cfg.block_bytes,
                                   "load_scale": scale})
     return SimulationResult(table, summary, scale)
