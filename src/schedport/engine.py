@@ -3,9 +3,9 @@
 The engine owns time, the paged KV cache and the request lifecycle; a policy
 (`schedport.policy`) owns the decisions. Each iteration ("step") the policy's
 batching mode forms a batch from the running and waiting requests within a token
-budget, the running-sequence cap and the free KV blocks, preempting by recompute
-when blocks run out; the latency model prices the step; tokens are emitted at the
-step's end. Semantics follow vLLM (see docs/engine.md and ../shared/docs/schedulers.md §0):
+budget, the running-sequence cap and the free KV blocks, preempting (by recompute, or by
+swap for policies whose reference swaps) when blocks run out; the latency model prices the
+step; tokens are emitted at the step's end. Semantics follow vLLM (see docs/engine.md and ../shared/docs/schedulers.md §0):
 
 * KV blocks are allocated as tokens are computed (``ceil(tokens / block_size)`` per request);
   policies that reserve (Orca, static batching) allocate their reservation at admission.
@@ -16,7 +16,10 @@ step's end. Semantics follow vLLM (see docs/engine.md and ../shared/docs/schedul
   cache can ever give it) is rejected at arrival, never left waiting forever.
 
 Two execution modes give bit-identical per-request results. ``exact=True`` steps every
-iteration. The default fast-forwards through runs of identical decode-only steps: when the
+iteration, request by request (the oracle). The default does two things. It keeps the running
+requests that decode one token per step in a *decode cohort* advanced by a clock bump rather
+than one by one (their counts are made true on demand, `sync`). And it fast-forwards through
+runs of identical decode-only steps: when the
 batch is "every running request decodes one token" and nothing can be admitted, the engine
 computes how many such steps happen before the next decision point (an arrival, a completion,
 a KV block shortfall, the horizon, or a point the policy declares such as a quantum expiry or

@@ -71,6 +71,11 @@ class Ordering:
     preempt running requests that fall outside the selected set. `dynamic` orderings can
     change the order of waiting requests at any time (aging, counters): the engine then
     fast-forwards only when no waiting request could be admitted in any order.
+
+    In fast mode the engine advances decoding requests as a cohort, so a running request's
+    `computed`/`generated` fields may lag until it is synced. Waiting requests are always
+    exact. An ordering that reads running requests' progress must be `preemptive` or set
+    `per_request_steps = True` (both keep every request exact at every step).
     """
 
     preemptive = False
