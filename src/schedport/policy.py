@@ -490,6 +490,10 @@ class Continuous(BatchingMode):
             plan = self._plan_running_unconstrained(sim.running, cache, self.budget)
             if plan is not None:
                 return plan
+        elif len(sim.running) + len(order) <= self.max_num_seqs:
+            plan = self._plan_everyone(sched, now)
+            if plan is not None:
+                return plan
         key = order.key
         swap = self.swap
         plan = Plan()
@@ -553,6 +557,38 @@ class Continuous(BatchingMode):
                 budget -= k
         if plan.preempted or plan.admitted:
             plan.decode_only = False
+        return plan
+
+
+    def _plan_everyone(self, sched: "BoundPolicy", now: float) -> Plan | None:
+        """Ranked mode when everything fits: every running request gets its full need and every
+        waiting request starts (in rank order), with no preemption. None if anything binds."""
+        sim = self.sim
+        cache = sim.cache
+        bs = cache.block_size
+        waiting = list(sched.order)
+        tokens = 0
+        blocks = 0
+        for r in sim.running:
+            k = r.prompt + r.generated - r.computed
+            tokens += k
+            blocks += -(-(r.computed + k) // bs) - r.blocks
+        for r in waiting:
+            tokens += r.prompt + r.generated - r.computed
+            blocks += -(-(r.prompt + r.generated) // bs)
+        if tokens > self.budget or blocks > cache.free - self.watermark_blocks:
+            return None
+        plan = self._plan_running_unconstrained(sim.running, cache, self.budget)
+        key = sched.order.key
+        for _, r in sorted((key(r, now), r) for r in waiting):
+            k = r.prompt + r.generated - r.computed
+            need = -(-(r.computed + k) // bs)
+            sched.order.remove(r)
+            sched.admit(r, now)
+            sim.allocate(r, need)
+            plan.add(r, k)
+            plan.admitted += 1
+        plan.decode_only = False
         return plan
 
 
