@@ -47,9 +47,11 @@ def traces(draw, max_n=30):
 
 @pytest.mark.parametrize("name", ALL)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(trace=traces(), blocks=st.sampled_from([40, 64, 200]), seqs=st.sampled_from([1, 3, 8]))
-def test_invariants_and_fast_equals_exact(name, trace, blocks, seqs):
-    cfg = small_engine(blocks=blocks, seqs=seqs)
+@given(trace=traces(), blocks=st.sampled_from([40, 64, 200]), seqs=st.sampled_from([1, 3, 8, 32]),
+       budget=st.sampled_from([None, 16, 100]))
+def test_invariants_and_fast_equals_exact(name, trace, blocks, seqs, budget):
+    """Small budgets make the token budget bind (chunking, decodes left out of a step)."""
+    cfg = small_engine(blocks=blocks, seqs=seqs, budget=budget)
     steps = []
     sim, out = run(trace, name, cfg, exact=True, observer=steps.append)
     budget = sim.sched.mode.budget
