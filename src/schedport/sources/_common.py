@@ -607,3 +607,23 @@ def trace_name(paths: list[Path]) -> str:
         if name.endswith(ext):
             name = name[: -len(ext)]
     return name
+
+
+def read_all(paths, read_file, bad_rows: str) -> tuple["Rows", list[dict]]:
+    """Read every file with the format's `read_file` and concatenate their rows in order."""
+    parts, origin = [], []
+    for p in paths:
+        rows, org = read_file(Path(p), bad_rows)
+        parts.append(rows)
+        origin.append(org)
+    return Rows.concat(parts), origin
+
+
+def window_result(rows: "Rows", sel: dict, paths, origin: list[dict], *,
+                  rebase_to_first: bool, reasons: tuple[str, ...]) -> AdapterResult:
+    """Cut the selected window out of sorted rows and package it with its drop counts and origin."""
+    trace, dropped = select_window(
+        rows, start_s=sel.get("start_s"), duration_s=sel.get("duration_s"),
+        rows_n=sel.get("rows"), max_len=sel.get("max_len"), rebase_to_first=rebase_to_first,
+        reasons=reasons, name=trace_name(list(map(Path, paths))))
+    return AdapterResult(trace=trace, dropped=dropped, skipped=[], origin=origin)

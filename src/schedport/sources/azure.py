@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 
 from schedport.sources._common import (
-    ZERO_IN, ZERO_OUT, AdapterResult, BadRows, Rows, cached_load, check_selection, check_sorted,
-    decode_text, origin_entry, parse_int_column, parse_table, read_bytes, select_window,
-    token_reasons, trace_name,
+    ZERO_IN, ZERO_OUT, AdapterResult, BadRows, cached_load, check_selection, check_sorted,
+    decode_text, origin_entry, parse_int_column, parse_table, read_bytes, Rows, token_reasons,
+    window_result,
 )
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -104,8 +104,5 @@ def read(paths: list[Path], *, client_id: str | None = None, **selection) -> Ada
     labels = None if client_id is None else np.full(len(ns), client_id, dtype=object)
     rows = replace(rows, time=time, client_id=labels)  # cached per-file rows stay untouched
     check_sorted(rows, "TIMESTAMP")
-    trace, dropped = select_window(
-        rows, start_s=sel.get("start_s"), duration_s=sel.get("duration_s"),
-        rows_n=sel.get("rows"), max_len=sel.get("max_len"), rebase_to_first=True,
-        reasons=DROP_REASONS, name=trace_name(list(map(Path, paths))))
-    return AdapterResult(trace=trace, dropped=dropped, skipped=[], origin=origin)
+    return window_result(rows, sel, paths, origin, rebase_to_first=True,
+                         reasons=DROP_REASONS)

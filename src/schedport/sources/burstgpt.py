@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 
 from schedport.sources._common import (
-    FAILED, ZERO_IN, AdapterResult, BadRows, Rows, cached_load, check_selection, check_sorted,
-    decode_text, origin_entry, parse_float_column, parse_int_column, parse_table, read_bytes,
-    select_window, token_reasons, trace_name,
+    FAILED, ZERO_IN, AdapterResult, BadRows, cached_load, check_selection, check_sorted,
+    decode_text, origin_entry, parse_float_column, parse_int_column, parse_table, read_all,
+    read_bytes, Rows, token_reasons, window_result,
 )
 
 REQUIRED = ("Timestamp", "Model", "Request tokens", "Response tokens", "Log Type")
@@ -88,15 +88,7 @@ def read(paths: list[Path], **selection) -> AdapterResult:
     arrival_s is relative to ``start_s`` when given, else to the first kept row.
     """
     sel = check_selection("burstgpt", selection)
-    parts, origin = [], []
-    for p in paths:
-        rows, org = _read_file(Path(p), sel["bad_rows"])
-        parts.append(rows)
-        origin.append(org)
-    rows = Rows.concat(parts)
+    rows, origin = read_all(paths, _read_file, sel["bad_rows"])
     check_sorted(rows, "Timestamp")
-    trace, dropped = select_window(
-        rows, start_s=sel.get("start_s"), duration_s=sel.get("duration_s"),
-        rows_n=sel.get("rows"), max_len=sel.get("max_len"), rebase_to_first=True,
-        reasons=DROP_REASONS, name=trace_name(list(map(Path, paths))))
-    return AdapterResult(trace=trace, dropped=dropped, skipped=[], origin=origin)
+    return window_result(rows, sel, paths, origin, rebase_to_first=True,
+                         reasons=DROP_REASONS)

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from schedport.sources._common import (
-    ZERO_IN, ZERO_OUT, AdapterResult, Rows, cached_load, check_selection, check_sorted,
-    decode_text, fail, origin_entry, read_bytes, select_window, token_reasons, trace_name,
+    ZERO_IN, ZERO_OUT, AdapterResult, cached_load, check_selection, check_sorted, decode_text,
+    fail, origin_entry, read_all, read_bytes, Rows, token_reasons, window_result,
 )
 
 KEYS = ("timestamp", "input_length", "output_length")
@@ -103,18 +103,10 @@ def read(paths: list[Path], **selection) -> AdapterResult:
     to the first kept record.
     """
     sel = check_selection("jsonl", selection)
-    parts, origin = [], []
-    for p in paths:
-        rows, org = _read_file(Path(p), sel["bad_rows"])
-        parts.append(rows)
-        origin.append(org)
-    rows = Rows.concat(parts)
+    rows, origin = read_all(paths, _read_file, sel["bad_rows"])
     usable = ~rows.bad
     if usable.any():  # new Rows: the cached per-file rows stay untouched
         rows = replace(rows, time=(rows.time - rows.time[usable][0]) / 1000.0)
     check_sorted(rows, "timestamp", kind="key")
-    trace, dropped = select_window(
-        rows, start_s=sel.get("start_s"), duration_s=sel.get("duration_s"),
-        rows_n=sel.get("rows"), max_len=sel.get("max_len"), rebase_to_first=True,
-        reasons=DROP_REASONS, name=trace_name(list(map(Path, paths))))
-    return AdapterResult(trace=trace, dropped=dropped, skipped=[], origin=origin)
+    return window_result(rows, sel, paths, origin, rebase_to_first=True,
+                         reasons=DROP_REASONS)
