@@ -70,6 +70,41 @@ def simulate(
     out.print(f"wrote {out_dir / 'requests.parquet'} and {out_dir / 'summary.json'}")
 
 
+@app.command()
+def replay(
+    endpoint: str = typer.Option(..., "--endpoint", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000."),
+    trace: Path = typer.Option(..., "--trace", help="Canonical trace (CSV or Parquet)."),
+    out_dir: Path = typer.Option(..., "--out", help="Directory for requests.parquet and summary.json."),
+    engine: Path = typer.Option(..., "--engine", help="The server's engine config (from `schedport calibrate`)."),
+    scheduler: str = typer.Option("vllm-fcfs", "--scheduler", help="vllm-fcfs, sjf, spf, edf or ltr (as priorities)."),
+    load: Optional[float] = typer.Option(None, "--load", help="Scale time to offered load RHO vs the engine's capacity."),
+    seed: int = typer.Option(0, "--seed", help="Seed for prompts and ltr's predictor."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model id to request (default: the first served)."),
+    request_timeout: float = typer.Option(600.0, "--request-timeout", help="Seconds before a request counts as timed out."),
+    max_lag: float = typer.Option(0.05, "--max-lag", help="Bound on the 99th-percentile send lag (s); beyond it the run fails."),
+) -> None:
+    """Replay a trace against a real streaming server, open loop; write the same files as simulate."""
+    from schedport.replay import replay as run_replay
+    from schedport.trace import load_trace
+
+    tr = load_trace(trace)
+    t0 = time.perf_counter()
+    res = run_replay(tr, endpoint, engine=engine, scheduler=scheduler, load=load, seed=seed, model=model,
+                     request_timeout_s=request_timeout, max_lag_s=max_lag)
+    res.save(out_dir)
+    s = res.summary
+    out.print(f"{scheduler} on {res.server.model}: {s['n_completed']}/{s['n_requests']} completed, "
+              f"{s['n_rejected']} rejected, {s['n_error']} errors, {s['n_timeout']} timeouts, "
+              f"{s['n_truncated']} truncated; TTFT p50 {_f(s['ttft_p50_s'])} s p99 {_f(s['ttft_p99_s'])} s, "
+              f"TPOT p50 {_f(s['tpot_p50_s'])} s; send lag p99 {s['send_lag_p99_s'] * 1e3:.1f} ms  "
+              f"[{time.perf_counter() - t0:.1f} s wall]")
+    out.print(f"wrote {out_dir / 'requests.parquet'} and {out_dir / 'summary.json'}")
+    if not res.lag_ok:
+        raise SchedportError(f"the client fell behind the schedule: send lag p99 "
+                             f"{s['send_lag_p99_s'] * 1e3:.1f} ms > --max-lag {max_lag * 1e3:.0f} ms; "
+                             f"the measurements are written but do not replay the trace faithfully")
+
+
 def _f(v) -> str:
     return "n/a" if v is None else f"{v:.3f}"
 

@@ -98,6 +98,10 @@ REQUEST_COLUMNS = (
 
 STATUSES = ("completed", "rejected", "unfinished")
 
+#: Extra outcomes a replay against a real server can record; like "unfinished", they never
+#: completed, so they carry no finish time (a truncated stream may have a first token).
+REPLAY_STATUSES = ("error", "timeout", "truncated")
+
 # Keys that do not depend on the SLO profiles or the counters, in output order.
 BASE_SUMMARY_KEYS = (
     "n_requests",
@@ -172,11 +176,13 @@ def request_table(
     first_token_s,
     finish_s,
     preemptions,
+    extra_statuses: Sequence[str] = (),
 ) -> pd.DataFrame:
     """Build the per-request outcome table (columns `REQUEST_COLUMNS`, in that order).
 
     Inputs are equal-length arrays in trace order. ``status`` holds "completed", "rejected"
-    or "unfinished"; ``first_token_s`` / ``finish_s`` are NaN where not reached. ``client_id``
+    or "unfinished" (or one of ``extra_statuses``, which follow the "unfinished" rules:
+    a replay records server errors, timeouts and truncated streams this way); ``first_token_s`` / ``finish_s`` are NaN where not reached. ``client_id``
     is None (no client column) or an array of str / None. Derived columns ``ttft_s``,
     ``tpot_s`` and ``e2e_s`` follow the module docstring. ``request_id`` is 0..n-1 (int64),
     ``client_id`` and ``status`` are object columns of str (None for a missing client), so
@@ -202,11 +208,11 @@ def request_table(
         raise ValueError(f"status: expected shape ({n},), got {st.shape}")
     completed = st == "completed"
     rejected = st == "rejected"
-    unfinished = st == "unfinished"
+    unfinished = np.isin(st, ("unfinished", *extra_statuses))
     bad = ~(completed | rejected | unfinished)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"status: row {i} has {st[i]!r}; expected one of {STATUSES}")
+        raise ValueError(f"status: row {i} has {st[i]!r}; expected one of {STATUSES + tuple(extra_statuses)}")
 
     if client_id is None:
         clients = np.full(n, None, dtype=object)
