@@ -1299,14 +1299,19 @@ def load_workload(corpus_dir, expect_corpus: Optional[str] = None) -> dict:
 def analyze(results_dir, out_dir=None, *, practical_threshold: float = 0.05, q: float = 0.05,
             n_boot: int = 1000, seed: int = 0, metrics: Optional[Sequence[str]] = None,
             corpus_dir=None, expect_corpus: Optional[str] = None,
-            expect_engine: Optional[str] = None) -> dict:
+            expect_engine: Optional[str] = None, validation=None) -> dict:
     """Analyse a results store; write ``portability.json`` and ``report.html``; return the dict.
 
     `out_dir` defaults to `results_dir`. `corpus_dir` (optional) adds the workload
-    characterization figure (the report says when it is absent). The store is refused (one-line
+    characterization figure (the report says when it is absent). `validation` (optional: the
+    path of a ``validation.json`` from ``schedport validate``, or its dict) appends the
+    simulator-vs-real-engine section to the report. The store is refused (one-line
     `SchedportError`) when unusable, mixed, or not from the expected corpus/engine.
     """
     from schedport.report import write_report
+    from schedport.validation_stats import load_validation
+
+    vdict = load_validation(validation) if validation is not None else None
 
     rdir = Path(results_dir)
     df, manifest = load_store(rdir, expect_corpus=expect_corpus, expect_engine=expect_engine)
@@ -1335,7 +1340,7 @@ def analyze(results_dir, out_dir=None, *, practical_threshold: float = 0.05, q: 
     tmp = odir / "portability.json.tmp"
     tmp.write_text(json.dumps(res, indent=1, allow_nan=False))
     tmp.replace(odir / "portability.json")
-    write_report(res, odir / "report.html")
+    write_report(res, odir / "report.html", vdict)
     return res
 
 
@@ -1351,15 +1356,19 @@ def analyze_command(
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
     metrics: Optional[str] = typer.Option(None, "--metrics", help="Comma-separated metrics (default: all)."),
     expect_corpus: Optional[str] = typer.Option(None, "--expect-corpus", help="Refuse a store from another corpus."),
+    validation: Optional[Path] = typer.Option(None, "--validation", help="validation.json from `schedport "
+                                                                         "validate`: add its section to the report."),
 ) -> None:
     """Rank schedulers per source, region and metric; map where rankings hold and where they flip."""
     mlist = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
     res = analyze(results, out, practical_threshold=threshold, q=q, n_boot=n_boot, seed=seed, metrics=mlist,
-                  corpus_dir=corpus, expect_corpus=expect_corpus)
+                  corpus_dir=corpus, expect_corpus=expect_corpus, validation=validation)
     odir = out if out is not None else results
     for line in summary_lines(res):
         typer.echo(line)
     typer.echo(f"wrote {odir / 'portability.json'}")
+    if validation is not None:
+        typer.echo(f"report includes the validation section from {validation}")
     typer.echo(f"report: {odir / 'report.html'}")
 
 

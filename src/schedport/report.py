@@ -1,7 +1,8 @@
 """The portability report: one self-contained HTML file rendered from ``portability.json``.
 
 `build_html(res)` turns the dict returned by `schedport.analysis.compute_portability` into a
-page; `write_report(res, path)` writes it. Nothing is recomputed here: every number on the page
+page; `write_report(res, path)` writes it. Given a ``validation.json`` dict (``schedport
+validate``), both add its simulator-vs-real-engine section (`schedport.validation_stats`). Nothing is recomputed here: every number on the page
 is read from the dict, so the report and ``portability.json`` cannot disagree. The numbers of
 the first screen (the headline findings) carry ``data-key`` (their path in the JSON) and
 ``data-fmt`` attributes, so a test can check each against the file.
@@ -587,8 +588,13 @@ def _missing(res: dict) -> str:
             f"<th class='l'>region</th><th class='l'>scheduler</th></tr>{rows}</table>{more}</details>")
 
 
-def build_html(res: dict) -> str:
-    """The whole report page for a portability dict (see module docstring)."""
+def build_html(res: dict, validation: Optional[dict] = None) -> str:
+    """The whole report page for a portability dict (see module docstring).
+
+    `validation` (a ``validation.json`` dict from ``schedport validate``), when given, adds
+    the simulator-vs-real-engine section before the methodology; without it the page is
+    unchanged.
+    """
     n = _Nums(res)
     p = res["parameters"]
     pv = res["provenance"]
@@ -618,6 +624,11 @@ def build_html(res: dict) -> str:
         ("Workload characterization", wl_html),
     ]
     fig_html = "".join(f"<h3>{_esc(t)}</h3>{b}" for t, b in figs)
+    validation_html = ""
+    if validation is not None:
+        from schedport.validation_stats import render_validation_section
+
+        validation_html = render_validation_section(validation) + "\n"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -639,7 +650,7 @@ def build_html(res: dict) -> str:
 {_reversal_table(res)}
 <h2 id="missing">Missing cells</h2>
 {_missing(res)}
-<h2 id="methodology">Methodology</h2>
+{validation_html}<h2 id="methodology">Methodology</h2>
 {_methodology(res)}
 <h2 id="provenance">Provenance</h2>
 {_provenance(res)}
@@ -648,10 +659,10 @@ def build_html(res: dict) -> str:
 """
 
 
-def write_report(res: dict, path) -> Path:
-    """Render `res` and write it to `path` (atomically); returns the path."""
+def write_report(res: dict, path, validation: Optional[dict] = None) -> Path:
+    """Render `res` (and the optional `validation` section) and write it to `path` (atomically)."""
     path = Path(path)
-    text = build_html(res)
+    text = build_html(res, validation)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
