@@ -189,6 +189,65 @@ def test_linear_integer_coefficients_accepted():
     assert cfg.linear_a == 1.0 and isinstance(cfg.linear_a, float)
 
 
+def test_linear_e_is_the_fifth_coefficient(tmp_path):
+    """e defaults to 0 (also with the fitted defaults), counts as "a coefficient given" and
+    reaches the latency model."""
+    assert engine_config_from_dict({"latency": {"model": "linear"}}).linear_e == 0.0
+    assert engine_config_from_dict({"latency": {"model": "linear", "a": 0.01}}).linear_e == 0.0
+    assert EngineConfig().linear_e is None                      # calibrated: not applicable
+    cfg = load_engine_config(write(tmp_path, '[latency]\nmodel = "linear"\na = 0.004\ne = 2.5e-10\n'))
+    assert (cfg.linear_a, cfg.linear_b, cfg.linear_c, cfg.linear_d, cfg.linear_e) == (0.004, 0.0, 0.0, 0.0, 2.5e-10)
+    lat = make_latency_model(cfg)
+    assert isinstance(lat, LinearLatency) and lat.e == 2.5e-10
+    assert lat.prefill_time(1000) == 0.004 + 2.5e-10 * 500500
+    cfg = engine_config_from_dict({"latency": {"model": "linear", "a": 1, "e": 0}})
+    assert cfg.linear_e == 0.0 and isinstance(cfg.linear_e, float)
+
+
+# Hashes of these configs before `e` and `request_overhead_s` existed: results stores and
+# capacity caches are keyed by them, so they must not change.
+PINNED_HASHES = [
+    ({}, "090cf7eba83eaaf68a5ad7e44d65b06de0828fcaa5e657ca75965332979d229c"),
+    ({"latency": {"model": "linear"}}, "f03ed77f3b1deee1e4399d3e24b71415cda9dc916c634561b701584e72546819"),
+    ({"latency": {"model": "linear", "a": 0.01}}, "f8faaacaa52a42fadff6dcf47cc8b239503f9853517eadcd434092b63fba83bb"),
+]
+
+
+@pytest.mark.parametrize("d,h", PINNED_HASHES)
+def test_new_latency_keys_at_zero_keep_existing_hashes(d, h):
+    cfg = engine_config_from_dict(d)
+    assert cfg.config_hash() == h
+    assert "e" not in cfg.to_dict()["latency"] and "request_overhead_s" not in cfg.to_dict()["latency"]
+    # zero written explicitly (also -0.0) is the same config as leaving it out, as for any default
+    lat = dict(d.get("latency", {}))
+    lat["request_overhead_s"] = 0.0
+    if lat.get("model") == "linear" and "a" in lat:
+        lat["e"] = -0.0
+    explicit = engine_config_from_dict({**d, "latency": lat})
+    assert explicit == cfg and explicit.config_hash() == h
+
+
+def test_new_latency_keys_round_trip_and_change_the_hash():
+    for d in ({"latency": {"model": "linear", "a": 0.004, "b": 1e-5, "e": 3e-10}},
+              {"latency": {"model": "linear", "a": 0.004, "e": 3e-10, "request_overhead_s": 0.0067}},
+              {"latency": {"request_overhead_s": 0.0067}},
+              {"latency": {"model": "calibrated", "cpu_overhead_s": 0, "request_overhead_s": 1}}):
+        cfg = engine_config_from_dict(d)
+        dd = cfg.to_dict()
+        for key, v in d["latency"].items():
+            assert dd["latency"][key] == v
+        back = engine_config_from_dict(json.loads(json.dumps(dd, allow_nan=False)))
+        assert back == cfg and back.to_dict() == dd and back.config_hash() == cfg.config_hash()
+        without = {k: v for k, v in d["latency"].items() if k not in ("e", "request_overhead_s")}
+        if d["latency"].get("model") == "linear" and "a" not in without:
+            without["a"] = 0.004
+        assert engine_config_from_dict({"latency": without}).config_hash() != cfg.config_hash()
+    cfg = engine_config_from_dict({"latency": {"request_overhead_s": 2}})
+    assert cfg.request_overhead_s == 2.0 and isinstance(cfg.request_overhead_s, float)
+    assert EngineConfig().request_overhead_s == 0.0
+    assert EngineConfig(request_overhead_s=0.25).to_dict()["latency"]["request_overhead_s"] == 0.25
+
+
 # --------------------------------------------------------------------------- errors
 BAD = [
     ({"engine": {"max_num_seqs": -3}}, "engine.toml: [engine] max_num_seqs: must be a positive integer, got -3"),
@@ -219,6 +278,23 @@ BAD = [
     ({"latency": {"model": "linear", "a": 1, "c": -1}}, "[latency] c: must be a number >= 0"),
     ({"latency": {"lm_head": 1}}, "engine.toml: [latency] lm_head: must be true or false, got 1"),
     ({"latency": {"cpu_overhead_s": -0.001}}, "[latency] cpu_overhead_s: must be a number >= 0 (seconds), got -0.001"),
+    ({"latency": {"model": "linear", "a": 1, "e": -1e-9}},
+     "engine.toml: [latency] e: must be a number >= 0 (seconds per prefill attention token pair), got -1e-09"),
+    ({"latency": {"model": "linear", "a": 1, "e": float("nan")}},
+     "[latency] e: must be a number >= 0 (seconds per prefill attention token pair), got nan"),
+    ({"latency": {"model": "linear", "a": 1, "e": "0"}}, '[latency] e: must be a number >= 0 (seconds per prefill'),
+    ({"latency": {"model": "linear", "e": 1e-9}}, "[latency] a: must be a number > 0 (seconds per iteration), got 0.0"),
+    ({"latency": {"e": 1e-9}}, 'engine.toml: [latency] key \'e\' only applies to model = "linear" (model is "calibrated")'),
+    ({"latency": {"model": "linear", "a": 1, "e": None}}, "engine.toml: [latency] e: must not be empty, got None"),
+    ({"latency": {"request_overhead_s": -0.001}},
+     "engine.toml: [latency] request_overhead_s: must be a number >= 0 (seconds per request), got -0.001"),
+    ({"latency": {"model": "linear", "request_overhead_s": float("inf")}},
+     "engine.toml: [latency] request_overhead_s: must be a number >= 0 (seconds per request), got inf"),
+    ({"latency": {"request_overhead_s": True}},
+     "engine.toml: [latency] request_overhead_s: must be a number >= 0 (seconds per request), got true"),
+    ({"latency": {"request_overhead_s": "10ms"}},
+     'engine.toml: [latency] request_overhead_s: must be a number >= 0 (seconds per request), got "10ms"'),
+    ({"latency": {"request_overhead_s": None}}, "engine.toml: [latency] request_overhead_s: must not be empty"),
     ({"slo": {"Strict": {"ttft_s": 1, "tpot_s": 1}}}, "[slo.Strict]: profile names must match [a-z0-9_]+"),
     ({"slo": {"new": {"ttft_s": 1}}}, "engine.toml: [slo.new] missing key 'tpot_s'"),
     ({"slo": {"strict": {"ttft_s": 0}}}, "engine.toml: [slo.strict] ttft_s: must be a number > 0 (seconds), got 0"),

@@ -81,6 +81,39 @@ def test_invariants_and_fast_equals_exact(name, trace, blocks, seqs, budget):
     assert done.sum() + (out.status == "rejected").sum() == len(trace)
 
 
+@pytest.mark.parametrize("name", ALL)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=traces(), blocks=st.sampled_from([40, 200]), seqs=st.sampled_from([1, 8, 32]),
+       budget=st.sampled_from([None, 16, 100]), e=st.sampled_from([1e-9, 3.7e-7]))
+def test_fast_equals_exact_with_quadratic_prefill_term(name, trace, blocks, seqs, budget, e):
+    """A linear model with d > 0 and the quadratic prefill-attention term e > 0 (CPU-like and
+    large enough to dominate prefill steps): fast mode prices only decode-only runs in bulk,
+    so it still matches step-by-step mode bit for bit, including chunked prefills (k > 0)."""
+    lat = {"model": "linear", "a": 0.004, "b": 2e-5, "c": 1e-4, "d": 1e-7, "e": e}
+    cfg = small_engine(blocks=blocks, seqs=seqs, budget=budget, extra={"latency": lat})
+    assert make_latency_model(cfg).e == e and cfg.linear_d == 1e-7
+    steps = []
+    _, out = run(trace, name, cfg, exact=True, observer=steps.append)
+    assert all(s.end > s.start for s in steps)
+    _, fast = run(trace, name, cfg, exact=False)
+    assert np.array_equal(fast.status, out.status)
+    assert np.array_equal(fast.first_token_s, out.first_token_s, equal_nan=True)
+    assert np.array_equal(fast.finish_s, out.finish_s, equal_nan=True)
+    assert np.array_equal(fast.preemptions, out.preemptions)
+    assert fast.iterations == out.iterations
+
+
+def test_quadratic_prefill_term_slows_prefills_only():
+    """e > 0 delays first tokens (prefill steps) but leaves the per-token decode pace alone."""
+    t = Trace(np.array([0.0]), np.array([300]), np.array([20]))
+    lat = {"model": "linear", "a": 0.004, "b": 2e-5, "c": 1e-4, "d": 1e-7}
+    _, o0 = run(t, "vllm-fcfs", small_engine(extra={"latency": lat}), exact=False)
+    _, o1 = run(t, "vllm-fcfs", small_engine(extra={"latency": {**lat, "e": 1e-7}}), exact=False)
+    extra = 1e-7 * (300 * 301 // 2)
+    assert o1.first_token_s[0] == pytest.approx(o0.first_token_s[0] + extra, rel=1e-12)
+    assert o1.finish_s[0] - o1.first_token_s[0] == pytest.approx(o0.finish_s[0] - o0.first_token_s[0], rel=1e-12)
+
+
 def test_requests_that_can_never_fit_are_rejected_at_arrival():
     cfg = small_engine(blocks=32)        # exactly one max_model_len (512-token) request of KV
     t = Trace(np.array([0.0, 0.1, 0.2]), np.array([10, 400, 300]), np.array([10, 200, 200]))

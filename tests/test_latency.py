@@ -32,6 +32,8 @@ MODELS = {
     "calibrated-gpu-only": CalibratedLatency(cpu_overhead_s=0.0, lm_head=False),
     "linear-default": LinearLatency(**LINEAR_DEFAULTS),
     "linear-custom": LinearLatency(0.0031, 1.7e-5, 3.3e-5, 7.1e-8),
+    # with the quadratic prefill-attention term (CPU-like magnitudes)
+    "linear-quadratic": LinearLatency(0.0031, 1.7e-5, 3.3e-5, 7.1e-8, 2.3e-10),
 }
 model_names = st.sampled_from(sorted(MODELS))
 chunks_st = st.lists(st.tuples(st.integers(1, 8192), st.integers(0, 16384)), max_size=4)
@@ -186,6 +188,85 @@ def test_linear_rejects_bad_coefficients():
         LinearLatency(0.01, -1e-9, 0, 0)
     with pytest.raises(ValueError):
         LinearLatency(float("nan"), 0, 0, 0)
+    with pytest.raises(ValueError, match="e must be >= 0"):
+        LinearLatency(0.01, 0, 0, 0, -1e-12)
+    with pytest.raises(ValueError, match="e must be >= 0"):
+        LinearLatency(0.01, 0, 0, 0, float("nan"))
+
+
+def attention_pairs(c: int, k: int) -> int:
+    """(query, key) pairs of causal attention for c new tokens after k cached ones, by counting."""
+    return sum(k + i for i in range(1, c + 1))
+
+
+def test_linear_e_term_exact_arithmetic():
+    m = LinearLatency(0.5, 0.25, 0.125, 0.0625, 2.0**-10)  # powers of two: every product exact
+    chunks = ((100, 50), (20, 0))
+    pairs = attention_pairs(100, 50) + attention_pairs(20, 0)
+    assert pairs == 100 * 50 + 100 * 101 // 2 + 20 * 21 // 2 == 10260
+    four = 0.5 + 0.25 * 120 + 0.125 * 10 + 0.0625 * 1170
+    assert m.iteration_time(chunks, 10, 1000) == four + 2.0**-10 * 10260
+    assert m.prefill_time(64) == 0.5 + 0.25 * 64 + 0.0625 * 64 + 2.0**-10 * (64 * 65 // 2)
+    # decode-only steps never involve e
+    assert m.iteration_time((), 10, 1000) == 0.5 + 0.125 * 10 + 0.0625 * 1000
+    # the pair count is an exact integer even where c*(c+1)/2 in floats would not be
+    big = LinearLatency(1.0, 0.0, 0.0, 0.0, 1.0)
+    c, k = 2**27 + 1, 2**26 + 3
+    assert big.iteration_time(((c, k),), 0, 0) == 1.0 + float(c * k + c * (c + 1) // 2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(chunks=chunks_st, n=st.integers(0, 256), kv=st.integers(0, 4_000_000),
+       coeffs=st.tuples(st.floats(1e-4, 0.1), st.floats(0, 1e-3), st.floats(0, 1e-3), st.floats(0, 1e-6)),
+       e=st.floats(1e-13, 1e-8))
+def test_linear_e_zero_is_the_four_term_model_bit_for_bit(chunks, n, kv, coeffs, e):
+    """e = 0 reproduces the four-term formula exactly; e > 0 adds exactly e * pairs after it,
+    and only when there are prefill chunks (decode-only steps are unchanged)."""
+    a, b, c, d = coeffs
+    kv = max(kv, n)
+    p = sum(ch for ch, _ in chunks)
+    kv_read = kv + sum(k + ch for ch, k in chunks)
+    four_term = a + b * p + c * n + d * kv_read          # the model's original arithmetic
+    assert LinearLatency(a, b, c, d).iteration_time(chunks, n, kv) == four_term
+    assert LinearLatency(a, b, c, d, 0.0).iteration_time(chunks, n, kv) == four_term
+    with_e = LinearLatency(a, b, c, d, e)
+    pairs = sum(ch * k + ch * (ch + 1) // 2 for ch, k in chunks)
+    assert with_e.iteration_time(chunks, n, kv) == (four_term + e * pairs if chunks else four_term)
+    if n:
+        assert float(with_e.decode_times(n, np.array([kv]))[0]) == LinearLatency(a, b, c, d).iteration_time((), n, kv)
+    # alone time with e = 0: the four-term closed form, bit for bit
+    I, N = np.array([1, 77, 4096]), np.array([5, 1, 300])
+    m = N - 1
+    old = (a + b * I + d * I) + m * (a + c) + d * (m * I + m * (m + 1) // 2)
+    assert np.array_equal(LinearLatency(a, b, c, d).alone_time(I, N), old)
+
+
+def test_linear_e_can_express_quadratic_cpu_prefill():
+    """The measured CPU TTFTs (512 -> 74 ms, 1024 -> 178 ms, 2047 -> 726 ms) grow faster than
+    linearly.  Fitted by relative least squares, a + e*pairs follows all three within 10 %;
+    the best fit of what the four-term model can do for a prefill alone, a + (b + d)*P, is off
+    by about 30 % and needs a negative a."""
+    P = np.array([512, 1024, 2047])
+    T = np.array([0.074, 0.178, 0.726])
+    X = np.column_stack([np.ones(3), P * (P + 1) / 2])
+    a, e = np.linalg.lstsq(X / T[:, None], np.ones(3), rcond=None)[0]
+    assert a > 0 and e > 0
+    m = LinearLatency(a, 0.0, 0.0, 0.0, e)
+    for p, t in zip(P, T):
+        assert m.prefill_time(int(p)) == pytest.approx(t, rel=0.10)
+    X4 = np.column_stack([np.ones(3), P])
+    a4, b4 = np.linalg.lstsq(X4 / T[:, None], np.ones(3), rcond=None)[0]
+    assert a4 < 0 or max(abs((a4 + b4 * P) / T - 1)) > 0.2
+
+
+def test_linear_describe_and_repr_include_e():
+    m = LinearLatency(0.01, 1e-5, 2e-5, 3e-8, 4e-10)
+    d = m.describe()
+    json.dumps(d)
+    assert d["e_s_per_prefill_attention_pair"] == 4e-10 and "c*(c+1)/2" in d["form"]
+    back = eval(repr(m), {"LinearLatency": LinearLatency})
+    assert (back.a, back.b, back.c, back.d, back.e) == (m.a, m.b, m.c, m.d, m.e)
+    assert LinearLatency(0.01, 0, 0, 0).e == 0.0
 
 
 def test_linear_defaults_track_calibrated_model():
@@ -249,7 +330,9 @@ def test_make_latency_model_from_config():
     m = make_latency_model(EngineConfig())
     assert isinstance(m, CalibratedLatency) and m.cpu_overhead_s == DEFAULT_CPU_OVERHEAD_S and m.lm_head
     m = make_latency_model(engine_config_from_dict({"latency": {"model": "linear", "a": 0.01}}))
-    assert isinstance(m, LinearLatency) and (m.a, m.b, m.c, m.d) == (0.01, 0.0, 0.0, 0.0)
+    assert isinstance(m, LinearLatency) and (m.a, m.b, m.c, m.d, m.e) == (0.01, 0.0, 0.0, 0.0, 0.0)
+    m = make_latency_model(engine_config_from_dict({"latency": {"model": "linear", "a": 0.01, "e": 1e-9}}))
+    assert (m.a, m.e) == (0.01, 1e-9)
     m = make_latency_model(engine_config_from_dict({"latency": {"cpu_overhead_s": 0}}))
     assert m.iteration_time((), 1, 512) == pytest.approx(11.12e-3 + 0.689e-3, rel=0.005)
 

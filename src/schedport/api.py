@@ -7,10 +7,17 @@
 
 `load=RHO` brings the trace to offered load RHO against the engine's capacity for that
 request mix (`capacity`): the time axis is scaled, so the trace keeps its burst shape.
+
+`[latency] request_overhead_s` (default 0) is a fixed time per request spent outside the
+engine loop (HTTP parsing, input processing, output streaming): `simulate` lets each
+request enter the engine's waiting queue that long after its arrival and measures its
+latencies from the arrival, so TTFT and E2E include it.  It is not a cost of the engine,
+so it does not change `capacity`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -76,8 +83,14 @@ def capacity(trace: Trace, engine: EngineConfig | str | Path | None = None) -> f
     of the trace is released at time zero and served by the reference scheduler (vllm-fcfs);
     capacity = requests completed / makespan. This includes the drain at the end, when the
     batch thins out, so it is a sustained rate for this mix, not a peak.
+
+    ``[latency] request_overhead_s`` is ignored: capacity is a throughput, and a fixed delay
+    before each request's entry into the engine adds latency, not engine work (it would only
+    shift the all-at-zero burst by a constant).
     """
     cfg = _resolve_engine(engine)
+    if cfg.request_overhead_s:
+        cfg = dataclasses.replace(cfg, request_overhead_s=0.0)
     return _capacity_cached(_TraceKey(trace), cfg)
 
 
@@ -139,6 +152,14 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
     `exact=True` steps every iteration (the oracle the default fast mode must match).
     `time_scale` applies a precomputed `load_scale` factor instead of `load` (sweeps compute
     each window's capacity once and pass the factor to every cell).
+
+    With ``[latency] request_overhead_s = o > 0`` the engine is simulated on the (rescaled)
+    trace with every arrival shifted by o -- each request reaches the engine's waiting queue
+    o seconds after it reaches the server -- while the table keeps the original arrivals:
+    ``first_token_s`` and ``finish_s`` are absolute times on the shifted run, so ``ttft_s``
+    and ``e2e_s`` include o, and `horizon_s` stays an absolute time.  The alone time used
+    for slowdown is the latency model's alone time plus o (a request alone on the server
+    also pays it), so a lone request's slowdown stays 1.
     """
     from schedport.trace import load_trace
 
@@ -156,7 +177,12 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
         scale = load_scale(trace, load, cfg)
         trace = rescale(trace, scale)
     lat = make_latency_model(cfg)
-    out = Simulator(trace, policy, cfg, lat, seed=seed, exact=exact, horizon_s=horizon_s).run()
+    overhead = cfg.request_overhead_s
+    engine_trace = trace
+    if overhead:
+        engine_trace = Trace(trace.arrival_s + overhead, trace.input_tokens, trace.output_tokens,
+                             trace.client_id, trace.name)
+    out = Simulator(engine_trace, policy, cfg, lat, seed=seed, exact=exact, horizon_s=horizon_s).run()
     cid = trace.client_id if trace.client_id is not None else np.full(len(trace), None, dtype=object)
     table = request_table(
         arrival_s=trace.arrival_s, input_tokens=trace.input_tokens, output_tokens=trace.output_tokens,
@@ -169,6 +195,8 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
         fin = out.finish_s[np.isfinite(out.finish_s)]
         horizon = cfg.horizon_factor * max(float(fin.max() - trace.arrival_s[0]) if fin.size else 1.0, 1e-9)
     alone = lat.alone_time(trace.input_tokens, trace.output_tokens) if len(trace) else np.zeros(0)
+    if overhead:
+        alone = alone + overhead
     summary = summarize(table, horizon_s=horizon, slo_profiles=cfg.slo_profiles, alone_s=alone,
                         counters={"preemptions": out.preemptions_total, "iterations": out.iterations,
                                   "recomputed_tokens": out.recomputed_tokens,

@@ -21,7 +21,8 @@ max_model_len = 8192
 model = "calibrated"          # or "linear"
 cpu_overhead_s = 0.002        # calibrated only
 lm_head = true                # calibrated only
-# a = 0.01; b = 0; c = 0; d = 0  # linear only (seconds); see docs/engine.md
+# a = 0.01; b = 0; c = 0; d = 0; e = 0  # linear only (seconds); see docs/engine.md
+request_overhead_s = 0.0      # both models: per-request time before the engine queue
 
 [slo.strict]                  # override a default profile or add a new one
 ttft_s = 0.5
@@ -37,9 +38,12 @@ chunk_size = 512
 `load_engine_config(path)` reads a file, `engine_config_from_dict(d)` takes the same
 structure as a dict; both return a frozen `EngineConfig` whose `to_dict()` is fully
 resolved (derived `num_gpu_blocks`, fitted linear coefficients) and round-trips through
-`engine_config_from_dict`.  Constructing `EngineConfig(...)` directly runs the same
-validation (errors then name the source ``<EngineConfig>``).  See docs/engine.md for
-every default and why.
+`engine_config_from_dict`.  The two later additions ``[latency] e`` and
+``request_overhead_s`` appear in `to_dict()` only when non-zero, so every config written
+before they existed keeps its `config_hash` (stores and capacity caches are keyed by it),
+and writing ``e = 0`` explicitly is the same config as leaving it out.  Constructing
+`EngineConfig(...)` directly runs the same validation (errors then name the source
+``<EngineConfig>``).  See docs/engine.md for every default and why.
 """
 
 from __future__ import annotations
@@ -89,9 +93,11 @@ _LATENCY_KEYS = {
     "b": "linear_b",
     "c": "linear_c",
     "d": "linear_d",
+    "e": "linear_e",
+    "request_overhead_s": "request_overhead_s",
 }
 _CALIBRATED_ONLY = ("cpu_overhead_s", "lm_head")
-_LINEAR_ONLY = ("a", "b", "c", "d")
+_LINEAR_ONLY = ("a", "b", "c", "d", "e")
 _LATENCY_MODELS = ("calibrated", "linear")
 _SLO_KEYS = ("ttft_s", "tpot_s")
 _METRICS_KEYS = ("horizon_factor",)
@@ -155,10 +161,11 @@ class EngineConfig:
     """A validated, fully resolved engine configuration (immutable).
 
     Build it with `load_engine_config` / `engine_config_from_dict`, or directly; ``None``
-    in `num_gpu_blocks`, the linear coefficients, `cpu_overhead_s` and `lm_head` means
-    "not given" and is resolved in ``__post_init__`` (derived blocks, fitted or zero
-    coefficients, documented defaults).  Note that `dataclasses.replace` keeps the
-    resolved `num_gpu_blocks` as given: to change the memory keys, build a new config.
+    in `num_gpu_blocks`, the linear coefficients, `cpu_overhead_s`, `lm_head` and
+    `request_overhead_s` means "not given" and is resolved in ``__post_init__`` (derived
+    blocks, fitted or zero coefficients, documented defaults).  Note that
+    `dataclasses.replace` keeps the resolved `num_gpu_blocks` as given: to change the
+    memory keys, build a new config.
     """
 
     # [engine]
@@ -184,6 +191,8 @@ class EngineConfig:
     linear_b: float | None = None
     linear_c: float | None = None
     linear_d: float | None = None
+    linear_e: float | None = None
+    request_overhead_s: float | None = None
     # [slo.*], [metrics], [scheduler.*]
     slo_profiles: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_SLO_PROFILES))
     horizon_factor: float = 1.5
@@ -277,10 +286,11 @@ class EngineConfig:
         else:
             coeffs = [given[k] for k in _LINEAR_ONLY]
             if all(v is None for v in coeffs):
-                coeffs = [LINEAR_DEFAULTS[k] for k in _LINEAR_ONLY]
+                # The fitted defaults are a four-term fit: their e is 0.
+                coeffs = [LINEAR_DEFAULTS.get(k, 0.0) for k in _LINEAR_ONLY]
             else:
                 coeffs = [0.0 if v is None else v for v in coeffs]
-            a, b, c, d = coeffs
+            a, b, c, d, e = coeffs
             put("linear_a", chk.real("linear_a", a, "must be a number > 0 (seconds per iteration)",
                                      lambda x: x > 0))
             put("linear_b", chk.real("linear_b", b, "must be a number >= 0 (seconds per prefill token)",
@@ -289,6 +299,12 @@ class EngineConfig:
                                      lambda x: x >= 0))
             put("linear_d", chk.real("linear_d", d, "must be a number >= 0 (seconds per KV token read)",
                                      lambda x: x >= 0))
+            # + 0.0 turns a given -0.0 into 0.0, which to_dict leaves out like any zero.
+            put("linear_e", chk.real("linear_e", e, "must be a number >= 0 (seconds per prefill attention "
+                                     "token pair)", lambda x: x >= 0) + 0.0)
+        ro = 0.0 if self.request_overhead_s is None else self.request_overhead_s
+        put("request_overhead_s", chk.real("request_overhead_s", ro, "must be a number >= 0 (seconds per request)",
+                                           lambda x: x >= 0) + 0.0)
 
     @staticmethod
     def _check_slo(chk: _Checker, profiles: Any) -> dict[str, tuple[float, float]]:
@@ -344,13 +360,21 @@ class EngineConfig:
     # -- serialisation --------------------------------------------------------------------
     def to_dict(self) -> dict:
         """Plain JSON-able dict in the TOML's structure, fully resolved (including the derived
-        num_gpu_blocks and the linear coefficients); `engine_config_from_dict` accepts it back."""
+        num_gpu_blocks and the linear coefficients); `engine_config_from_dict` accepts it back.
+
+        ``[latency] e`` and ``request_overhead_s`` are written only when non-zero: zero is
+        their resolved default, and leaving them out keeps the dict, and so `config_hash`,
+        of every config that does not use them exactly what it was before they existed."""
         engine = {k: getattr(self, k) for k in _ENGINE_KEYS}
         if self.latency_model == "calibrated":
             latency = {"model": "calibrated", "cpu_overhead_s": self.cpu_overhead_s, "lm_head": self.lm_head}
         else:
             latency = {"model": "linear", "a": self.linear_a, "b": self.linear_b, "c": self.linear_c,
                        "d": self.linear_d}
+            if self.linear_e != 0.0:
+                latency["e"] = self.linear_e
+        if self.request_overhead_s != 0.0:
+            latency["request_overhead_s"] = self.request_overhead_s
         return {
             "engine": engine,
             "latency": latency,

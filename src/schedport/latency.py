@@ -12,8 +12,8 @@ Two models share one interface (`LatencyModel`):
   prefill) with the efficiencies fitted to rows sampled from Vidur's FlashInfer
   attention profile.  The KV-cache write is *assumed* (bandwidth-bound copy).  A constant
   CPU/scheduling overhead per step and an LM-head estimate can be added.
-* `LinearLatency` -- ``a + b*prefill_tokens + c*n_decode + d*kv_read``, for users who
-  fit their own GPU.
+* `LinearLatency` -- ``a + b*prefill_tokens + c*n_decode + d*kv_read
+  [+ e*prefill_attention_pairs]``, for users who fit their own hardware.
 
 The coefficients below are produced by ``tools/fit_calibration.py`` from the files in
 ``../shared/calibration/vidur-a100-llama3-8b`` and embedded here so the simulator has no
@@ -26,7 +26,9 @@ vectorised `decode_times` performs the *same* IEEE-754 operations in the *same o
 (elementwise numpy add/multiply are correctly rounded, exactly like Python floats, and
 no reductions are involved), which makes element ``i`` bit-identical to
 ``iteration_time((), n, decode_kv[i])``; ``tests/test_latency.py`` checks this with
-hypothesis.
+hypothesis.  Terms that only prefill chunks incur (the linear model's ``e``) are added
+after the shared ones and only when the step has prefill chunks, so they never enter a
+decode-only step's arithmetic.
 """
 
 from __future__ import annotations
@@ -224,27 +226,36 @@ def _check_alone_args(input_tokens, output_tokens) -> tuple[np.ndarray, np.ndarr
 # Linear model
 # ---------------------------------------------------------------------------------------
 class LinearLatency:
-    """``T = a + b*P + c*n_decode + d*kv_read`` seconds per step.
+    """``T = a + b*P + c*n_decode + d*kv_read + e*pairs`` seconds per step.
 
     ``P`` is the number of prefill tokens in the step (sum of chunk sizes) and
     ``kv_read = decode_kv + sum over prefill chunks of (k + c)``: a chunk's attention
-    reads its history and itself.  Why: the four terms are the first-order costs of a
-    step (fixed launch/weight streaming, per-token GEMM work, per-sequence overhead and
+    reads its history and itself.  Why: the first four terms are the first-order costs of
+    a step (fixed launch/weight streaming, per-token GEMM work, per-sequence overhead and
     attention memory traffic), so a user can fit them to their own GPU by regression.
+
+    ``pairs = sum over prefill chunks of c*k + c*(c+1)/2`` is the number of (query, key)
+    pairs causal attention computes for the chunks (new token i = 1..c of a chunk attends
+    to k + i keys).  Why: prefill attention compute is quadratic in the prompt length;
+    the linear terms cannot express it, and on CPUs and for long prompts it dominates
+    (e.g. single-request TTFTs of 74/178/726 ms for 512/1024/2047-token prompts on a CPU
+    server).  ``e`` defaults to 0, which reproduces the four-term model bit for bit;
+    decode steps never involve it.
     """
 
     name = "linear"
 
-    def __init__(self, a: float, b: float, c: float, d: float) -> None:
+    def __init__(self, a: float, b: float, c: float, d: float, e: float = 0.0) -> None:
         if not a > 0:
             raise ValueError(f"a must be > 0, got {a!r}")
-        for key, v in (("b", b), ("c", c), ("d", d)):
+        for key, v in (("b", b), ("c", c), ("d", d), ("e", e)):
             if not v >= 0:
                 raise ValueError(f"{key} must be >= 0, got {v!r}")
         self.a = float(a)
         self.b = float(b)
         self.c = float(c)
         self.d = float(d)
+        self.e = float(e)
 
     def iteration_time(
         self, prefill_chunks: Sequence[tuple[int, int]], n_decode: int, decode_kv: int
@@ -256,7 +267,15 @@ class LinearLatency:
             p += c
             kv += k + c
         # Same operation order as decode_times: ((a + b*p) + c*n) + d*kv.
-        return self.a + self.b * p + self.c * n_decode + self.d * kv
+        t = self.a + self.b * p + self.c * n_decode + self.d * kv
+        if self.e and prefill_chunks:
+            # Added last and only with prefill chunks, so decode-only steps keep decode_times'
+            # arithmetic; skipped at e == 0, where it would add an exact 0.0 anyway.
+            pairs = 0
+            for c, k in prefill_chunks:
+                pairs += c * (2 * k + c + 1) // 2  # = c*k + c*(c+1)/2, exact (the product is even)
+            t = t + self.e * pairs
+        return t
 
     def decode_times(self, n_decode: int, decode_kv: np.ndarray) -> np.ndarray:
         """Vectorised decode-only step times (bit-identical to `iteration_time`)."""
@@ -269,27 +288,34 @@ class LinearLatency:
 
     def alone_time(self, input_tokens: np.ndarray, output_tokens: np.ndarray) -> np.ndarray:
         """Seconds for each request alone: one prefill step (emits token 1) plus N-1
-        batch-1 decode steps whose context is I+1, ..., I+N-1 (closed-form sum)."""
+        batch-1 decode steps whose context is I+1, ..., I+N-1 (closed-form sum).
+
+        The prefill step's attention pairs are I*(I+1)/2 (k = 0); with e = 0 that term adds
+        an exact 0.0, so the result is unchanged from the four-term model.
+        """
         inp, out = _check_alone_args(input_tokens, output_tokens)
         m = out - 1
         kv_sum = m * inp + m * (m + 1) // 2  # sum_{j=1..m} (I + j), exact in int64
-        prefill = self.a + self.b * inp + self.d * inp
+        prefill = self.a + self.b * inp + self.d * inp + self.e * (inp * (inp + 1) // 2)
         return prefill + m * (self.a + self.c) + self.d * kv_sum
 
     def describe(self) -> dict:
         """Model name and coefficients (seconds)."""
         return {
             "model": "linear",
-            "form": "a + b*prefill_tokens + c*n_decode + d*kv_read; "
-            "kv_read = decode_kv + sum over prefill chunks of (k + c)",
+            "form": "a + b*prefill_tokens + c*n_decode + d*kv_read + e*prefill_attention_pairs; "
+            "kv_read = decode_kv + sum over prefill chunks of (k + c); "
+            "prefill_attention_pairs = sum over prefill chunks of c*k + c*(c+1)/2",
             "a_s": self.a,
             "b_s_per_prefill_token": self.b,
             "c_s_per_decode_seq": self.c,
             "d_s_per_kv_token_read": self.d,
+            "e_s_per_prefill_attention_pair": self.e,
         }
 
     def __repr__(self) -> str:
-        return f"LinearLatency(a={self.a!r}, b={self.b!r}, c={self.c!r}, d={self.d!r})"
+        return (f"LinearLatency(a={self.a!r}, b={self.b!r}, c={self.c!r}, d={self.d!r}, "
+                f"e={self.e!r})")
 
 
 # ---------------------------------------------------------------------------------------
@@ -465,7 +491,7 @@ class CalibratedLatency:
 def make_latency_model(cfg: "EngineConfig") -> LatencyModel:
     """Build the latency model an engine config asks for (``[latency] model``)."""
     if cfg.latency_model == "linear":
-        return LinearLatency(cfg.linear_a, cfg.linear_b, cfg.linear_c, cfg.linear_d)
+        return LinearLatency(cfg.linear_a, cfg.linear_b, cfg.linear_c, cfg.linear_d, cfg.linear_e)
     if cfg.latency_model == "calibrated":
         return CalibratedLatency(cpu_overhead_s=cfg.cpu_overhead_s, lm_head=cfg.lm_head)
     raise ValueError(f"unknown latency model {cfg.latency_model!r}")  # config.py prevents this
