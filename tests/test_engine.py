@@ -55,10 +55,12 @@ def test_invariants_and_fast_equals_exact(name, trace, blocks, seqs, budget):
     steps = []
     sim, out = run(trace, name, cfg, exact=True, observer=steps.append)
     budget = sim.sched.mode.budget
+    # Orca's budget caps a step's prompt tokens; its decodes (one per running request) come on top.
+    slack = (lambda s: s.running) if name == "orca" else (lambda s: 0)
     for s in steps:
         assert s.blocks_used <= cfg.num_gpu_blocks
         assert s.running <= cfg.max_num_seqs
-        assert s.tokens <= budget
+        assert s.tokens <= budget + slack(s)
         assert s.end > s.start
     done = out.status == "completed"
     # every request ends exactly once, in one of the three states
