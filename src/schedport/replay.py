@@ -304,7 +304,9 @@ async def _replay_async(trace: Trace, base: str, model: str | None, priorities, 
                         token_range, timeout_s: float, on_progress) -> tuple[list[_Outcome], ServerInfo, float]:
     aiohttp = _need_aiohttp()
     connector = aiohttp.TCPConnector(limit=0)     # one connection per in-flight request
-    async with aiohttp.ClientSession(connector=connector) as session:
+    # No session-wide deadline: aiohttp's default (5 min total) would cut long requests short
+    # and report them as timeouts; request_timeout_s is the only deadline on a request.
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout()) as session:
         info = await _server_info(session, base, model, timeout_s=30.0)
         url = f"{base}/v1/completions"
         n = len(trace)
