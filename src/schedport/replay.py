@@ -5,8 +5,10 @@ The measured twin of `schedport.simulate`: the same (scaled) trace is sent to a 
 same `requests.parquet` and `summary.json` come back, measured from the stream.
 
 How a request is sent, so that its size on the server is exactly the trace's:
-- ``prompt`` is a list of ``input_tokens`` token ids (seeded, drawn from `token_range`, distinct
-  per request so a prefix cache cannot shortcut a prefill);
+- ``prompt`` is a list of ``input_tokens`` token ids drawn from `token_range`, distinct per
+  request *and per run* (a fresh random salt each replay, recorded as ``prompt_salt``): a server's
+  prefix cache would otherwise serve a second replay of the same trace from memory and skip its
+  prefills;
 - ``max_tokens = min_tokens = output_tokens`` with ``ignore_eos`` so it generates exactly that many;
 - ``stream`` with usage on every chunk, so tokens are counted even when a chunk carries several.
 
@@ -36,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -112,11 +115,12 @@ def request_priorities(trace: Trace, scheduler: str, engine: EngineConfig | None
     return ranks
 
 
-def prompt_token_ids(n_tokens: int, request_index: int, seed: int,
+def prompt_token_ids(n_tokens: int, request_index: int, salt: int,
                      token_range: tuple[int, int] = DEFAULT_TOKEN_RANGE) -> list[int]:
-    """The prompt sent for one request: `n_tokens` seeded token ids from `token_range` (half-open)."""
+    """The prompt sent for one request: `n_tokens` token ids from `token_range` (half-open),
+    a function of (salt, request_index) only."""
     lo, hi = token_range
-    rng = np.random.Generator(np.random.PCG64([int(seed), int(request_index), 0x5E9]))
+    rng = np.random.Generator(np.random.PCG64([int(salt), int(request_index), 0x5E9]))
     return rng.integers(lo, hi, size=int(n_tokens)).tolist()
 
 
@@ -300,7 +304,7 @@ async def _send(session, url: str, body: dict, want: int, t_zero: float, timeout
                       f" (finish_reason {timer.finish_reason!r})")
 
 
-async def _replay_async(trace: Trace, base: str, model: str | None, priorities, seed: int,
+async def _replay_async(trace: Trace, base: str, model: str | None, priorities, salt: int,
                         token_range, timeout_s: float, on_progress) -> tuple[list[_Outcome], ServerInfo, float]:
     aiohttp = _need_aiohttp()
     connector = aiohttp.TCPConnector(limit=0)     # one connection per in-flight request
@@ -310,7 +314,7 @@ async def _replay_async(trace: Trace, base: str, model: str | None, priorities, 
         info = await _server_info(session, base, model, timeout_s=30.0)
         url = f"{base}/v1/completions"
         n = len(trace)
-        bodies = [_body(info.model, prompt_token_ids(trace.input_tokens[i], i, seed, token_range),
+        bodies = [_body(info.model, prompt_token_ids(trace.input_tokens[i], i, salt, token_range),
                         trace.output_tokens[i], None if priorities is None else priorities[i])
                   for i in range(n)]
         outs = [_Outcome() for _ in range(n)]
@@ -357,9 +361,15 @@ def replay(trace: Trace, endpoint: str, *, engine: EngineConfig | str | None = N
            scheduler: str = "vllm-fcfs", load: float | None = None, time_scale: float | None = None,
            seed: int = 0, model: str | None = None,
            request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, max_lag_s: float = DEFAULT_MAX_LAG_S,
-           token_range: tuple[int, int] = DEFAULT_TOKEN_RANGE,
-           on_progress: Callable[[int, int], None] | None = None) -> ReplayResult:
+           token_range: tuple[int, int] = DEFAULT_TOKEN_RANGE, retries: int = 0,
+           on_progress: Callable[[int, int], None] | None = None,
+           log: Callable[[str], None] = lambda s: None) -> ReplayResult:
     """Replay `trace` against the server at `endpoint` under `scheduler`; measure every request.
+
+    A run whose client fell behind the schedule (`lag_ok` False) is discarded and run again, up
+    to `retries` more times, with fresh prompts: on a shared or virtualised machine the whole
+    system occasionally pauses for a few hundred milliseconds, which delays sends and stalls the
+    server alike. The returned run is the last attempt; ``summary["attempts"]`` counts them.
 
     `engine` is the server's engine config (from `schedport calibrate`): `load` is relative to
     its capacity, exactly as in `simulate`, so both see the same arrivals; it also gives EDF's
@@ -385,10 +395,21 @@ def replay(trace: Trace, endpoint: str, *, engine: EngineConfig | str | None = N
         scale = load_scale(trace, load, cfg)
         trace = rescale(trace, scale)
     prio = request_priorities(trace, scheduler, cfg, seed)
+    if retries < 0:
+        raise SchedportError(f"--retries must be >= 0, got {retries}")
     base = _base(endpoint)
-    outs, info, a0 = asyncio.run(_replay_async(trace, base, model, prio, seed, token_range,
-                                               request_timeout_s, on_progress))
-    return _result(trace, cfg, outs, info, a0, scale, max_lag_s, scheduler)
+    for attempt in range(1, retries + 2):
+        salt = secrets.randbits(63)
+        outs, info, a0 = asyncio.run(_replay_async(trace, base, model, prio, salt, token_range,
+                                                   request_timeout_s, on_progress))
+        res = _result(trace, cfg, outs, info, a0, scale, max_lag_s, scheduler)
+        res.summary["prompt_salt"] = salt
+        res.summary["attempts"] = attempt
+        if res.lag_ok or attempt == retries + 1:
+            return res
+        log(f"client send lag p99 {1e3 * res.summary['send_lag_p99_s']:.0f} ms > {1e3 * max_lag_s:.0f} ms: "
+            f"discarding the run and replaying again ({attempt + 1}/{retries + 1})")
+    raise AssertionError("unreachable")
 
 
 def _result(trace: Trace, cfg: EngineConfig, outs: Sequence[_Outcome], info: ServerInfo, a0: float,
@@ -414,7 +435,9 @@ def _result(trace: Trace, cfg: EngineConfig, outs: Sequence[_Outcome], info: Ser
     table["detail"] = pd.Series([o.detail for o in outs], dtype=object)
 
     lat = make_latency_model(cfg)
-    alone = lat.alone_time(trace.input_tokens, trace.output_tokens) if n else np.zeros(0)
+    # as in simulate: alone on the engine, plus the fixed per-request overhead
+    alone = (lat.alone_time(trace.input_tokens, trace.output_tokens) + cfg.request_overhead_s
+             if n else np.zeros(0))
     span = trace.span_s
     fin = finish[np.isfinite(finish)]
     horizon = cfg.horizon_factor * (span if span > 0 else

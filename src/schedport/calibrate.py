@@ -1,0 +1,458 @@
+"""Calibrate the simulator's engine to a running server: limits from its metrics, latency by probing.
+
+`schedport calibrate --endpoint URL --out engine.toml` measures the server it is pointed at and
+writes an engine config that `simulate`, `replay --load` and `validate` read. Nothing else may
+load the server while it runs (it says so when it sees other requests running).
+
+What it learns and how (docs/validation.md has the details and the limits):
+- ``max_model_len`` from ``/v1/models``; ``block_size`` and ``num_gpu_blocks`` from the
+  ``vllm:cache_config_info`` gauge of the Prometheus ``/metrics`` endpoint.
+- ``max_num_seqs``: many small requests at once while polling ``vllm:num_requests_running``;
+  the plateau reached while others are still waiting is the running-sequence cap.
+- ``max_num_batched_tokens``: several long prompts at once, counting engine steps from the
+  ``vllm:iteration_tokens_total`` histogram; tokens per full step bound the budget from below,
+  the histogram's buckets from above, and the estimate is the power of two in between (vLLM's
+  defaults are powers of two). Any limit can be given instead (``--max-num-seqs`` and friends).
+- Latency: prefill-only requests (``max_tokens = 1``) of several prompt lengths, one at a time,
+  give TTFT = request overhead + the prefill's steps; decode batches of several sizes and
+  context lengths give the steady inter-token time = one decode step. One non-negative least
+  squares fit (relative errors, so 5 ms and 500 ms observations weigh alike) gives the linear
+  model's ``a, b, c, d, e`` and the per-request overhead; R² and the largest error are written
+  as comments beside them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import math
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from schedport.errors import SchedportError
+from schedport.replay import (EndpointError, ServerInfo, StreamTimer, _base, _body, _need_aiohttp,
+                              _server_info, prompt_token_ids)
+
+#: The linear model's parameters in fit order (request_overhead_s first).
+PARAMS = ("request_overhead_s", "a", "b", "c", "d", "e")
+
+
+# --------------------------------------------------------------------------- Prometheus text
+
+
+_SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """The samples of a Prometheus text exposition as (name, labels, value)."""
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        labels = dict(_LABEL.findall(m.group("labels") or ""))
+        out.append((m.group("name"), labels, value))
+    return out
+
+
+def _metric(samples, name: str, **match) -> float | None:
+    """Sum of the samples of `name` whose labels include `match` (None when absent)."""
+    vals = [v for n, lab, v in samples if n == name and all(lab.get(k) == w for k, w in match.items())]
+    return float(sum(vals)) if vals else None
+
+
+# --------------------------------------------------------------------------- observations
+
+
+@dataclass
+class Observation:
+    """One probe: what was sent, the time measured, and its row of the linear model."""
+
+    kind: str                 # "prefill" or "decode"
+    label: str
+    seconds: float
+    features: tuple[float, ...]   # aligned with PARAMS
+
+
+def prefill_features(prompt: int, budget: int) -> tuple[float, ...]:
+    """Model row of a lone prompt of `prompt` tokens: overhead + its chunked prefill steps."""
+    steps, p, kv, pairs, done = 0, 0, 0, 0, 0
+    while done < prompt:
+        c = min(budget, prompt - done)
+        steps += 1
+        p += c
+        kv += done + c
+        pairs += c * done + c * (c + 1) // 2
+        done += c
+    return (1.0, float(steps), float(p), 0.0, float(kv), float(pairs))
+
+
+def decode_features(batch: int, kv_tokens: float) -> tuple[float, ...]:
+    """Model row of one decode step of `batch` sequences reading `kv_tokens` in all."""
+    return (0.0, 1.0, 0.0, float(batch), float(kv_tokens), 0.0)
+
+
+@dataclass
+class Fit:
+    """The fitted coefficients with their quality on the probes."""
+
+    coef: dict[str, float]
+    r2: float
+    max_abs_rel_err: float
+    median_abs_rel_err: float
+    predicted: np.ndarray
+
+
+def fit_linear(obs: list[Observation]) -> Fit:
+    """Non-negative least squares on relative errors: every coefficient >= 0, `a` > 0."""
+    from scipy.optimize import nnls
+
+    if len(obs) < len(PARAMS):
+        raise SchedportError(f"calibration needs at least {len(PARAMS)} probes, got {len(obs)}")
+    A = np.array([o.features for o in obs], dtype=np.float64)
+    y = np.array([o.seconds for o in obs], dtype=np.float64)
+    if not (np.isfinite(y).all() and (y > 0).all()):
+        raise SchedportError("calibration: a probe returned no usable time (see the server log)")
+    scale = A.max(axis=0)
+    scale[scale == 0] = 1.0
+    x, _ = nnls((A / scale) / y[:, None], np.ones_like(y), maxiter=10_000)
+    x = x / scale
+    pred = A @ x
+    rel = np.abs(pred - y) / y
+    ss_res = float(((pred - y) ** 2).sum())
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    coef = dict(zip(PARAMS, (float(v) for v in x)))
+    if not coef["a"] > 0:
+        # The simulator needs a positive per-step time; the smallest decode step bounds it.
+        coef["a"] = float(min(o.seconds for o in obs if o.kind == "decode") if any(
+            o.kind == "decode" for o in obs) else y.min()) * 0.5
+    return Fit(coef, 1.0 - ss_res / ss_tot if ss_tot > 0 else math.nan, float(rel.max()),
+               float(np.median(rel)), pred)
+
+
+# --------------------------------------------------------------------------- probing
+
+
+@dataclass
+class Calibration:
+    """Everything `calibrate` learned: server limits, probes, fit, and where each limit came from."""
+
+    server: ServerInfo
+    endpoint: str
+    limits: dict[str, int]
+    sources: dict[str, str]
+    observations: list[Observation] = field(default_factory=list)
+    fit: Fit | None = None
+
+    def engine_toml(self) -> str:
+        """The engine config text, fit quality and provenance in comments."""
+        f = self.fit
+        lines = [
+            "# Engine config calibrated by `schedport calibrate` against a running server.",
+            f"# endpoint: {self.endpoint}   model: {self.server.model}",
+            f"# measured: {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+            f"# latency fit over {len(self.observations)} probes: R^2 = {f.r2:.4f}, "
+            f"median |error| {100 * f.median_abs_rel_err:.1f}%, max |error| {100 * f.max_abs_rel_err:.1f}%",
+            "",
+            "[engine]",
+        ]
+        for key in ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+            lines.append(f"{key} = {self.limits[key]}    # {self.sources[key]}")
+        lines += ["", "[latency]", 'model = "linear"']
+        notes = {"request_overhead_s": "s per request outside the engine loop (HTTP, input/output processing)",
+                 "a": "s per step", "b": "s per prefill token", "c": "s per decoding sequence",
+                 "d": "s per KV token read by attention", "e": "s per prefill attention (query, key) pair"}
+        for key in PARAMS:
+            lines.append(f"{key} = {f.coef[key]!r}    # {notes[key]}")
+        lines += ["", "# probe, measured s, model s, error"]
+        for o, p in zip(self.observations, f.predicted):
+            lines.append(f"#   {o.kind:<7} {o.label:<28} {o.seconds:.5f}  {p:.5f}  {100 * (p - o.seconds) / o.seconds:+.1f}%")
+        return "\n".join(lines) + "\n"
+
+
+async def _metrics(session, base: str) -> list | None:
+    aiohttp = _need_aiohttp()
+    try:
+        async with session.get(f"{base}/metrics", timeout=aiohttp.ClientTimeout(total=10)) as r:
+            if r.status != 200:
+                return None
+            return parse_prometheus(await r.text())
+    except (aiohttp.ClientError, asyncio.TimeoutError):
+        return None
+
+
+async def _stream(session, url: str, body: dict, timeout_s: float = 300.0) -> StreamTimer:
+    """Send one request and time its stream; a failure is an EndpointError (probes must succeed)."""
+    aiohttp = _need_aiohttp()
+    timer = StreamTimer()
+    t0 = time.perf_counter()
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.post(url, json=body) as r:
+                if r.status != 200:
+                    text = (await r.text())[:200].replace("\n", " ")
+                    raise EndpointError(f"{url}: probe refused: HTTP {r.status}: {text}")
+                async for line in r.content:
+                    timer.feed(line, time.perf_counter() - t0)
+    except TimeoutError:
+        raise EndpointError(f"{url}: a probe did not finish within {timeout_s:g} s") from None
+    except aiohttp.ClientError as e:
+        raise EndpointError(f"{url}: probe failed: {type(e).__name__}: {e}") from None
+    if timer.error:
+        raise EndpointError(f"{url}: probe stream error: {timer.error}")
+    return timer
+
+
+class _Prober:
+    """Sends the probes; `seed` keeps prompts distinct so a prefix cache never shortcuts one."""
+
+    def __init__(self, session, base: str, info: ServerInfo, token_range, log):
+        self.session, self.base, self.info = session, base, info
+        self.url = f"{base}/v1/completions"
+        self.token_range = token_range
+        self.log = log
+        self.serial = 0
+        self.salt = secrets.randbits(63)     # fresh prompts each calibration: no prefix-cache hits
+
+    def body(self, n_in: int, n_out: int) -> dict:
+        self.serial += 1
+        return _body(self.info.model, prompt_token_ids(n_in, self.serial, self.salt, self.token_range), n_out, None)
+
+    async def ttft(self, n_in: int) -> float:
+        t = await _stream(self.session, self.url, self.body(n_in, 1))
+        return t.first_s
+
+    async def decode_step(self, batch: int, context: int, n_out: int) -> float:
+        """One decode step's time with `batch` requests decoding together.
+
+        Per request, the mean gap over its middle tokens ((t[hi] - t[lo]) / (hi - lo): the ramp
+        while the batch's prefills join and the tail are left out); the median over requests.
+        A mean over a span, not the median of single gaps: when the client is briefly descheduled,
+        chunks pile up and arrive together, which turns single gaps into zeros but moves a span's
+        ends only if the pause falls on them.
+        """
+        async def one():
+            return await _stream_times(self.session, self.url, self.body(context, n_out))
+        times = await asyncio.gather(*[one() for _ in range(batch)])
+        lo, hi = n_out // 4, n_out - 2
+        per_req = [(t[hi] - t[lo]) / (hi - lo) for t in times if len(t) > hi]
+        if not per_req:
+            raise EndpointError(f"{self.url}: decode probe streams were shorter than {n_out} tokens")
+        return float(np.median(per_req))
+
+    async def running_plateau(self, n: int, metrics_poll_s: float = 0.05) -> tuple[int, bool]:
+        """Start `n` long small requests; the most seen running at once, and whether some waited."""
+        n_out = max(1, min(4000, (self.info.max_model_len or 4096) - 9))
+        tasks = [asyncio.create_task(_stream(self.session, self.url, self.body(8, n_out)))
+                 for _ in range(n)]
+        best, waited = 0, False
+        try:
+            deadline = time.perf_counter() + 10.0
+            stable = 0
+            while time.perf_counter() < deadline:
+                await asyncio.sleep(metrics_poll_s)
+                s = await _metrics(self.session, self.base)
+                if s is None:
+                    break
+                run = int(_metric(s, "vllm:num_requests_running") or 0)
+                wait = int(_metric(s, "vllm:num_requests_waiting") or 0)
+                if run > best:
+                    best, stable = run, 0
+                else:
+                    stable += 1
+                waited = waited or (wait > 0 and run == best)
+                if run + wait >= n and stable >= 10:
+                    break
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.sleep(0.5)      # let the server abort the disconnected requests
+        return best, waited
+
+
+async def _stream_times(session, url: str, body: dict) -> np.ndarray:
+    """Arrival time of each token of one stream (a chunk's time for every token it carries)."""
+    times: list[float] = []
+    timer = StreamTimer()
+    t0 = time.perf_counter()
+    async with session.post(url, json=body) as r:
+        if r.status != 200:
+            text = (await r.text())[:200].replace("\n", " ")
+            raise EndpointError(f"{url}: probe refused: HTTP {r.status}: {text}")
+        async for line in r.content:
+            before = timer.tokens
+            timer.feed(line, time.perf_counter() - t0)
+            times.extend([timer.last_s] * (timer.tokens - before))
+    return np.asarray(times)
+
+
+async def _calibrate_async(endpoint: str, model: str | None, overrides: dict, repeats: int,
+                           token_range, log) -> Calibration:
+    aiohttp = _need_aiohttp()
+    base = _base(endpoint)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                     timeout=aiohttp.ClientTimeout()) as session:   # probes time themselves
+        info = await _server_info(session, base, model, timeout_s=30.0)
+        samples = await _metrics(session, base)
+        limits: dict[str, int] = {}
+        sources: dict[str, str] = {}
+
+        def put(key, value, source):
+            if key in overrides and overrides[key] is not None:
+                limits[key], sources[key] = int(overrides[key]), "given on the command line"
+            elif value is not None:
+                limits[key], sources[key] = int(value), source
+
+        put("max_model_len", info.max_model_len, "from /v1/models")
+        if samples is not None:
+            busy = _metric(samples, "vllm:num_requests_running") or 0
+            if busy:
+                log(f"warning: {int(busy)} requests already running; other load skews the calibration")
+            cache = [lab for n, lab, _ in samples if n == "vllm:cache_config_info"]
+            if cache:
+                put("block_size", _int_label(cache[0], "block_size"), "from /metrics cache_config_info")
+                put("num_gpu_blocks", _int_label(cache[0], "num_gpu_blocks"), "from /metrics cache_config_info")
+        for key in ("max_model_len", "block_size", "num_gpu_blocks"):
+            if key not in limits:
+                put(key, None, "")
+                if key not in limits:
+                    raise EndpointError(f"{base}: the server does not report {key} "
+                                        f"(no /metrics cache_config_info); give --{key.replace('_', '-')}")
+        prober = _Prober(session, base, info, token_range, log)
+        await prober.ttft(16)                          # warm-up, not measured
+
+        # --- the running-sequence cap
+        if overrides.get("max_num_seqs") is not None:
+            put("max_num_seqs", None, "")
+        elif samples is None:
+            raise EndpointError(f"{base}: no /metrics endpoint to observe the running-sequence cap; "
+                                f"give --max-num-seqs")
+        else:
+            n = 64
+            while True:
+                best, waited = await prober.running_plateau(n)
+                log(f"max_num_seqs probe: {n} sent, at most {best} running, some waiting: {waited}")
+                if waited or best < n:
+                    put("max_num_seqs", best, f"observed plateau of num_requests_running ({n} sent)")
+                    break
+                if n >= 1024:
+                    put("max_num_seqs", best, f"at least {best} (all {n} probes ran at once)")
+                    break
+                n *= 4
+
+        # --- the token budget
+        mml = limits["max_model_len"]
+        if overrides.get("max_num_batched_tokens") is not None:
+            put("max_num_batched_tokens", None, "")
+        elif samples is None:
+            raise EndpointError(f"{base}: no /metrics endpoint to observe the token budget; "
+                                f"give --max-num-batched-tokens")
+        else:
+            budget, how = await _probe_budget(prober, session, base, mml, limits["max_num_seqs"])
+            put("max_num_batched_tokens", budget, how)
+        budget = limits["max_num_batched_tokens"]
+
+        # --- latency probes
+        obs: list[Observation] = []
+        lengths = sorted({L for L in (1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+                          if L <= mml - 1} | {mml - 1})
+        for L in lengths:
+            vals = [await prober.ttft(L) for _ in range(repeats)]
+            obs.append(Observation("prefill", f"prompt {L}", float(np.median(vals)),
+                                   prefill_features(L, budget)))
+            log(f"prefill {L:>6} tokens: TTFT {1e3 * obs[-1].seconds:.1f} ms")
+        n_out = 64
+        contexts = sorted({16, max(16, min(mml // 4, mml - n_out - 1))})
+        batches = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= limits["max_num_seqs"]]
+        for ctx in contexts:
+            for b in batches:
+                vals = [await prober.decode_step(b, ctx, n_out) for _ in range(repeats)]
+                mean_ctx = ctx + (n_out // 4 + n_out - 2) / 2.0
+                obs.append(Observation("decode", f"batch {b} context {ctx}", float(np.median(vals)),
+                                       decode_features(b, b * mean_ctx)))
+                log(f"decode batch {b:>3} context {ctx:>5}: step {1e3 * obs[-1].seconds:.2f} ms")
+    cal = Calibration(info, base, limits, sources, obs)
+    cal.fit = fit_linear(obs)
+    return cal
+
+
+def _int_label(labels: dict, key: str) -> int | None:
+    try:
+        return int(labels[key])
+    except (KeyError, ValueError):
+        return None
+
+
+async def _probe_budget(prober: _Prober, session, base: str, mml: int, max_seqs: int) -> tuple[int, str]:
+    """Estimate max_num_batched_tokens from engine-step counts of a burst of long prompts."""
+    def hist(samples):
+        count = _metric(samples, "vllm:iteration_tokens_total_count")
+        total = _metric(samples, "vllm:iteration_tokens_total_sum")
+        buckets = {}
+        for n, lab, v in samples:
+            if n == "vllm:iteration_tokens_total_bucket" and lab.get("le") not in (None, "+Inf"):
+                le = float(lab["le"])
+                buckets[le] = buckets.get(le, 0.0) + v
+        return count, total, buckets
+
+    before = await _metrics(session, base)
+    L = mml - 1
+    m = max(2, min(max_seqs, 8))
+    await asyncio.gather(*[_stream(session, prober.url, prober.body(L, 1)) for _ in range(m)])
+    await asyncio.sleep(0.3)
+    after = await _metrics(session, base)
+    c0, s0, b0 = hist(before)
+    c1, s1, b1 = hist(after)
+    if c0 is None or c1 is None:
+        raise EndpointError(f"{base}: /metrics has no vllm:iteration_tokens_total; give --max-num-batched-tokens")
+    steps = int(round(c1 - c0))
+    prompt_tokens = m * L
+    lower = math.ceil(prompt_tokens / max(steps, 1))
+    # Largest per-step token count seen in the burst (histogram bucket bounds).
+    upper = None
+    for le in sorted(b1):
+        if b1[le] - b0.get(le, 0.0) >= steps - 0.5:
+            upper = int(le)
+            break
+    budget = 1 << max(0, (lower - 1).bit_length())
+    if upper is not None and budget > upper:
+        budget = upper
+    return budget, (f"estimated: {m} prompts of {L} tokens took {steps} engine steps "
+                    f"(>= {lower} tokens per step); nearest power of two")
+
+
+def calibrate(endpoint: str, out: str | Path | None = None, *, model: str | None = None, repeats: int = 3,
+              overrides: dict | None = None, token_range: tuple[int, int] = (1000, 2000),
+              log: Callable[[str], None] = lambda s: None) -> Calibration:
+    """Probe the server at `endpoint`, fit the linear latency model, and (if `out`) write the config.
+
+    `overrides` maps engine keys (max_num_seqs, max_num_batched_tokens, max_model_len,
+    block_size, num_gpu_blocks) to values that replace what would be probed. The written file
+    is read back with the engine-config loader, so what it holds is a valid engine.
+    """
+    if repeats < 1:
+        raise SchedportError(f"--repeats must be at least 1, got {repeats}")
+    cal = asyncio.run(_calibrate_async(endpoint, model, dict(overrides or {}), repeats, token_range, log))
+    if out is not None:
+        from schedport.api import _atomic_write
+        from schedport.config import load_engine_config
+
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(path, lambda p: Path(p).write_text(cal.engine_toml()))
+        load_engine_config(path)
+    return cal

