@@ -65,7 +65,7 @@ def test_replay_exact_tokens_sane_timings_and_rejections(server, calibrated, tmp
     inp = base.input_tokens.copy()
     inp[5] = MAX_MODEL_LEN + 10
     tr = Trace(base.arrival_s, inp, base.output_tokens, None, "t1")
-    res = replay(tr, server.endpoint, engine=engine, scheduler="vllm-fcfs")
+    res = replay(tr, server.endpoint, engine=engine, scheduler="vllm-fcfs", retries=2)
     t = res.requests
     assert t.loc[5, "status"] == "rejected" and "HTTP 400" in t.loc[5, "detail"]
     done = t[t.status == "completed"]
@@ -99,7 +99,7 @@ def test_priorities_honoured_under_overload(server, calibrated):
     tr = Trace(np.round(np.linspace(0, 1.0, n), 6), rng.integers(16, 64, n), out, None, "burst")
     e2e = {}
     for s in ("vllm-fcfs", "sjf"):
-        res = replay(tr, server.endpoint, engine=engine, scheduler=s)
+        res = replay(tr, server.endpoint, engine=engine, scheduler=s, retries=2)
         assert res.summary["n_completed"] == n
         e2e[s] = res.summary["e2e_mean_s"]
     assert e2e["sjf"] < 0.8 * e2e["vllm-fcfs"], e2e
