@@ -12,6 +12,7 @@ validation figures come from this script.
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import time
@@ -30,6 +31,8 @@ def main() -> None:
     ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--corpus", type=Path, default=Path("corpus"))
     args = ap.parse_args()
+    # a SIGTERM unwinds like Ctrl-C, so the server started below is stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     from schedport.calibrate import calibrate
     from schedport.localserver import VllmCpuServer, build_tiny_model

@@ -37,7 +37,7 @@ import numpy as np
 
 from schedport.errors import SchedportError
 from schedport.replay import (EndpointError, ServerInfo, StreamTimer, _base, _body, _need_aiohttp,
-                              _server_info, prompt_token_ids)
+                              _no_gc_pauses, _server_info, prompt_token_ids)
 
 #: The linear model's parameters in fit order (request_overhead_s first).
 PARAMS = ("request_overhead_s", "a", "b", "c", "d", "e")
@@ -446,7 +446,8 @@ def calibrate(endpoint: str, out: str | Path | None = None, *, model: str | None
     """
     if repeats < 1:
         raise SchedportError(f"--repeats must be at least 1, got {repeats}")
-    cal = asyncio.run(_calibrate_async(endpoint, model, dict(overrides or {}), repeats, token_range, log))
+    with _no_gc_pauses():
+        cal = asyncio.run(_calibrate_async(endpoint, model, dict(overrides or {}), repeats, token_range, log))
     if out is not None:
         from schedport.api import _atomic_write
         from schedport.config import load_engine_config

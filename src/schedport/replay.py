@@ -36,6 +36,8 @@ Needs the ``validate`` extra (aiohttp): ``pip install 'schedport[validate]'``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
 import math
 import secrets
@@ -343,6 +345,23 @@ async def _replay_async(trace: Trace, base: str, model: str | None, priorities, 
     return outs, info, a0
 
 
+@contextlib.contextmanager
+def _no_gc_pauses():
+    """No cyclic garbage collection while replaying: a full collection of a process that has
+    imported pandas and scipy takes long enough to delay sends and chunk reads; reference
+    counting frees the replay's own garbage, and collection resumes afterwards."""
+    was = gc.isenabled()
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if was:
+            gc.enable()
+
+
 class ReplayResult(SimulationResult):
     """The outcome of one replay: `requests` (one row per request), `summary`, the time `scale`.
 
@@ -400,8 +419,9 @@ def replay(trace: Trace, endpoint: str, *, engine: EngineConfig | str | None = N
     base = _base(endpoint)
     for attempt in range(1, retries + 2):
         salt = secrets.randbits(63)
-        outs, info, a0 = asyncio.run(_replay_async(trace, base, model, prio, salt, token_range,
-                                                   request_timeout_s, on_progress))
+        with _no_gc_pauses():
+            outs, info, a0 = asyncio.run(_replay_async(trace, base, model, prio, salt, token_range,
+                                                       request_timeout_s, on_progress))
         res = _result(trace, cfg, outs, info, a0, scale, max_lag_s, scheduler)
         res.summary["prompt_salt"] = salt
         res.summary["attempts"] = attempt
