@@ -29,6 +29,7 @@ def main() -> None:
     ap.add_argument("--schedulers", default="vllm-fcfs,sjf,spf,edf")
     ap.add_argument("--max-num-seqs", type=int, default=8)
     ap.add_argument("--max-model-len", type=int, default=4096)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=512)
     ap.add_argument("--corpus", type=Path, default=Path("corpus"))
     args = ap.parse_args()
     # a SIGTERM unwinds like Ctrl-C, so the server started below is stopped too
@@ -43,7 +44,8 @@ def main() -> None:
     if not (model / "config.json").exists():
         build_tiny_model(model, python=args.vllm_python, max_positions=args.max_model_len)
     srv = VllmCpuServer(model, python=args.vllm_python, max_num_seqs=args.max_num_seqs,
-                        max_model_len=args.max_model_len, log_path=out / "server.log")
+                        max_model_len=args.max_model_len, max_num_batched_tokens=args.max_num_batched_tokens,
+                        log_path=out / "server.log")
     t0 = time.perf_counter()
     print(f"starting the vLLM CPU server (log: {srv.log_path}) ...", flush=True)
     with srv:
