@@ -21,6 +21,7 @@ pytestmark = pytest.mark.realengine
 
 MAX_NUM_SEQS = 8
 MAX_MODEL_LEN = 2048
+BUDGET = 2048
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def calibrated(server, tmp_path_factory):
     from schedport.calibrate import calibrate
 
     path = tmp_path_factory.mktemp("cal") / "engine.toml"
-    cal = calibrate(server.endpoint, path, repeats=2)
+    cal = calibrate(server.endpoint, path, repeats=2, overrides={"max_num_batched_tokens": BUDGET})
     return cal, path
 
 
@@ -109,7 +110,8 @@ def test_calibrate_finds_the_server_limits_and_fits(calibrated):
     cal, path = calibrated
     assert cal.limits["max_num_seqs"] == MAX_NUM_SEQS
     assert cal.limits["max_model_len"] == MAX_MODEL_LEN
-    assert cal.limits["max_num_batched_tokens"] == 2048
+    assert cal.limits["max_num_batched_tokens"] == BUDGET
+    assert cal.sources["max_num_batched_tokens"] == "given on the command line"
     assert cal.limits["block_size"] > 0 and cal.limits["num_gpu_blocks"] > 0
     cfg = load_engine_config(path)
     assert cfg.latency_model == "linear" and cfg.max_num_seqs == MAX_NUM_SEQS
@@ -147,3 +149,12 @@ def test_validate_end_to_end(server, calibrated, tmp_path):
     assert "reused" in r2.output
     v2 = json.loads((out / "validation.json").read_text())
     assert [x["real"] for x in v2["runs"]] == [x["real"] for x in v["runs"]]
+
+
+def test_calibrate_refuses_a_token_budget_it_cannot_observe(server):
+    """With prompts that never need chunking, /metrics cannot tell the budget: say so, don't guess."""
+    from schedport.calibrate import calibrate
+    from schedport.replay import EndpointError
+
+    with pytest.raises(EndpointError, match="--max-num-batched-tokens"):
+        calibrate(server.endpoint, None, repeats=1, overrides={"max_num_seqs": MAX_NUM_SEQS})

@@ -52,7 +52,8 @@ def main() -> None:
         print(f"ready after {time.perf_counter() - t0:.0f} s: {srv.endpoint}", flush=True)
         engine = out / "engine.toml"
         if not engine.exists():
-            calibrate(srv.endpoint, engine, log=print)
+            calibrate(srv.endpoint, engine, log=print,
+                      overrides={"max_num_batched_tokens": args.max_num_batched_tokens})
         cmd = [sys.executable, "-m", "schedport.cli", "validate", "--endpoint", srv.endpoint,
                "--engine", str(engine), "--out", str(out), "--schedulers", args.schedulers,
                "--regions", args.regions, "--max-requests", str(args.max_requests)]

@@ -238,20 +238,45 @@ class _Prober:
     async def decode_step(self, batch: int, context: int, n_out: int) -> float:
         """One decode step's time with `batch` requests decoding together.
 
-        Per request, the mean gap over its middle tokens ((t[hi] - t[lo]) / (hi - lo): the ramp
-        while the batch's prefills join and the tail are left out); the median over requests.
-        A mean over a span, not the median of single gaps: when the client is briefly descheduled,
-        chunks pile up and arrive together, which turns single gaps into zeros but moves a span's
-        ends only if the pause falls on them.
+        With the server's metrics: the batch is sent twice, with `n_out // 4` and `n_out` tokens,
+        and the step time is the *extra* inter-token time of the longer run over its extra gaps,
+        from the server's own `vllm:inter_token_latency_seconds` (sum and count). The ramp while
+        the batch's prefills join is the same in both runs and cancels, and a pause of the API
+        server or the client, which bunches the chunks a client sees, does not enter.
+        Without metrics: per request the mean gap over its middle tokens, median over requests.
         """
-        async def one():
-            return await _stream_times(self.session, self.url, self.body(context, n_out))
-        times = await asyncio.gather(*[one() for _ in range(batch)])
+        short = max(4, n_out // 4)
+        m0 = await self._itl()
+        if m0 is not None:
+            await self._batch(batch, context, short)
+            m1 = await self._itl()
+            await self._batch(batch, context, n_out)
+            m2 = await self._itl()
+            if m1 is not None and m2 is not None:
+                extra_n = (m2[1] - m1[1]) - (m1[1] - m0[1])
+                extra_s = (m2[0] - m1[0]) - (m1[0] - m0[0])
+                if extra_n > 0 and extra_s > 0:
+                    return extra_s / extra_n
+        times = await self._batch(batch, context, n_out)
         lo, hi = n_out // 4, n_out - 2
         per_req = [(t[hi] - t[lo]) / (hi - lo) for t in times if len(t) > hi]
         if not per_req:
             raise EndpointError(f"{self.url}: decode probe streams were shorter than {n_out} tokens")
         return float(np.median(per_req))
+
+    async def _batch(self, batch: int, context: int, n_out: int) -> list[np.ndarray]:
+        return await asyncio.gather(*[_stream_times(self.session, self.url, self.body(context, n_out))
+                                      for _ in range(batch)])
+
+    async def _itl(self) -> tuple[float, float] | None:
+        """(sum, count) of the server's inter-token latency histogram, None without metrics."""
+        await asyncio.sleep(0.2)          # let the server record the last outputs
+        samples = await _metrics(self.session, self.base)
+        if samples is None:
+            return None
+        total = _metric(samples, "vllm:inter_token_latency_seconds_sum")
+        count = _metric(samples, "vllm:inter_token_latency_seconds_count")
+        return None if total is None or count is None else (total, count)
 
     async def running_plateau(self, n: int, metrics_poll_s: float = 0.05) -> tuple[int, bool]:
         """Start `n` long small requests; the most seen running at once, and whether some waited."""
@@ -421,6 +446,11 @@ async def _probe_budget(prober: _Prober, session, base: str, mml: int, max_seqs:
         raise EndpointError(f"{base}: /metrics has no vllm:iteration_tokens_total; give --max-num-batched-tokens")
     steps = int(round(c1 - c0))
     prompt_tokens = m * L
+    if steps <= m:
+        # One counted step per prompt: either each prompt fit in one step, or (vLLM 0.32) steps
+        # that only advance a prefill chunk are not counted at all. The metrics cannot tell.
+        raise EndpointError(f"{base}: the token budget cannot be read off /metrics ({m} prompts of {L} "
+                            f"tokens counted {steps} engine steps); give --max-num-batched-tokens")
     lower = math.ceil(prompt_tokens / max(steps, 1))
     # Largest per-step token count seen in the burst (histogram bucket bounds).
     upper = None
