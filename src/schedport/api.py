@@ -140,6 +140,21 @@ def rescale(trace: Trace, factor: float) -> Trace:
     return Trace(arr, trace.input_tokens, trace.output_tokens, trace.client_id, trace.name)
 
 
+def scaled(trace: Trace, cfg: EngineConfig, *, load: float | None = None,
+           time_scale: float | None = None) -> tuple[Trace, float]:
+    """`trace` brought to offered load `load` on `cfg` (or stretched by a precomputed
+    `time_scale`), and the factor used; unchanged with factor 1 when neither is given.
+    Simulations and replays of one run share it, so both see the same arrivals."""
+    if load is not None and time_scale is not None:
+        raise SchedportError("give either load or time_scale, not both")
+    if time_scale is not None:
+        return rescale(trace, float(time_scale)), float(time_scale)
+    if load is not None:
+        scale = load_scale(trace, load, cfg)
+        return rescale(trace, scale), scale
+    return trace, 1.0
+
+
 def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | str | Path | None = None,
              load: float | None = None, seed: int = 0, *, exact: bool = False,
              horizon_s: float | None = None, time_scale: float | None = None) -> SimulationResult:
@@ -167,15 +182,7 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
         trace = load_trace(trace)
     cfg = _resolve_engine(engine)
     policy = get_policy(scheduler)
-    scale = 1.0
-    if load is not None and time_scale is not None:
-        raise SchedportError("give either load or time_scale, not both")
-    if time_scale is not None:
-        scale = float(time_scale)
-        trace = rescale(trace, scale)
-    elif load is not None:
-        scale = load_scale(trace, load, cfg)
-        trace = rescale(trace, scale)
+    trace, scale = scaled(trace, cfg, load=load, time_scale=time_scale)
     lat = make_latency_model(cfg)
     overhead = cfg.request_overhead_s
     engine_trace = trace

@@ -49,7 +49,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import pandas as pd
 
-from schedport.api import SimulationResult, _resolve_engine, load_scale, rescale
+from schedport.api import SimulationResult, _resolve_engine, scaled
 from schedport.config import EngineConfig
 from schedport.errors import SchedportError
 from schedport.latency import make_latency_model
@@ -404,15 +404,7 @@ def replay(trace: Trace, endpoint: str, *, engine: EngineConfig | str | None = N
     lo, hi = token_range
     if not (0 <= lo < hi):
         raise SchedportError(f"token range must satisfy 0 <= low < high, got {token_range}")
-    if load is not None and time_scale is not None:
-        raise SchedportError("give either load or time_scale, not both")
-    scale = 1.0
-    if time_scale is not None:
-        scale = float(time_scale)
-        trace = rescale(trace, scale)
-    elif load is not None:
-        scale = load_scale(trace, load, cfg)
-        trace = rescale(trace, scale)
+    trace, scale = scaled(trace, cfg, load=load, time_scale=time_scale)
     prio = request_priorities(trace, scheduler, cfg, seed)
     if retries < 0:
         raise SchedportError(f"--retries must be >= 0, got {retries}")
