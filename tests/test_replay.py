@@ -752,3 +752,19 @@ def test_run_over_the_lag_bound_is_replayed_then_reported(fake):
     fake.records.clear()
     ok = replay(trace, fake.url, retries=2)
     assert ok.summary["attempts"] == 1 and len(fake.records) == 2
+
+
+def test_speed_index_is_measured_over_modelled_ttft_of_a_lone_prompt(fake, tmp_path):
+    from schedport.calibrate import speed_index
+
+    fake.configure(delay=0.05)
+    engine = engine_toml(tmp_path, '[engine]\nmax_model_len = 512\nmax_num_batched_tokens = 512\n'
+                                   '[latency]\nmodel = "linear"\na = 0.01\nb = 0\nc = 0\nd = 0\n')
+    idx = speed_index(fake.url, engine, prompt_tokens=256, n=3)
+    # the fake server answers after 50 ms (+ loopback HTTP) where the engine prices 10 ms
+    assert 4.5 < idx < 8.0
+    assert [len(r.body["prompt"]) for r in fake.records] == [256, 256, 256]
+    assert all(r.body["max_tokens"] == 1 for r in fake.records)
+    assert len({r.prompt for r in fake.records}) == 3      # fresh prompts: no prefix-cache shortcut
+    with pytest.raises(SchedportError, match="cannot reach"):
+        speed_index(f"http://127.0.0.1:{closed_port()}", engine)

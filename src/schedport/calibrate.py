@@ -42,6 +42,10 @@ from schedport.replay import (EndpointError, ServerInfo, StreamTimer, _base, _bo
 #: The linear model's parameters in fit order (request_overhead_s first).
 PARAMS = ("request_overhead_s", "a", "b", "c", "d", "e")
 
+#: Tokens each decode probe generates: its step time is read over the last three quarters of
+#: them, so longer probes average more of a noisy machine's jitter (128: about 1 s per probe).
+DECODE_PROBE_TOKENS = 128
+
 
 # --------------------------------------------------------------------------- Prometheus text
 
@@ -278,14 +282,17 @@ class _Prober:
         count = _metric(samples, "vllm:inter_token_latency_seconds_count")
         return None if total is None or count is None else (total, count)
 
-    async def running_plateau(self, n: int, metrics_poll_s: float = 0.05) -> tuple[int, bool]:
-        """Start `n` long small requests; the most seen running at once, and whether some waited."""
+    async def running_plateau(self, n: int, metrics_poll_s: float = 0.05,
+                              deadline_s: float = 20.0) -> tuple[int, bool, int]:
+        """Start `n` long small requests; the most seen running at once, whether a queue waited
+        (10 polls in a row) while that many ran, and the most seen running + waiting (n once all
+        have arrived)."""
         n_out = max(1, min(4000, (self.info.max_model_len or 4096) - 9))
         tasks = [asyncio.create_task(_stream(self.session, self.url, self.body(8, n_out)))
                  for _ in range(n)]
-        best, waited = 0, False
+        best, waited, seen, queued = 0, False, 0, 0
         try:
-            deadline = time.perf_counter() + 10.0
+            deadline = time.perf_counter() + deadline_s
             stable = 0
             while time.perf_counter() < deadline:
                 await asyncio.sleep(metrics_poll_s)
@@ -298,7 +305,11 @@ class _Prober:
                     best, stable = run, 0
                 else:
                     stable += 1
-                waited = waited or (wait > 0 and run == best)
+                # a cap: a queue that persists while the running count stays at its maximum (one
+                # poll could catch a request between its arrival and the next engine step)
+                queued = queued + 1 if (wait > 0 and run == best) else 0
+                waited = waited or queued >= 10
+                seen = max(seen, run + wait)
                 if run + wait >= n and stable >= 10:
                     break
         finally:
@@ -306,7 +317,7 @@ class _Prober:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await asyncio.sleep(0.5)      # let the server abort the disconnected requests
-        return best, waited
+        return best, waited, seen
 
 
 async def _stream_times(session, url: str, body: dict) -> np.ndarray:
@@ -326,7 +337,7 @@ async def _stream_times(session, url: str, body: dict) -> np.ndarray:
 
 
 async def _calibrate_async(endpoint: str, model: str | None, overrides: dict, repeats: int,
-                           token_range, log) -> Calibration:
+                           token_range, log, seed: int = 0) -> Calibration:
     aiohttp = _need_aiohttp()
     base = _base(endpoint)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
@@ -369,8 +380,17 @@ async def _calibrate_async(endpoint: str, model: str | None, overrides: dict, re
         else:
             n = 64
             while True:
-                best, waited = await prober.running_plateau(n)
+                best, waited, seen = await prober.running_plateau(n)
                 log(f"max_num_seqs probe: {n} sent, at most {best} running, some waiting: {waited}")
+                if not waited and seen < n:
+                    # not every probe reached the server's queues in time (a busy machine): a
+                    # plateau below n without a queue is no evidence of a cap; look once more
+                    best, waited, seen = await prober.running_plateau(n, deadline_s=60.0)
+                    log(f"max_num_seqs probe again: at most {best} running, some waiting: {waited}")
+                    if not waited and seen < n:
+                        raise EndpointError(f"{base}: only {seen} of {n} probe requests reached the server "
+                                            f"within 60 s, so its running-sequence cap could not be "
+                                            f"observed; give --max-num-seqs")
                 if waited or best < n:
                     put("max_num_seqs", best, f"observed plateau of num_requests_running ({n} sent)")
                     break
@@ -391,25 +411,33 @@ async def _calibrate_async(endpoint: str, model: str | None, overrides: dict, re
             put("max_num_batched_tokens", budget, how)
         budget = limits["max_num_batched_tokens"]
 
-        # --- latency probes
-        obs: list[Observation] = []
+        # --- latency probes: every (probe, repetition) in one seeded shuffled order, so a slow
+        # drift of the machine's speed spreads over all probes instead of biasing one coefficient
         lengths = sorted({L for L in (1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
                           if L <= mml - 1} | {mml - 1})
-        for L in lengths:
-            vals = [await prober.ttft(L) for _ in range(repeats)]
-            obs.append(Observation("prefill", f"prompt {L}", float(np.median(vals)),
-                                   prefill_features(L, budget)))
-            log(f"prefill {L:>6} tokens: TTFT {1e3 * obs[-1].seconds:.1f} ms")
-        n_out = 64
+        n_out = DECODE_PROBE_TOKENS
         contexts = sorted({16, max(16, min(mml // 4, mml - n_out - 1))})
         batches = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= limits["max_num_seqs"]]
-        for ctx in contexts:
-            for b in batches:
-                vals = [await prober.decode_step(b, ctx, n_out) for _ in range(repeats)]
+        specs = [("prefill", L, 0) for L in lengths] + [("decode", b, ctx) for ctx in contexts for b in batches]
+        plan = [spec for spec in specs for _ in range(repeats)]
+        np.random.Generator(np.random.PCG64(seed)).shuffle(plan)
+        measured: dict[tuple, list[float]] = {spec: [] for spec in specs}
+        for i, (kind, x, ctx) in enumerate(plan, 1):
+            t = await (prober.ttft(x) if kind == "prefill" else prober.decode_step(x, ctx, n_out))
+            measured[(kind, x, ctx)].append(t)
+            if i % max(1, len(plan) // 10) == 0:
+                log(f"latency probes: {i}/{len(plan)}")
+        obs: list[Observation] = []
+        for kind, x, ctx in specs:
+            sec = float(np.median(measured[(kind, x, ctx)]))
+            if kind == "prefill":
+                obs.append(Observation("prefill", f"prompt {x}", sec, prefill_features(x, budget)))
+                log(f"prefill {x:>6} tokens: TTFT {1e3 * sec:.1f} ms")
+            else:
                 mean_ctx = ctx + (n_out // 4 + n_out - 2) / 2.0
-                obs.append(Observation("decode", f"batch {b} context {ctx}", float(np.median(vals)),
-                                       decode_features(b, b * mean_ctx)))
-                log(f"decode batch {b:>3} context {ctx:>5}: step {1e3 * obs[-1].seconds:.2f} ms")
+                obs.append(Observation("decode", f"batch {x} context {ctx}", sec,
+                                       decode_features(x, x * mean_ctx)))
+                log(f"decode batch {x:>3} context {ctx:>5}: step {1e3 * sec:.2f} ms")
     cal = Calibration(info, base, limits, sources, obs)
     cal.fit = fit_linear(obs)
     return cal
@@ -465,19 +493,24 @@ async def _probe_budget(prober: _Prober, session, base: str, mml: int, max_seqs:
                     f"(>= {lower} tokens per step); nearest power of two")
 
 
-def calibrate(endpoint: str, out: str | Path | None = None, *, model: str | None = None, repeats: int = 3,
-              overrides: dict | None = None, token_range: tuple[int, int] = (1000, 2000),
+def calibrate(endpoint: str, out: str | Path | None = None, *, model: str | None = None, repeats: int = 5,
+              overrides: dict | None = None, token_range: tuple[int, int] = (1000, 2000), seed: int = 0,
               log: Callable[[str], None] = lambda s: None) -> Calibration:
     """Probe the server at `endpoint`, fit the linear latency model, and (if `out`) write the config.
 
     `overrides` maps engine keys (max_num_seqs, max_num_batched_tokens, max_model_len,
-    block_size, num_gpu_blocks) to values that replace what would be probed. The written file
-    is read back with the engine-config loader, so what it holds is a valid engine.
+    block_size, num_gpu_blocks) to values that replace what would be probed. Each latency probe
+    runs `repeats` times and its median is fitted; all repetitions run in one order shuffled
+    with `seed`, because the speed of a shared or virtualised machine drifts (seen here: the
+    same decode probe 3.6 ms in one calibration and 5.6 ms in another an hour later) and probes
+    taken in sequence would turn that drift into a wrong slope. The written file is read back
+    with the engine-config loader, so what it holds is a valid engine.
     """
     if repeats < 1:
         raise SchedportError(f"--repeats must be at least 1, got {repeats}")
     with _no_gc_pauses():
-        cal = asyncio.run(_calibrate_async(endpoint, model, dict(overrides or {}), repeats, token_range, log))
+        cal = asyncio.run(_calibrate_async(endpoint, model, dict(overrides or {}), repeats, token_range, log,
+                                           seed))
     if out is not None:
         from schedport.api import _atomic_write
         from schedport.config import load_engine_config
@@ -487,3 +520,38 @@ def calibrate(endpoint: str, out: str | Path | None = None, *, model: str | None
         _atomic_write(path, lambda p: Path(p).write_text(cal.engine_toml()))
         load_engine_config(path)
     return cal
+
+
+def speed_index(endpoint: str, engine, *, prompt_tokens: int = 256, n: int = 3, model: str | None = None,
+                token_range: tuple[int, int] = (1000, 2000)) -> float:
+    """How fast the server runs *now* against its engine config: the measured TTFT of a lone
+    `prompt_tokens`-token prompt (median of `n`) over the simulated one. 1.0 is the calibrated
+    speed; 1.3 means the machine is 30% slower than when it was calibrated.
+
+    A shared or virtualised machine drifts (seen here: the same 512-token prefill 75 ms, then
+    100 ms ten minutes later). `validate` takes this reading before every replay, so a run's
+    error can be read beside the machine's speed at that moment.
+    """
+    from schedport.api import _resolve_engine, simulate
+    from schedport.trace import Trace
+
+    cfg = _resolve_engine(engine)
+    prompt_tokens = max(1, min(prompt_tokens, cfg.max_model_len - 1))
+    one = Trace(np.zeros(1), np.array([prompt_tokens]), np.array([1]))
+    modelled = float(simulate(one, "vllm-fcfs", engine=cfg).requests["ttft_s"].iloc[0])
+
+    async def measure() -> float:
+        aiohttp = _need_aiohttp()
+        base = _base(endpoint)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout()) as session:
+            info = await _server_info(session, base, model, timeout_s=30.0)
+            salt = secrets.randbits(63)
+            url = f"{base}/v1/completions"
+            times = []
+            for i in range(n):
+                body = _body(info.model, prompt_token_ids(prompt_tokens, i, salt, token_range), 1, None)
+                times.append((await _stream(session, url, body, timeout_s=60.0)).first_s)
+            return float(np.median(times))
+
+    with _no_gc_pauses():
+        return asyncio.run(measure()) / modelled
