@@ -13,6 +13,7 @@ from schedport.config import engine_config_from_dict
 from schedport.errors import SchedportError
 from schedport.examples import make_example_trace
 from schedport.validate import NamedTrace, head, validate
+from schedport.validation_stats import summary_table_lines
 
 ENGINE = {"engine": {"max_num_seqs": 8, "max_model_len": 8192},
           "latency": {"model": "linear", "a": 0.004, "b": 7e-5, "c": 2e-4, "d": 3e-7}}
@@ -68,6 +69,63 @@ def test_validate_runs_compares_and_resumes(fake_server, tmp_path):
                   regions=regions)
     assert fake_server == [] and v2["runs"] == v["runs"]
     assert sorted(order[:3]) == ["sjf", "spf", "vllm-fcfs"]
+
+
+@pytest.fixture
+def noisy_server(monkeypatch):
+    """replay() stand-in whose engine is 10%, 30% or 20% slower per step, in turn: a noisy machine."""
+    calls = []
+    factors = [1.1, 1.3, 1.2]
+
+    def fake_replay(trace, endpoint, *, engine, scheduler, time_scale, seed, **kw):
+        f = factors[len(calls) % 3]
+        calls.append((scheduler, f))
+        slow = dataclasses.replace(engine, linear_a=engine.linear_a * f, linear_b=engine.linear_b * f,
+                                   linear_c=engine.linear_c * f, linear_d=engine.linear_d * f)
+        res = simulate(trace, scheduler, engine=slow, seed=seed, time_scale=time_scale)
+        res.summary.update(client_lag_ok=True, send_lag_p99_s=0.001, n_error=0, n_timeout=0, n_truncated=0)
+        res.lag_ok = True
+        res.server = replay_mod.ServerInfo("fake-model", 8192)
+        return res
+
+    monkeypatch.setattr(replay_mod, "replay", fake_replay)
+    return calls
+
+
+def test_validate_repeats_compare_the_median_and_report_the_engines_noise(noisy_server, tmp_path):
+    cfg = engine_config_from_dict(ENGINE)
+    kw = dict(engine=cfg, schedulers=["vllm-fcfs", "sjf"], regions={"light": 0.3})
+    v1 = validate("http://fake", _traces(), tmp_path, **kw)
+    assert len(noisy_server) == 2 and "real_spread" not in v1["runs"][0]
+    assert v1["speed_index"] is None
+    # extending to three repeats replays only the two missing rounds, in rounds; the machine's
+    # speed is read before each replay
+    readings = iter([1.0, 1.1, 1.2, 1.3])
+    v = validate("http://fake", _traces(), tmp_path, repeats=3, speed_probe=lambda: next(readings), **kw)
+    assert len(noisy_server) == 6 and v["repeats"] == 3
+    assert v["speed_index"] == {"median": 1.15, "min": 1.0, "max": 1.3, "n": 4}
+    assert all(len([r for r in run["real_repeats"] if r["speed_index"] is not None]) == 2 for run in v["runs"])
+    assert any("machine speed index" in ln and "1.15x" in ln for ln in summary_table_lines(v))
+    assert sorted(s for s, _ in noisy_server[2:4]) == ["sjf", "vllm-fcfs"]
+    for run in v["runs"]:
+        assert run["repeats"] == 3 and len(run["real_repeats"]) == 3
+        tpots = [r["tpot_mean_s"] for r in run["real_repeats"]]
+        assert run["real"]["tpot_mean_s"] == sorted(tpots)[1]
+        # the engine's own spread: a few percent to ~20% between 1.1x, 1.2x and 1.3x engines
+        assert 0.03 < run["real_spread"]["tpot_mean_s"] < 0.2
+        assert run["request_errors"]["n_matched"] == run["sim"]["n_completed"]
+    from schedport.validation_stats import run_error_table
+
+    row = next(d for d in run_error_table(v) if d["metric"] == "tpot_mean_s")
+    assert row["n_noise_runs"] == 2 and 0.03 < row["noise_p50"] < 0.2
+    for cell in (tmp_path / "runs").glob("*/*/*"):
+        assert {p.name for p in cell.iterdir()} >= {"cell.json", "sim", "real", "real-2", "real-3"}
+    # everything reused on a rerun
+    noisy_server.clear()
+    assert validate("http://fake", _traces(), tmp_path, repeats=3, **kw)["runs"] == v["runs"]
+    assert noisy_server == []
+    with pytest.raises(SchedportError, match="--repeats"):
+        validate("http://fake", _traces(), tmp_path, repeats=0, **kw)
 
 
 def test_validate_refuses_cells_of_another_engine(fake_server, tmp_path):

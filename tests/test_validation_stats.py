@@ -396,7 +396,7 @@ def test_summary_table_lines():
     lines = summary_table_lines(_validation())
     assert lines[0].split()[:2] == ["metric", "|err|"]
     ttft = next(x for x in lines if x.startswith("ttft_mean_s"))
-    assert ttft.split()[1:] == ["9.1%", "32.7%", "0.333", "50.0%", "4/6"]
+    assert ttft.split()[1:] == ["9.1%", "32.7%", "n/a", "0.333", "50.0%", "4/6"]
     assert any(x.startswith("flip predictions: 21, reproduced 7") for x in lines), lines
     assert any(x.startswith("most dramatic flip: a vs c") and x.endswith("not reproduced") for x in lines)
     assert any("client fell behind" in x for x in lines)
@@ -448,3 +448,78 @@ def test_analyze_with_validation_appends_the_section(tmp_path):
                                  "--validation", str(tmp_path / "absent.json")])
     assert r.exit_code != 0 and isinstance(r.exception, SchedportError)
     assert not (tmp_path / "x" / "report.html").exists()
+
+
+# --------------------------------------------------------------------------- repeated replays
+
+
+def test_median_summary_takes_the_median_of_each_metric_and_ignores_missing():
+    from schedport.validation_stats import median_summary
+
+    s = [{"ttft_mean_s": 1.0, "e2e_mean_s": 2.0}, {"ttft_mean_s": 3.0, "e2e_mean_s": None},
+         {"ttft_mean_s": 2.5, "e2e_mean_s": 4.0}]
+    m = median_summary(s, ("ttft_mean_s", "e2e_mean_s", "tpot_mean_s"))
+    assert m == {"ttft_mean_s": 2.5, "e2e_mean_s": 3.0, "tpot_mean_s": None}
+
+
+def test_repeat_spread_is_each_repeats_distance_from_the_others():
+    from schedport.validation_stats import repeat_spread
+
+    # leave-one-out: |1/2.75-1|=0.636..., |3/1.75-1|=0.714..., |2.5/2-1|=0.25 -> median 0.636...
+    s = [{"m": 1.0}, {"m": 3.0}, {"m": 2.5}]
+    assert repeat_spread(s, ("m",))["m"] == pytest.approx(1 - 1 / 2.75)
+    # identical repeats have no spread; one repeat has no spread defined
+    assert repeat_spread([{"m": 2.0}] * 3, ("m",))["m"] == 0.0
+    assert repeat_spread([{"m": 2.0}], ("m",))["m"] is None
+    # two repeats: both distances are |a/b - 1| and |b/a - 1|; the median is their mean
+    assert repeat_spread([{"m": 1.0}, {"m": 1.25}], ("m",))["m"] == pytest.approx((0.25 + 0.2) / 2)
+
+
+def test_median_request_table_medians_latencies_and_completes_only_if_every_repeat_did():
+    from schedport.validation_stats import median_request_table
+
+    a = _table(n=10, seed=3)
+    b = _table(n=10, seed=3, stretch=1.2)
+    c = _table(n=10, seed=3, stretch=2.0, status=["completed"] * 9 + ["error"])
+    m = median_request_table([a, b, c])
+    assert list(m["request_id"]) == list(a["request_id"])
+    np.testing.assert_allclose(m["ttft_s"].to_numpy()[:9], b["ttft_s"].to_numpy()[:9])
+    assert list(m["status"])[:9] == ["completed"] * 9 and m["status"].iloc[9] == "error"
+    assert math.isnan(m["ttft_s"].iloc[9])
+    # one table is returned as is
+    assert median_request_table([a]) is a
+    with pytest.raises(ValueError, match="same requests"):
+        median_request_table([a, a.iloc[:5]])
+
+
+def test_run_error_table_and_summary_show_the_real_engines_own_noise():
+    from schedport.validation_stats import run_error_table
+
+    runs = [{"run_errors": {"ttft_mean_s": -0.3}, "real_spread": {"ttft_mean_s": 0.1}},
+            {"run_errors": {"ttft_mean_s": -0.1}, "real_spread": {"ttft_mean_s": 0.2}},
+            {"run_errors": {"ttft_mean_s": 0.2}, "real_spread": {"ttft_mean_s": None}}]
+    row = next(d for d in run_error_table({"runs": runs}) if d["metric"] == "ttft_mean_s")
+    assert row["abs_err_p50"] == pytest.approx(0.2) and row["noise_p50"] == pytest.approx(0.15)
+    assert row["n_noise_runs"] == 2
+    lines = summary_table_lines({"runs": runs})
+    assert "real noise" in lines[0] and "15.0%" in next(ln for ln in lines if ln.startswith("ttft_mean_s"))
+    # without repeats there is no noise column value
+    row = next(d for d in run_error_table({"runs": [{"run_errors": {"ttft_mean_s": -0.3}}]})
+               if d["metric"] == "ttft_mean_s")
+    assert row["noise_p50"] is None and row["n_noise_runs"] == 0
+
+
+def test_speed_error_correlation_follows_the_machines_drift():
+    from schedport.validation_stats import speed_error_correlation
+
+    # the simulation says 1.0 s; the real engine is slower exactly when the machine is
+    reps = [{"speed_index": i, "e2e_mean_s": 1.1 * i} for i in (1.0, 1.1, 1.2, 1.3)]
+    v = {"runs": [{"sim": {"e2e_mean_s": 1.0}, "real_repeats": reps}]}
+    c = speed_error_correlation(v)
+    assert c["n"] == 4 and c["spearman_rho"] == pytest.approx(-1.0)
+    # single replays carry their index in the real summary
+    runs = [{"sim": {"e2e_mean_s": 1.0}, "real": {"speed_index": i, "e2e_mean_s": 2.0 - i}} for i in (0.9, 1.0, 1.1)]
+    assert speed_error_correlation({"runs": runs})["spearman_rho"] == pytest.approx(1.0)
+    # too few or no indices
+    assert speed_error_correlation({"runs": runs[:2]}) is None
+    assert speed_error_correlation({"runs": [{"sim": {"e2e_mean_s": 1.0}, "real": {"e2e_mean_s": 2.0}}] * 3}) is None

@@ -6,7 +6,7 @@ trace when no corpus can be built). What `make validate-demo` runs; the README's
 validation figures come from this script.
 
     python tools/validate_demo.py --vllm-python .venv-vllm/bin/python --out results-validate \
-        [--windows 3] [--max-requests 120] [--regions light,moderate,high] [--schedulers ...]
+        [--windows 3] [--max-requests 120] [--repeats 1] [--regions light,moderate,high] [--schedulers ...]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("results-validate"))
     ap.add_argument("--windows", type=int, default=3)
     ap.add_argument("--max-requests", type=int, default=120)
+    ap.add_argument("--repeats", type=int, default=1, help="replays per run (validate --repeats)")
     ap.add_argument("--regions", default="light,moderate,high")
     ap.add_argument("--schedulers", default="vllm-fcfs,sjf,spf,edf")
     ap.add_argument("--max-num-seqs", type=int, default=8)
@@ -56,7 +57,8 @@ def main() -> None:
                       overrides={"max_num_batched_tokens": args.max_num_batched_tokens})
         cmd = [sys.executable, "-m", "schedport.cli", "validate", "--endpoint", srv.endpoint,
                "--engine", str(engine), "--out", str(out), "--schedulers", args.schedulers,
-               "--regions", args.regions, "--max-requests", str(args.max_requests)]
+               "--regions", args.regions, "--max-requests", str(args.max_requests),
+               "--repeats", str(args.repeats)]
         if (args.corpus / "manifest.json").exists() or _build_corpus(args.corpus):
             cmd += ["--corpus", str(args.corpus), "--windows", str(args.windows)]
         else:

@@ -91,7 +91,8 @@ def replay(
     tr = load_trace(trace)
     t0 = time.perf_counter()
     res = run_replay(tr, endpoint, engine=engine, scheduler=scheduler, load=load, seed=seed, model=model,
-                     request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries, log=out.print)
+                     request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries,
+                         repeats=repeats, speed_probe=probe, log=out.print)
     res.save(out_dir)
     s = res.summary
     out.print(f"{scheduler} on {res.server.model}: {s['n_completed']}/{s['n_requests']} completed, "
@@ -111,7 +112,8 @@ def calibrate(
     endpoint: str = typer.Option(..., "--endpoint", help="OpenAI-compatible vLLM server, e.g. http://127.0.0.1:8000."),
     out_path: Path = typer.Option(..., "--out", help="Engine config TOML to write."),
     model: Optional[str] = typer.Option(None, "--model", help="Model id (default: the first served)."),
-    repeats: int = typer.Option(3, "--repeats", help="Repetitions per probe (the median is fitted)."),
+    repeats: int = typer.Option(5, "--repeats", help="Repetitions per probe (the median is fitted)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the probes' shuffled order."),
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Known running-sequence cap (skip its probe)."),
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Known token budget."),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Known context limit."),
@@ -127,7 +129,7 @@ def calibrate(
         if v is not None and v < 1:
             raise SchedportError(f"--{key.replace('_', '-')} must be a positive integer, got {v}")
     t0 = time.perf_counter()
-    cal = run_cal(endpoint, out_path, model=model, repeats=repeats, overrides=given, log=out.print)
+    cal = run_cal(endpoint, out_path, model=model, repeats=repeats, seed=seed, overrides=given, log=out.print)
     f = cal.fit
     out.print(f"limits: " + ", ".join(f"{k}={v}" for k, v in cal.limits.items()))
     out.print("latency: " + ", ".join(f"{k}={v:.3g}" for k, v in f.coef.items())
@@ -153,6 +155,10 @@ def validate(
     request_timeout: float = typer.Option(600.0, "--request-timeout", help="Seconds before a request times out."),
     max_lag: float = typer.Option(0.05, "--max-lag", help="Bound on the 99th-percentile send lag (s)."),
     retries: int = typer.Option(2, "--retries", help="Replays of a run whose send lag broke the bound."),
+    repeats: int = typer.Option(1, "--repeats", help="Replays per run, in rounds; the median is compared "
+                                "and the spread reported as the real engine's noise."),
+    speed_probe: bool = typer.Option(True, "--speed-probe/--no-speed-probe",
+                                     help="Before each replay, time a lone prompt against the engine config."),
 ) -> None:
     """Simulate and replay the same runs on a real server; report errors and which rankings hold."""
     from schedport.regions import parse_regions
@@ -169,9 +175,18 @@ def validate(
         named = [NamedTrace(p.stem, load_trace(p)) for p in trace]
     named = [NamedTrace(t.name, head(t.trace, max_requests)) for t in named]
     scheds = [s.strip() for s in schedulers.split(",") if s.strip()]
+    probe = None
+    if speed_probe:
+        from functools import partial
+
+        from schedport.calibrate import speed_index
+        from schedport.config import load_engine_config
+
+        probe = partial(speed_index, endpoint, load_engine_config(engine), model=model)
     res = run_validation(endpoint, named, out_dir, engine=engine, schedulers=scheds,
                          regions=parse_regions(regions), seed=seed, model=model, threshold=threshold,
-                         request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries, log=out.print)
+                         request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries,
+                         repeats=repeats, speed_probe=probe, log=out.print)
     for line in summary_table_lines(res):
         typer.echo(line)
     out.print(f"wrote {out_dir / 'validation.json'} and {out_dir / 'validation.html'}")

@@ -7,7 +7,8 @@ simulator rank the schedulers as the real engine does?). Its last word is the st
 every pairwise ranking the simulation predicts — stable across conditions, or flipping between
 them — marked held or not held on the real engine (`schedport.validation_stats`).
 
-A run's two halves are stored under ``OUT/runs/<window>/<region>/<scheduler>/{sim,real}/`` with a
+A run's two halves are stored under ``OUT/runs/<window>/<region>/<scheduler>/{sim,real}/`` (repeated
+replays in ``real-2/``, ``real-3/``...) with a
 ``cell.json`` naming the trace, engine, scale and seed, so an interrupted validation resumes
 where it stopped (a real replay costs wall-clock time) and refuses to mix runs of another
 engine or trace. Within a condition the schedulers run in a seeded shuffled order, so a slow
@@ -19,7 +20,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -82,6 +83,36 @@ def _cell_meta(nt: NamedTrace, cfg, region: str, rho: float, scale: float, sched
             "scheduler": scheduler, "seed": seed}
 
 
+@dataclass
+class _Cell:
+    """One (trace, region, scheduler): its directory, identity, simulation and real replays."""
+
+    path: Path
+    meta: dict
+    old_meta: dict | None
+    scale: float
+    sim: object
+    real: list = field(default_factory=list)
+
+
+def _open_cell(out: Path, nt: NamedTrace, cfg, region: str, rho: float, sched: str, seed: int) -> _Cell:
+    """The cell's directory checked against what it was run with, and its simulation."""
+    path = out / "runs" / _safe(nt.name) / _safe(region) / sched
+    scale = load_scale(nt.trace, rho, cfg)
+    meta = _cell_meta(nt, cfg, region, rho, scale, sched, seed)
+    old = _read_json(path / "cell.json")
+    if old is not None and {k: old.get(k) for k in meta} != meta:
+        raise SchedportError(f"{path / 'cell.json'}: this cell was run with another trace, "
+                             f"engine or seed; use a new --out or remove {path}")
+    sim = simulate(nt.trace, sched, engine=cfg, seed=seed, time_scale=scale)
+    return _Cell(path, meta, old, scale, sim)
+
+
+def _real_dir(cell: Path, rep: int) -> Path:
+    """Where repeat `rep` (0-based) of a cell's replay lives: ``real``, ``real-2``, ``real-3``..."""
+    return cell / ("real" if rep == 0 else f"real-{rep + 1}")
+
+
 def _read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
@@ -99,15 +130,24 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
              engine, schedulers: Sequence[str] = DEFAULT_SCHEDULERS,
              regions: dict[str, float] | None = None, seed: int = 0, model: str | None = None,
              threshold: float = 0.05, request_timeout_s: float = 600.0, max_lag_s: float = 0.05,
-             retries: int = 2, log: Callable[[str], None] = lambda s: None) -> dict:
+             retries: int = 2, repeats: int = 1, speed_probe: Callable[[], float] | None = None,
+             log: Callable[[str], None] = lambda s: None) -> dict:
     """Simulate and replay every (trace, region, scheduler); write and return ``validation.json``.
 
     `engine` is the server's calibrated engine config; `regions` maps names to offered load
-    rho (default: light, moderate, high). Finished cells found in `out_dir` are reused when
-    their `cell.json` matches; a mismatch is a one-line error.
+    rho (default: light, moderate, high). With `repeats` > 1 every cell is replayed that many
+    times, in rounds (all cells once, then all again, each round in a fresh shuffled order),
+    so a slow drift of the machine spreads over every scheduler; the real side of each
+    comparison is then the median of the repeats, and their spread is reported as the real
+    engine's own run-to-run error. `speed_probe` (e.g. `schedport.calibrate.speed_index` bound
+    to the server and engine) is read before every replay and stored with it as
+    ``speed_index``: the machine's speed at that moment against its calibration. Finished
+    replays found in `out_dir` are reused when their `cell.json` matches (so a validation can
+    be resumed, or extended with more repeats); a mismatch is a one-line error.
     """
     from schedport.replay import EXPRESSIBLE, replay
-    from schedport.validation_stats import rank_agreement, request_errors, run_errors
+    from schedport.validation_stats import (median_request_table, median_summary, repeat_spread,
+                                            request_errors, run_errors)
 
     cfg = _resolve_engine(engine)
     regions = dict(regions or {"light": 0.3, "moderate": 0.6, "high": 0.8})
@@ -122,63 +162,87 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
                              f"expressible: {', '.join(EXPRESSIBLE)}")
     if len(schedulers) < 2:
         raise SchedportError("validate compares rankings: give at least two schedulers")
+    if repeats < 1:
+        raise SchedportError(f"--repeats must be at least 1, got {repeats}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.Generator(np.random.PCG64(seed))
+    cells: dict[tuple[str, str, str], _Cell] = {}
+    server = None
+    total = len(traces) * len(regions) * len(schedulers) * repeats
+    k = 0
+    for rep in range(repeats):
+        for nt in traces:
+            for region, rho in regions.items():
+                order = list(schedulers)
+                rng.shuffle(order)
+                for sched in order:
+                    k += 1
+                    c = cells.get((nt.name, region, sched))
+                    if c is None:
+                        c = cells[(nt.name, region, sched)] = _open_cell(out, nt, cfg, region, rho, sched, seed)
+                    rdir = _real_dir(c.path, rep)
+                    real_summary = _read_json(rdir / "summary.json") if c.old_meta is not None else None
+                    tag = f"[{k}/{total}] {nt.name} {region} (rho {rho:g}) {sched}"
+                    if repeats > 1:
+                        tag += f", repeat {rep + 1}/{repeats}"
+                    if real_summary is None:
+                        index = speed_probe() if speed_probe is not None else None
+                        log(f"{tag}: replaying {len(nt.trace)} requests over {nt.trace.span_s * c.scale:.0f} s"
+                            + (f" (machine speed index {index:.2f})" if index is not None else ""))
+                        res = replay(nt.trace, endpoint, engine=cfg, scheduler=sched, time_scale=c.scale,
+                                     seed=seed, model=model, request_timeout_s=request_timeout_s,
+                                     max_lag_s=max_lag_s, retries=retries, log=log)
+                        if index is not None:
+                            res.summary["speed_index"] = index
+                        c.path.mkdir(parents=True, exist_ok=True)
+                        if c.old_meta is None:
+                            _atomic_write(c.path / "cell.json",
+                                          lambda p: Path(p).write_text(json.dumps(c.meta, indent=2)))
+                            c.old_meta = c.meta
+                        if not (c.path / "sim" / "summary.json").exists():
+                            c.sim.save(c.path / "sim")
+                        res.save(rdir)          # summary.json last: it marks the replay done
+                        real_table, real_summary = res.requests, res.summary
+                        server = {"model": res.server.model, "max_model_len": res.server.max_model_len}
+                    else:
+                        log(f"{tag}: done before, reused")
+                        real_table = pd.read_parquet(rdir / "requests.parquet")
+                        server = server or {"model": real_summary.get("model")}
+                    c.real.append((real_summary, real_table))
     rows = []
     run_records = []
-    server = None
-    total = len(traces) * len(regions) * len(schedulers)
-    k = 0
-    for nt in traces:
-        for region, rho in regions.items():
-            scale = load_scale(nt.trace, rho, cfg)
-            order = list(schedulers)
-            rng.shuffle(order)
-            for sched in order:
-                k += 1
-                cell = out / "runs" / _safe(nt.name) / _safe(region) / sched
-                meta = _cell_meta(nt, cfg, region, rho, scale, sched, seed)
-                old = _read_json(cell / "cell.json")
-                if old is not None and {k2: old.get(k2) for k2 in meta} != meta:
-                    raise SchedportError(f"{cell / 'cell.json'}: this cell was run with another trace, "
-                                         f"engine or seed; use a new --out or remove {cell}")
-                sim = simulate(nt.trace, sched, engine=cfg, seed=seed, time_scale=scale)
-                real_summary = _read_json(cell / "real" / "summary.json") if old is not None else None
-                if real_summary is None:
-                    log(f"[{k}/{total}] {nt.name} {region} (rho {rho:g}) {sched}: replaying "
-                        f"{len(nt.trace)} requests over {nt.trace.span_s * scale:.0f} s")
-                    res = replay(nt.trace, endpoint, engine=cfg, scheduler=sched, time_scale=scale, seed=seed,
-                                 model=model, request_timeout_s=request_timeout_s, max_lag_s=max_lag_s,
-                                 retries=retries, log=log)
-                    cell.mkdir(parents=True, exist_ok=True)
-                    _atomic_write(cell / "cell.json", lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
-                    sim.save(cell / "sim")
-                    res.save(cell / "real")          # summary.json last: it marks the cell done
-                    real_table, real_summary = res.requests, res.summary
-                    server = {"model": res.server.model, "max_model_len": res.server.max_model_len}
-                else:
-                    log(f"[{k}/{total}] {nt.name} {region} {sched}: done before, reused")
-                    real_table = pd.read_parquet(cell / "real" / "requests.parquet")
-                    server = server or {"model": real_summary.get("model")}
-                req_err = request_errors(sim.requests, real_table)
-                run_err = run_errors(sim.summary, real_summary, RUN_METRICS)
-                record = {"window": nt.name, "region": region, "load": rho, "scheduler": sched,
-                          "scale": scale, "n_requests": len(nt.trace),
-                          "client_lag_ok": bool(real_summary.get("client_lag_ok", False)),
-                          "send_lag_p99_s": real_summary.get("send_lag_p99_s"),
-                          "attempts": real_summary.get("attempts", 1),
-                          "sim": {m: sim.summary.get(m) for m in RUN_METRICS + ("n_completed",)},
-                          "real": {m: real_summary.get(m) for m in RUN_METRICS + ("n_completed", "n_error",
-                                                                                 "n_timeout", "n_truncated")},
-                          "request_errors": req_err, "run_errors": run_err}
-                run_records.append(record)
-                row = {"window": nt.name, "region": region, "scheduler": sched}
-                for m in RUN_METRICS:
-                    row[f"sim_{m}"] = _num(sim.summary.get(m))
-                    row[f"real_{m}"] = _num(real_summary.get(m))
-                rows.append(row)
+    for (name, region, sched), c in cells.items():
+        summaries = [s for s, _ in c.real]
+        real = median_summary(summaries, RUN_METRICS + ("n_completed", "speed_index"))
+        for key in ("n_error", "n_timeout", "n_truncated"):      # the worst repeat's count
+            vals = [s.get(key) for s in summaries if s.get(key) is not None]
+            real[key] = max(vals) if vals else None
+        req_err = request_errors(c.sim.requests, median_request_table([t for _, t in c.real]))
+        record = {"window": name, "region": region, "load": c.meta["load"], "scheduler": sched,
+                  "scale": c.scale, "n_requests": len(c.sim.requests),
+                  "client_lag_ok": all(bool(s.get("client_lag_ok", False)) for s in summaries),
+                  "send_lag_p99_s": max((s.get("send_lag_p99_s") or 0.0) for s in summaries),
+                  "attempts": sum(s.get("attempts", 1) for s in summaries),
+                  "repeats": len(summaries),
+                  "sim": {m: c.sim.summary.get(m) for m in RUN_METRICS + ("n_completed",)},
+                  "real": real,
+                  "request_errors": req_err, "run_errors": run_errors(c.sim.summary, real, RUN_METRICS)}
+        if len(summaries) > 1:
+            record["real_spread"] = repeat_spread(summaries, RUN_METRICS)
+            record["real_repeats"] = [{"client_lag_ok": bool(s.get("client_lag_ok", False)),
+                                       "send_lag_p99_s": s.get("send_lag_p99_s"),
+                                       "speed_index": s.get("speed_index"),
+                                       **{m: s.get(m) for m in RUN_METRICS}} for s in summaries]
+        run_records.append(record)
+        row = {"window": name, "region": region, "scheduler": sched}
+        for m in RUN_METRICS:
+            row[f"sim_{m}"] = _num(c.sim.summary.get(m))
+            row[f"real_{m}"] = _num(real.get(m))
+        rows.append(row)
     runs = pd.DataFrame(rows)
+    from schedport.validation_stats import rank_agreement
+
     agreement = rank_agreement(runs, RANK_METRICS, threshold=threshold)
     validation = {
         "schedport_version": __version__,
@@ -192,10 +256,12 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
         "traces": [{"name": t.name, "sha256": t.trace.content_sha256(), "n_requests": len(t.trace)}
                    for t in traces],
         "seed": seed,
+        "repeats": repeats,
         "threshold": threshold,
         "runs": run_records,
         "agreement": agreement,
         "lag_ok": all(r["client_lag_ok"] for r in run_records),
+        "speed_index": _index_summary(cells.values()),
     }
     text = json.dumps(_jsonable(validation), indent=2, allow_nan=False) + "\n"
     _atomic_write(out / "validation.json", lambda p: Path(p).write_text(text))
@@ -203,6 +269,15 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
 
     write_validation_html(json.loads(text), out / "validation.html")
     return json.loads(text)
+
+
+def _index_summary(cells) -> dict | None:
+    """The machine speed index over every replay: median, min, max and count (None unprobed)."""
+    v = np.array([s.get("speed_index") for c in cells for s, _ in c.real if s.get("speed_index") is not None],
+                 dtype=np.float64)
+    if v.size == 0:
+        return None
+    return {"median": float(np.median(v)), "min": float(v.min()), "max": float(v.max()), "n": int(v.size)}
 
 
 def _num(v) -> float:

@@ -21,6 +21,13 @@ Per run (`run_errors`)
     Signed relative error (sim - real) / real of each run metric of `RUN_METRICS`; None where
     either value is missing or the real value is 0.
 
+Repeated replays (`median_summary`, `median_request_table`, `repeat_spread`)
+    A replay on a shared or virtualised machine varies from run to run. When a run is
+    replayed several times, the real side of every comparison is the median over repeats (per
+    metric; per request, completed only if every repeat completed it), and the repeats'
+    leave-one-out spread is kept as the real engine's own run-to-run error: the floor below
+    which a simulator's error cannot be told from noise on that machine.
+
 Rankings (`rank_agreement`)
     A *condition* is a (window, region). For each condition and metric, the schedulers are
     compared across the two engines:
@@ -98,6 +105,10 @@ __all__ = [
     "request_errors",
     "run_errors",
     "runs_frame",
+    "median_summary",
+    "median_request_table",
+    "repeat_spread",
+    "speed_error_correlation",
     "rank_agreement",
     "load_validation",
     "run_error_table",
@@ -203,6 +214,64 @@ def request_errors(sim: pd.DataFrame, real: pd.DataFrame) -> dict:
         out[f"{key}_abs_pct_err_p90"] = p90
         out[f"{key}_pct_err_p50"] = signed
     return _js(out)
+
+
+# --------------------------------------------------------------------------- repeated replays
+
+
+def median_summary(summaries: Sequence[dict], keys: Sequence[str]) -> dict:
+    """The median over repeated replays of each of `keys` (missing or NaN values left out; None
+    when no repeat has the key): one real run per cell, robust to a repeat a pause spoiled."""
+    out = {}
+    for k in keys:
+        v = np.array([_num(s.get(k)) for s in summaries], dtype=np.float64)
+        v = v[np.isfinite(v)]
+        out[k] = float(np.median(v)) if v.size else None
+    return out
+
+
+def repeat_spread(summaries: Sequence[dict], metrics: Sequence[str] = RUN_METRICS) -> dict:
+    """The real engine's own run-to-run error per metric: over repeats i, the median of
+    |x_i / median(x_others) - 1|.
+
+    It is the yardstick of the simulator's run error: the same replay, rerun, misses its own
+    median by this much, so a simulator error of that size is within the engine's noise.
+    None with fewer than two finite values (or a zero median of the others).
+    """
+    out: dict = {}
+    for m in metrics:
+        v = np.array([_num(s.get(m)) for s in summaries], dtype=np.float64)
+        v = v[np.isfinite(v)]
+        d = []
+        for i in range(v.size):
+            others = np.median(np.delete(v, i)) if v.size > 1 else math.nan
+            if math.isfinite(others) and others != 0:
+                d.append(abs(v[i] / others - 1.0))
+        out[m] = float(np.median(d)) if d else None
+    return out
+
+
+def median_request_table(tables: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """One per-request table for repeated replays of the same trace: per request the median
+    TTFT and E2E over repeats; ``completed`` only when every repeat completed it, else the
+    first other status, with no latencies. One table is returned as it is."""
+    if len(tables) == 1:
+        return tables[0]
+    ids = tables[0]["request_id"].to_numpy()
+    for t in tables[1:]:
+        if len(t) != len(ids) or not np.array_equal(t["request_id"].to_numpy(), ids):
+            raise ValueError("repeated replays must hold the same requests in the same order")
+    out = tables[0].copy()
+    st = np.stack([t["status"].astype(str).to_numpy() for t in tables])
+    done = (st == "completed").all(axis=0)
+    status = np.where(done, "completed", st[0])
+    for i in np.flatnonzero(~done):
+        status[i] = next(x for x in st[:, i] if x != "completed")
+    out["status"] = status
+    for col, _ in REQUEST_ERROR_METRICS:
+        v = np.stack([t[col].to_numpy(dtype=np.float64) for t in tables])
+        out[col] = np.where(done, np.median(v, axis=0), np.nan)
+    return out
 
 
 # --------------------------------------------------------------------------- per run
@@ -589,8 +658,10 @@ def run_error_table(validation: dict) -> list[dict]:
 
     One dict per metric (`RUN_METRICS` first, then any other metric the runs carry):
     ``metric``, ``n_runs`` (runs where the error is defined), ``abs_err_p50`` and
-    ``abs_err_p90`` (median and 90th percentile of |error|) and ``err_p50`` (median signed
-    error: negative means the simulation is lower than the real engine). Fractions.
+    ``abs_err_p90`` (median and 90th percentile of |error|), ``err_p50`` (median signed
+    error: negative means the simulation is lower than the real engine), and, when runs were
+    replayed more than once, ``noise_p50``: the median over runs of the real engine's own
+    run-to-run error (`repeat_spread`, ``runs[].real_spread``), with ``n_noise_runs``. Fractions.
     """
     runs = _runs(validation)
     names = list(RUN_METRICS)
@@ -602,8 +673,11 @@ def run_error_table(validation: dict) -> list[dict]:
         v = v[np.isfinite(v)]
         p50, p90 = percentiles(np.abs(v), (50.0, 90.0))
         (signed,) = percentiles(v, (50.0,))
+        nz = np.array([_num((r.get("real_spread") or {}).get(m)) for r in runs], dtype=np.float64)
+        nz = nz[np.isfinite(nz)]
+        (noise,) = percentiles(nz, (50.0,))
         out.append({"metric": m, "n_runs": int(v.size), "abs_err_p50": p50, "abs_err_p90": p90,
-                    "err_p50": signed})
+                    "err_p50": signed, "noise_p50": noise, "n_noise_runs": int(nz.size)})
     return _js(out)
 
 
@@ -626,6 +700,30 @@ def request_error_table(validation: dict) -> list[dict]:
         row["n_requests"] = int(n[np.isfinite(n)].sum())
         out.append(row)
     return _js(out)
+
+
+def speed_error_correlation(validation: dict, metric: str = "e2e_mean_s") -> Optional[dict]:
+    """Does the machine's speed explain the simulator's error? Spearman's rank correlation, over
+    every replay with a speed index, between the index and the run error of `metric` for that
+    replay ((sim - real) / real). A strong negative rho says the error follows the machine's
+    drift (slower moments, larger real latencies), not the schedulers or the load.
+
+    Keys ``metric``, ``n``, ``spearman_rho``, ``pvalue`` (``scipy.stats.spearmanr``); None
+    with fewer than 3 replays or when either side is constant.
+    """
+    xs, ys = [], []
+    for r in _runs(validation):
+        sim_v = _side(r, "sim").get(metric)
+        reps = r.get("real_repeats") or [_side(r, "real")]
+        for rep in reps:
+            idx, err = _num(rep.get("speed_index")), _rel(sim_v, rep.get(metric))
+            if math.isfinite(idx) and err is not None:
+                xs.append(idx)
+                ys.append(err)
+    if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
+        return None
+    res = stats.spearmanr(xs, ys)
+    return _js({"metric": metric, "n": len(xs), "spearman_rho": float(res.statistic), "pvalue": float(res.pvalue)})
 
 
 def _totals(validation: dict) -> dict:
@@ -853,6 +951,8 @@ def render_validation_section(validation: dict) -> str:
     if tot["n_lag_bad"]:
         out.append(f"<div class='note'>In {tot['n_lag_bad']} run(s) the client fell behind its send schedule "
                    "(99th-percentile send lag over the bound): their real latencies include client delay.</div>")
+    if validation.get("speed_index"):
+        out.append(f"<p class='sub'>{_esc(_speed_text(validation))}.</p>")
     if tot["n_status_mismatch"]:
         out.append(f"<div class='note'>{tot['n_status_mismatch']} request(s) ended differently in the simulation "
                    "and on the server (e.g. completed in one, rejected or failed in the other); latency errors "
@@ -860,14 +960,18 @@ def render_validation_section(validation: dict) -> str:
 
     # run metrics
     rows = "".join(f"<tr><td class='l'>{_esc(d['metric'])}</td><td>{d['n_runs']}</td><td>{_esc(pct(d['abs_err_p50']))}"
-                   f"</td><td>{_esc(pct(d['abs_err_p90']))}</td><td>{_esc(_spct(d['err_p50']))}</td></tr>"
+                   f"</td><td>{_esc(pct(d['abs_err_p90']))}</td><td>{_esc(_spct(d['err_p50']))}</td>"
+                   f"<td>{_esc(pct(d.get('noise_p50')))}</td></tr>"
                    for d in run_error_table(validation))
     out.append("<h3>Run metrics: simulated vs measured</h3>"
                "<p class='sub'>Relative error (sim &minus; real) / real of each run's metric; median and 90th "
                "percentile of its magnitude over runs, and the median signed error (negative: the simulation "
-               "is lower than the real engine).</p>"
+               "is lower than the real engine). Real noise: when each run was replayed more than once, the "
+               "median over runs of how far one replay lands from the median of its repeats (the real "
+               "engine's own run-to-run error, the floor any simulator is held to); the real value compared "
+               "is then the median of the repeats.</p>"
                "<table><tr><th class='l'>metric</th><th>runs</th><th>median |error|</th><th>p90 |error|</th>"
-               f"<th>median error</th></tr>{rows}</table>")
+               f"<th>median error</th><th>real noise</th></tr>{rows}</table>")
 
     # per request
     rows = "".join(f"<tr><td class='l'>{_esc(d['metric'])}</td><td>{d['n_runs']}</td><td>{d['n_requests']}</td>"
@@ -968,6 +1072,24 @@ def write_validation_html(validation: dict, path) -> Path:
 # --------------------------------------------------------------------------- terminal
 
 
+def _speed_text(validation: dict) -> str:
+    si = validation.get("speed_index") or {}
+    text = (f"machine speed index (measured / modelled time of a lone prompt, taken before each of "
+            f"{si.get('n')} replays): median {fmt_x(si.get('median'))}, range {fmt_x(si.get('min'))} to "
+            f"{fmt_x(si.get('max'))}; above 1 the machine ran slower than when calibrated")
+    c = speed_error_correlation(validation)
+    if c:
+        text += (f"; Spearman rho between the index and the replay's mean E2E error {c['spearman_rho']:+.2f} "
+                 f"(p = {c['pvalue']:.2g}, {c['n']} replays)")
+    return text
+
+
+def fmt_x(v: Any) -> str:
+    """A ratio as '1.23x', 'n/a' when missing."""
+    x = _num(v)
+    return f"{x:.2f}x" if math.isfinite(x) else "n/a"
+
+
 def summary_table_lines(validation: dict) -> list[str]:
     """A short plain-text summary for the terminal: one line per metric, then the verdicts."""
     from schedport.report import fmt, pct
@@ -977,13 +1099,14 @@ def summary_table_lines(validation: dict) -> list[str]:
     bm = {d["metric"]: d for d in summ.get("by_metric") or []}
     names = list(errs) + [m for m in bm if m not in errs]
     names = [m for m in names if errs.get(m, {}).get("n_runs") or m in bm]
-    head = f"{'metric':<16} {'|err| p50':>9} {'|err| p90':>9} {'tau mean':>8} {'top-1':>7} {'pairs held':>14}"
+    head = (f"{'metric':<16} {'|err| p50':>9} {'|err| p90':>9} {'real noise':>10} {'tau mean':>8} {'top-1':>7} "
+            f"{'pairs held':>14}")
     lines = [head]
     for m in names:
         e, a = errs.get(m, {}), bm.get(m, {})
         held = (f"{a['n_pair_held']}/{a['n_pair_predictions']}" if a else "n/a")
         lines.append(f"{m:<16} {pct(e.get('abs_err_p50')):>9} {pct(e.get('abs_err_p90')):>9} "
-                     f"{fmt(a.get('tau_mean')):>8} {pct(a.get('top1_agreement')):>7} {held:>14}")
+                     f"{pct(e.get('noise_p50')):>10} {fmt(a.get('tau_mean')):>8} {pct(a.get('top1_agreement')):>7} {held:>14}")
     ov = summ.get("overall")
     if ov:
         lines.append(f"stable predictions: {ov['n_stable']}, held {ov['n_stable_held']}, not held "
@@ -996,6 +1119,8 @@ def summary_table_lines(validation: dict) -> list[str]:
                      f"{_spct(md.get('sim_diff_neg'))} at {_cond(md.get('condition_neg'))}; real "
                      f"{_spct(md.get('real_diff_pos'))} / {_spct(md.get('real_diff_neg'))}): "
                      f"{'reproduced' if md.get('reproduced') else 'not reproduced'}")
+    if validation.get("speed_index"):
+        lines.append(_speed_text(validation))
     tot = _totals(validation)
     if tot["n_status_mismatch"]:
         lines.append(f"{tot['n_status_mismatch']} request(s) ended differently in the simulation and on the server")
