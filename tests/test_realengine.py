@@ -149,6 +149,8 @@ def test_validate_end_to_end(server, calibrated, tmp_path):
         assert run["real"]["n_completed"] == 30 and run["sim"]["n_completed"] == 30
         assert run["request_errors"]["n_matched"] == 30
     assert "summary" in v["agreement"] and v["agreement"]["pairs"]
+    # the machine's speed was read before every replay, against the calibrated engine
+    assert v["speed_index"]["n"] == 8 and 0.5 < v["speed_index"]["median"] < 2.0, v["speed_index"]
     assert (out / "validation.html").read_text().count("<section") >= 1
     # a second invocation reuses every finished cell (no replay) and gives the same comparison
     r2 = CliRunner().invoke(app, args)

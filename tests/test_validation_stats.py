@@ -396,7 +396,7 @@ def test_summary_table_lines():
     lines = summary_table_lines(_validation())
     assert lines[0].split()[:2] == ["metric", "|err|"]
     ttft = next(x for x in lines if x.startswith("ttft_mean_s"))
-    assert ttft.split()[1:] == ["9.1%", "32.7%", "n/a", "0.333", "50.0%", "4/6"]
+    assert ttft.split()[1:] == ["9.1%", "32.7%", "n/a", "0.333", "50.0%", "50.0%", "4/6"]
     assert any(x.startswith("flip predictions: 21, reproduced 7") for x in lines), lines
     assert any(x.startswith("most dramatic flip: a vs c") and x.endswith("not reproduced") for x in lines)
     assert any("client fell behind" in x for x in lines)
@@ -523,3 +523,47 @@ def test_speed_error_correlation_follows_the_machines_drift():
     # too few or no indices
     assert speed_error_correlation({"runs": runs[:2]}) is None
     assert speed_error_correlation({"runs": [{"sim": {"e2e_mean_s": 1.0}, "real": {"e2e_mean_s": 2.0}}] * 3}) is None
+
+
+def test_real_differences_need_the_repeats_apart():
+    """With repeated replays a real difference beyond the threshold still ties when the two
+    schedulers' repeats overlap; apart, it is judged as before."""
+    def rows(b_lo):
+        out = []
+        for r in ("light", "high"):
+            out += [{"window": 0, "region": r, "scheduler": "a", "sim_e2e_mean_s": 1.0, "real_e2e_mean_s": 1.0,
+                     "real_lo_e2e_mean_s": 0.9, "real_hi_e2e_mean_s": 1.1},
+                    {"window": 0, "region": r, "scheduler": "b", "sim_e2e_mean_s": 1.2, "real_e2e_mean_s": 1.2,
+                     "real_lo_e2e_mean_s": b_lo, "real_hi_e2e_mean_s": 1.4}]
+        return pd.DataFrame(out)
+
+    apart = rank_agreement(rows(1.15), ["e2e_mean_s"])
+    (p,) = apart["pairs"]
+    assert p["verdict"] == "stable" and p["held"] is True and p["n_real_beyond"] == 2
+    overlap = rank_agreement(rows(1.05), ["e2e_mean_s"])
+    (p,) = overlap["pairs"]
+    assert p["verdict"] == "stable" and p["held"] is None and p["n_real_beyond"] == 0
+    assert all(c["real_tie"] for c in p["conditions"])
+    assert _by_metric(overlap, "e2e_mean_s")["n_pair_real_tie"] == 2
+    # without ranges (single replays) the threshold alone decides
+    single = rows(1.05).drop(columns=["real_lo_e2e_mean_s", "real_hi_e2e_mean_s"])
+    assert rank_agreement(single, ["e2e_mean_s"])["pairs"][0]["held"] is True
+
+
+def test_top1_within_noise_counts_near_ties_and_overlapping_repeats():
+    def cond(region, sim_a, sim_b, real_a, real_b):
+        (ra, la, ha), (rb, lb, hb) = real_a, real_b
+        return [{"window": 0, "region": region, "scheduler": "a", "sim_ttft_mean_s": sim_a, "real_ttft_mean_s": ra,
+                 "real_lo_ttft_mean_s": la, "real_hi_ttft_mean_s": ha},
+                {"window": 0, "region": region, "scheduler": "b", "sim_ttft_mean_s": sim_b, "real_ttft_mean_s": rb,
+                 "real_lo_ttft_mean_s": lb, "real_hi_ttft_mean_s": hb}]
+
+    rows = (cond("near", 1.0, 1.01, (1.2, 1.1, 1.3), (1.0, 0.9, 1.15))       # sim near-tie, real repeats overlap
+            + cond("wrong", 1.0, 1.5, (1.5, 1.45, 1.55), (1.0, 0.95, 1.05)))  # a clear miss
+    ag = rank_agreement(pd.DataFrame(rows), ["ttft_mean_s"])
+    c = {x["region"]: x for x in ag["conditions"]}
+    assert c["near"]["top1_agree"] is False and c["near"]["top1_agree_within_noise"] is True
+    assert c["near"]["near_best_sim"] == ["a", "b"] and c["near"]["near_best_real"] == ["a", "b"]
+    assert c["wrong"]["top1_agree"] is False and c["wrong"]["top1_agree_within_noise"] is False
+    s = _by_metric(ag, "ttft_mean_s")
+    assert s["top1_agreement"] == 0.0 and s["top1_agreement_within_noise"] == 0.5

@@ -239,6 +239,10 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
         for m in RUN_METRICS:
             row[f"sim_{m}"] = _num(c.sim.summary.get(m))
             row[f"real_{m}"] = _num(real.get(m))
+            vals = [_num(s.get(m)) for s in summaries]
+            vals = [x for x in vals if math.isfinite(x)]
+            if len(vals) > 1:
+                row[f"real_lo_{m}"], row[f"real_hi_{m}"] = min(vals), max(vals)
         rows.append(row)
     runs = pd.DataFrame(rows)
     from schedport.validation_stats import rank_agreement

@@ -337,6 +337,27 @@ def _best_set(oriented: np.ndarray) -> Optional[set]:
     return set(np.flatnonzero(oriented == oriented.min()).tolist())
 
 
+def _near_best_set(oriented: np.ndarray, thr: float, lo: Optional[np.ndarray] = None,
+                   hi: Optional[np.ndarray] = None) -> Optional[set]:
+    """Indices the data cannot separate from the best: within relative `thr` of the best value,
+    or (with repeat ranges `lo`/`hi`, oriented like the values) overlapping the best's range."""
+    best = _best_set(oriented)
+    if best is None:
+        return None
+    b = min(best)
+    v0 = oriented[b]
+    out = set(best)
+    for i, v in enumerate(oriented):
+        if not np.isfinite(v):
+            continue
+        if v0 != 0 and abs(v - v0) / abs(v0) < thr:
+            out.add(i)
+        elif lo is not None and hi is not None and all(np.isfinite(x) for x in (lo[i], hi[i], lo[b], hi[b])):
+            if not (hi[b] < lo[i] or hi[i] < lo[b]):
+                out.add(i)
+    return out
+
+
 def _tau(a: np.ndarray, b: np.ndarray) -> float:
     """Kendall tau-b of two equal-length vectors (+inf allowed, as worst); NaN if undefined."""
     if a.size < 2:
@@ -363,7 +384,9 @@ def rank_agreement(runs: pd.DataFrame, metrics: Sequence[str], threshold: float 
     """Do the simulated scheduler rankings hold on the real engine? (see module docstring)
 
     ``runs``: one row per (window, region, scheduler) with ``sim_<m>`` and ``real_<m>`` for
-    each metric m. ``higher_is_better``: metrics where higher is better (default
+    each metric m, and optionally ``real_lo_<m>`` / ``real_hi_<m>``, the smallest and largest
+    real value over repeated replays: a real difference then also needs the two schedulers'
+    ranges apart (with 3 repeats each, a one-sided permutation test at p = 0.05). ``higher_is_better``: metrics where higher is better (default
     `HIGHER_IS_BETTER`); it orients only top-1 agreement and the "a better" reading of a
     stable prediction, the signs themselves are raw. Returns ``{"conditions": [...],
     "pairs": [...], "summary": {...}}``:
@@ -417,10 +440,15 @@ def rank_agreement(runs: pd.DataFrame, metrics: Sequence[str], threshold: float 
         real = np.full((C, K), np.nan)
         sim[ci, ki] = pd.to_numeric(runs[f"sim_{m}"], errors="coerce").to_numpy(dtype=np.float64)
         real[ci, ki] = pd.to_numeric(runs[f"real_{m}"], errors="coerce").to_numpy(dtype=np.float64)
+        lo = np.full((C, K), np.nan)
+        hi = np.full((C, K), np.nan)
+        if f"real_lo_{m}" in runs.columns and f"real_hi_{m}" in runs.columns:
+            lo[ci, ki] = pd.to_numeric(runs[f"real_lo_{m}"], errors="coerce").to_numpy(dtype=np.float64)
+            hi[ci, ki] = pd.to_numeric(runs[f"real_hi_{m}"], errors="coerce").to_numpy(dtype=np.float64)
         d = 1.0 if m in hib else -1.0  # +1: higher is better
 
         # ---- per condition: tau and top-1 across schedulers
-        taus, top1 = [], []
+        taus, top1, top1_noise = [], [], []
         for c, (w, r) in enumerate(conds):
             pk = np.flatnonzero(present[c])
             s, rv = sim[c, pk], real[c, pk]
@@ -429,15 +457,23 @@ def rank_agreement(runs: pd.DataFrame, metrics: Sequence[str], threshold: float 
             tau = _tau(os_, or_)
             bs, br = _best_set(os_), _best_set(or_)
             agree = None if bs is None or br is None else bool(bs & br)
+            lo_o, hi_o = (-d * lo[c, pk], -d * hi[c, pk]) if d < 0 else (-d * hi[c, pk], -d * lo[c, pk])
+            ns, nr = _near_best_set(os_, thr), _near_best_set(or_, thr, lo_o, hi_o)
+            agree_noise = None if ns is None or nr is None else bool(ns & nr)
             taus.append(tau)
             if agree is not None:
                 top1.append(agree)
+            if agree_noise is not None:
+                top1_noise.append(agree_noise)
             conditions.append({
                 "window": w, "region": r, "metric": m, "n_schedulers": int(pk.size),
                 "n_nan_sim": int(np.isnan(s).sum()), "n_nan_real": int(np.isnan(rv).sum()),
                 "tau": tau, "top1_agree": agree,
                 "best_sim": [scheds[pk[i]] for i in sorted(bs)] if bs is not None else [],
                 "best_real": [scheds[pk[i]] for i in sorted(br)] if br is not None else [],
+                "top1_agree_within_noise": agree_noise,
+                "near_best_sim": [scheds[pk[i]] for i in sorted(ns)] if ns is not None else [],
+                "near_best_real": [scheds[pk[i]] for i in sorted(nr)] if nr is not None else [],
             })
 
         # ---- per pair: per-condition signs, then the cross-condition verdict
@@ -446,10 +482,11 @@ def rank_agreement(runs: pd.DataFrame, metrics: Sequence[str], threshold: float 
         for a in range(K):
             for b in range(a + 1, K):
                 rec = _pair(scheds[a], scheds[b], m, d, conds, present[:, a] & present[:, b],
-                            sim[:, a], sim[:, b], real[:, a], real[:, b], thr, cnt)
+                            sim[:, a], sim[:, b], real[:, a], real[:, b], thr, cnt,
+                            (lo[:, a], hi[:, a], lo[:, b], hi[:, b]))
                 mpairs.append(rec)
         pairs += mpairs
-        by_metric.append(_metric_summary(m, d, taus, top1, cnt, mpairs))
+        by_metric.append(_metric_summary(m, d, taus, top1, cnt, mpairs, top1_noise))
 
     overall = _overall(by_metric, conditions, pairs)
     flips = [p for p in pairs if p["verdict"] == "flip"]
@@ -464,13 +501,17 @@ def rank_agreement(runs: pd.DataFrame, metrics: Sequence[str], threshold: float 
         "definitions": {
             "relative_difference": "d = (x_a - x_b) / x_b per engine, raw sign (for latencies d < 0 means a is "
                                    "better)",
-            "real_tie": f"|d_real| < {thr:g}: a difference within noise, counted apart",
+            "real_tie": f"|d_real| < {thr:g}, or (with repeated replays) the two schedulers' repeats overlap: "
+                        "a difference within noise, counted apart",
             "held": "the simulated and real d have the same sign (real ties excluded)",
             "stable": f"the simulated sign is the same in every condition where |d_sim| >= {thr:g}; held when "
                       "the real sign agrees wherever |d_real| >= the threshold",
             "flip": f"d_sim >= {thr:g} in one condition and <= -{thr:g} in another; reproduced when the real "
                     "engine shows the same flip beyond the threshold on both sides",
             "top1": "the sets of schedulers tied for best (simulated, real) intersect",
+            "top1_within_noise": f"the sets of schedulers the data cannot separate from the best intersect: "
+                                 f"within {thr:g} of the best (simulated), or within {thr:g} or with repeats "
+                                 "overlapping the best's (real)",
             "nan": "a scheduler with a NaN metric (e.g. nothing completed) ranks worst in tau and top-1; "
                    "relative differences involving it are undefined",
         },
@@ -486,8 +527,13 @@ def _beyond(v: Optional[float], thr: float, sign: int = 0) -> bool:
 
 
 def _pair(a: str, b: str, metric: str, d: float, conds: list, both: np.ndarray, sa: np.ndarray,
-          sb: np.ndarray, ra: np.ndarray, rb: np.ndarray, thr: float, cnt: dict) -> dict:
-    """One scheduler pair on one metric: per-condition records and the cross-condition verdict."""
+          sb: np.ndarray, ra: np.ndarray, rb: np.ndarray, thr: float, cnt: dict, ranges=None) -> dict:
+    """One scheduler pair on one metric: per-condition records and the cross-condition verdict.
+
+    `ranges` = (lo_a, hi_a, lo_b, hi_b): per condition the smallest and largest real value
+    over repeated replays (NaN without repeats). Where both are known, a real difference
+    also needs the two ranges apart: every replay of one scheduler beyond every replay of
+    the other."""
     recs = []
     for c, (w, r) in enumerate(conds):
         if not both[c]:
@@ -495,6 +541,10 @@ def _pair(a: str, b: str, metric: str, d: float, conds: list, both: np.ndarray, 
         ds, dr = _rel(sa[c], sb[c]), _rel(ra[c], rb[c])
         sim_tie = None if ds is None else not _beyond(ds, thr)
         real_tie = None if dr is None else not _beyond(dr, thr)
+        if real_tie is False and ranges is not None:
+            la, ha, lb, hb = (x[c] for x in ranges)
+            if all(math.isfinite(v) for v in (la, ha, lb, hb)) and not (ha < lb or hb < la):
+                real_tie = True            # the repeats overlap: within the engine's own noise
         held = None
         if ds is None or dr is None:
             cnt["undef"] += 1
@@ -510,7 +560,7 @@ def _pair(a: str, b: str, metric: str, d: float, conds: list, both: np.ndarray, 
     defined = [x for x in recs if x["sim_diff"] is not None]
     pos = [x for x in defined if _beyond(x["sim_diff"], thr, 1)]
     neg = [x for x in defined if _beyond(x["sim_diff"], thr, -1)]
-    real_beyond = [x for x in defined if _beyond(x["real_diff"], thr)]
+    real_beyond = [x for x in defined if x["real_tie"] is False]
     out = {"scheduler_a": a, "scheduler_b": b, "metric": metric, "verdict": None, "sim_sign": None,
            "a_better": None, "n_conditions": len(recs), "n_sim_beyond": len(pos) + len(neg),
            "n_real_beyond": len(real_beyond), "n_real_agree": None, "n_real_contradict": None,
@@ -521,8 +571,8 @@ def _pair(a: str, b: str, metric: str, d: float, conds: list, both: np.ndarray, 
         out["verdict"] = "tie"
     elif pos and neg:
         out["verdict"] = "flip"
-        out["reproduced"] = (any(_beyond(x["real_diff"], thr, 1) for x in pos)
-                             and any(_beyond(x["real_diff"], thr, -1) for x in neg))
+        out["reproduced"] = (any(x["real_tie"] is False and x["real_sign"] == 1 for x in pos)
+                             and any(x["real_tie"] is False and x["real_sign"] == -1 for x in neg))
         p = max(pos, key=lambda x: x["sim_diff"])
         q = min(neg, key=lambda x: x["sim_diff"])
         out["flip"] = {"magnitude": min(p["sim_diff"], -q["sim_diff"]),
@@ -549,7 +599,8 @@ def _dramatic(flips: list) -> Optional[dict]:
             "reproduced": p["reproduced"], **p["flip"]}
 
 
-def _metric_summary(m: str, d: float, taus: list, top1: list, cnt: dict, mpairs: list) -> dict:
+def _metric_summary(m: str, d: float, taus: list, top1: list, cnt: dict, mpairs: list,
+                    top1_noise: Sequence[bool] = ()) -> dict:
     tau_mean, tau_median, tau_min, n_tau = _stats_of(taus)
     v = _verdict_counts(mpairs)
     return {
@@ -562,6 +613,7 @@ def _metric_summary(m: str, d: float, taus: list, top1: list, cnt: dict, mpairs:
         "tau_min": tau_min,
         "n_top1": len(top1),
         "top1_agreement": _share(sum(top1), len(top1)),
+        "top1_agreement_within_noise": _share(sum(top1_noise), len(top1_noise)),
         "n_pair_predictions": cnt["pred"],
         "n_pair_held": cnt["held"],
         "pair_held_share": _share(cnt["held"], cnt["pred"]),
@@ -594,6 +646,7 @@ def _verdict_counts(pairs: list) -> dict:
 def _overall(by_metric: list, conditions: list, pairs: list) -> dict:
     tau_mean, tau_median, tau_min, n_tau = _stats_of([c["tau"] for c in conditions])
     top1 = [c["top1_agree"] for c in conditions if c["top1_agree"] is not None]
+    top1_noise = [c["top1_agree_within_noise"] for c in conditions if c["top1_agree_within_noise"] is not None]
     pred = sum(b["n_pair_predictions"] for b in by_metric)
     held = sum(b["n_pair_held"] for b in by_metric)
     return {
@@ -604,6 +657,7 @@ def _overall(by_metric: list, conditions: list, pairs: list) -> dict:
         "tau_min": tau_min,
         "n_top1": len(top1),
         "top1_agreement": _share(sum(top1), len(top1)),
+        "top1_agreement_within_noise": _share(sum(top1_noise), len(top1_noise)),
         "n_pair_predictions": pred,
         "n_pair_held": held,
         "pair_held_share": _share(held, pred),
@@ -991,6 +1045,7 @@ def render_validation_section(validation: dict) -> str:
             return (f"<tr><td class='l'>{label}</td><td>{_esc(fmt(d.get('tau_mean')))}</td>"
                     f"<td>{_esc(fmt(d.get('tau_median')))}</td><td>{_esc(fmt(d.get('tau_min')))}</td>"
                     f"<td>{_esc(pct(d.get('top1_agreement')))}</td>"
+                    f"<td>{_esc(pct(d.get('top1_agreement_within_noise')))}</td>"
                     f"<td>{d.get('n_pair_held')} / {d.get('n_pair_predictions')} "
                     f"({_esc(pct(d.get('pair_held_share')))})</td><td>{d.get('n_pair_real_tie')}</td>"
                     f"<td>{d.get('n_stable_held')} / {d.get('n_stable')}</td>"
@@ -1004,13 +1059,15 @@ def render_validation_section(validation: dict) -> str:
                    f"<p class='sub'>Per condition (window &times; region, {summ.get('n_conditions', 0)} in all) and "
                    "metric: Kendall's tau-b between simulated and real values across schedulers (1 = same order; "
                    "a scheduler that completed nothing ranks last), and top-1 agreement (the best scheduler is "
-                   "the same; tied bests count when they overlap). Pairs held: per condition and scheduler pair, "
+                   "the same; tied bests count when they overlap); within noise, the schedulers that cannot be "
+                   f"told from the best (within {_esc(pct(thr, 0))}, or, on the real engine, with repeats "
+                   "overlapping the best's) count as tied. Pairs held: per condition and scheduler pair, "
                    "the simulated and real differences have the same sign, over pairs where the real difference "
                    f"is at least {_esc(pct(thr, 0))}; real ties are the others. Across conditions the simulation "
                    "predicts a <i>stable</i> order for a pair (same sign wherever the simulated difference is "
                    "beyond the threshold) or a <i>flip</i> (the order reverses between conditions).</p>"
                    "<div class='scroll'><table><tr><th class='l'>metric</th><th>tau mean</th><th>tau median</th>"
-                   "<th>tau min</th><th>top-1 agreement</th><th>pairs held</th><th>real ties</th>"
+                   "<th>tau min</th><th>top-1 agreement</th><th>top-1 within noise</th><th>pairs held</th><th>real ties</th>"
                    "<th>stable held</th><th>stable not held</th><th>stable, no real difference</th>"
                    f"<th>flips reproduced</th></tr>{rows}</table></div>")
         md = summ.get("most_dramatic_flip")
@@ -1100,13 +1157,14 @@ def summary_table_lines(validation: dict) -> list[str]:
     names = list(errs) + [m for m in bm if m not in errs]
     names = [m for m in names if errs.get(m, {}).get("n_runs") or m in bm]
     head = (f"{'metric':<16} {'|err| p50':>9} {'|err| p90':>9} {'real noise':>10} {'tau mean':>8} {'top-1':>7} "
-            f"{'pairs held':>14}")
+            f"{'top-1~':>7} {'pairs held':>10}")
     lines = [head]
     for m in names:
         e, a = errs.get(m, {}), bm.get(m, {})
         held = (f"{a['n_pair_held']}/{a['n_pair_predictions']}" if a else "n/a")
         lines.append(f"{m:<16} {pct(e.get('abs_err_p50')):>9} {pct(e.get('abs_err_p90')):>9} "
-                     f"{pct(e.get('noise_p50')):>10} {fmt(a.get('tau_mean')):>8} {pct(a.get('top1_agreement')):>7} {held:>14}")
+                     f"{pct(e.get('noise_p50')):>10} {fmt(a.get('tau_mean')):>8} {pct(a.get('top1_agreement')):>7} "
+                     f"{pct(a.get('top1_agreement_within_noise')):>7} {held:>10}")
     ov = summ.get("overall")
     if ov:
         lines.append(f"stable predictions: {ov['n_stable']}, held {ov['n_stable_held']}, not held "
