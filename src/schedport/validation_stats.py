@@ -39,7 +39,9 @@ Rankings (`rank_agreement`)
       when either side is constant (all tied).
     - Top-1 agreement: the set of schedulers tied for the best simulated value intersects
       the set tied for the best real value (ties are exact equality; the definition of
-      `schedport.analysis`). None when every value of a side is NaN.
+      `schedport.analysis`). None when every value of a side is NaN. Top-1 agreement
+      *within noise* widens each set to the schedulers the data cannot tell from the best:
+      within t of it, or on the real side with repeats overlapping the best's.
 
     For every scheduler pair (a, b), a before b alphabetically, and metric, per condition:
     the relative differences d_sim = (sim_a - sim_b) / sim_b and d_real likewise (None when a
@@ -49,7 +51,8 @@ Rankings (`rank_agreement`)
 
     - ``real_tie``: |d_real| < t (or exactly 0, so that t = 0 is usable), a difference
       within measurement noise; it neither holds nor contradicts the simulation and is
-      counted apart.
+      counted apart. With repeated replays (``real_lo_<m>`` / ``real_hi_<m>`` given) a
+      difference whose two schedulers' repeats overlap is a real tie as well.
     - ``held``: sign(d_sim) == sign(d_real), defined only when both are defined and the real
       difference is not a tie. A simulated near-tie still states an order, so it is judged.
     - ``sim_tie``: |d_sim| < t (or exactly 0), recorded for reading.
@@ -386,7 +389,8 @@ def rank_agreement(runs: pd.DataFrame, metrics: Sequence[str], threshold: float 
     ``runs``: one row per (window, region, scheduler) with ``sim_<m>`` and ``real_<m>`` for
     each metric m, and optionally ``real_lo_<m>`` / ``real_hi_<m>``, the smallest and largest
     real value over repeated replays: a real difference then also needs the two schedulers'
-    ranges apart (with 3 repeats each, a one-sided permutation test at p = 0.05). ``higher_is_better``: metrics where higher is better (default
+    ranges apart (with 3 repeats each, a one-sided permutation test at p = 0.05).
+    ``higher_is_better``: metrics where higher is better (default
     `HIGHER_IS_BETTER`); it orients only top-1 agreement and the "a better" reading of a
     stable prediction, the signs themselves are raw. Returns ``{"conditions": [...],
     "pairs": [...], "summary": {...}}``:
