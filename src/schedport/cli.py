@@ -91,8 +91,7 @@ def replay(
     tr = load_trace(trace)
     t0 = time.perf_counter()
     res = run_replay(tr, endpoint, engine=engine, scheduler=scheduler, load=load, seed=seed, model=model,
-                     request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries,
-                         repeats=repeats, speed_probe=probe, log=out.print)
+                     request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries, log=out.print)
     res.save(out_dir)
     s = res.summary
     out.print(f"{scheduler} on {res.server.model}: {s['n_completed']}/{s['n_requests']} completed, "
