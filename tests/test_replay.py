@@ -453,16 +453,19 @@ def test_replay_tpot_is_the_server_token_time(clean_run):
     # DELAY_S (sleep never returns early) plus its per-token work: 4.4-4.9 ms median on an idle
     # or loaded 2-core box, up to ~7 ms when the CPU is starved. The client's TPOT differs from
     # it only by the client-side delivery delay of the last token minus that of the first,
-    # divided by N - 1 >= 4; those delays are sub-ms unless the process is descheduled, so a
-    # 1 ms bound holds with room. Timing from the send, or from any chunk other than the first
-    # and last token (e.g. the usage chunk or [DONE]), moves TPOT by a whole token time.
+    # divided by N - 1 >= 4; those delays are sub-ms unless the process is descheduled (this
+    # VM pauses whole processes now and then: one request in 16 once missed by 1.3 ms), so a
+    # 1 ms bound holds for all requests but one, and the median is far inside it. Timing from
+    # the send, or from any chunk other than the first and last token (e.g. the usage chunk or
+    # [DONE]), moves every request's TPOT by a whole token time.
     trace, res, records = clean_run
     got = by_index(trace, records)
     tpot = res.requests.tpot_s.to_numpy()
     server = np.array([(got[i].last_sent - got[i].first_sent) / (trace.output_tokens[i] - 1)
                        for i in range(len(trace))])
     assert np.isfinite(tpot).all() and (server > 0.999 * DELAY_S).all()
-    assert np.abs(tpot - server).max() < 0.001, (tpot, server)
+    diff = np.abs(tpot - server)
+    assert np.count_nonzero(diff >= 0.001) <= 1 and float(np.median(diff)) < 0.0005, (tpot, server)
     assert DELAY_S <= float(np.median(tpot)) < 3 * DELAY_S, tpot
 
 
