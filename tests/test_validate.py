@@ -19,15 +19,15 @@ ENGINE = {"engine": {"max_num_seqs": 8, "max_model_len": 8192},
           "latency": {"model": "linear", "a": 0.004, "b": 7e-5, "c": 2e-4, "d": 3e-7}}
 
 
-@pytest.fixture
-def fake_server(monkeypatch):
-    """replay() stand-in: simulate the same scaled trace on an engine 10% slower per step."""
-    calls = []
+def _install_slow_replay(monkeypatch, factor_for_call, calls: list, record) -> list:
+    """Stand in for replay(): simulate the same scaled trace on an engine whose every step is
+    `factor_for_call(len(calls))` times slower, appending `record(scheduler, factor)` to `calls`."""
 
     def fake_replay(trace, endpoint, *, engine, scheduler, time_scale, seed, **kw):
-        calls.append(scheduler)
-        slow = dataclasses.replace(engine, linear_a=engine.linear_a * 1.1, linear_b=engine.linear_b * 1.1,
-                                   linear_c=engine.linear_c * 1.1, linear_d=engine.linear_d * 1.1)
+        f = factor_for_call(len(calls))
+        calls.append(record(scheduler, f))
+        slow = dataclasses.replace(engine, linear_a=engine.linear_a * f, linear_b=engine.linear_b * f,
+                                   linear_c=engine.linear_c * f, linear_d=engine.linear_d * f)
         res = simulate(trace, scheduler, engine=slow, seed=seed, time_scale=time_scale)
         res.summary.update(client_lag_ok=True, send_lag_p99_s=0.001, n_error=0, n_timeout=0, n_truncated=0)
         res.lag_ok = True
@@ -36,6 +36,12 @@ def fake_server(monkeypatch):
 
     monkeypatch.setattr(replay_mod, "replay", fake_replay)
     return calls
+
+
+@pytest.fixture
+def fake_server(monkeypatch):
+    """replay() stand-in: simulate the same scaled trace on an engine 10% slower per step."""
+    return _install_slow_replay(monkeypatch, lambda k: 1.1, [], lambda sched, f: sched)
 
 
 def _traces():
@@ -74,22 +80,8 @@ def test_validate_runs_compares_and_resumes(fake_server, tmp_path):
 @pytest.fixture
 def noisy_server(monkeypatch):
     """replay() stand-in whose engine is 10%, 30% or 20% slower per step, in turn: a noisy machine."""
-    calls = []
     factors = [1.1, 1.3, 1.2]
-
-    def fake_replay(trace, endpoint, *, engine, scheduler, time_scale, seed, **kw):
-        f = factors[len(calls) % 3]
-        calls.append((scheduler, f))
-        slow = dataclasses.replace(engine, linear_a=engine.linear_a * f, linear_b=engine.linear_b * f,
-                                   linear_c=engine.linear_c * f, linear_d=engine.linear_d * f)
-        res = simulate(trace, scheduler, engine=slow, seed=seed, time_scale=time_scale)
-        res.summary.update(client_lag_ok=True, send_lag_p99_s=0.001, n_error=0, n_timeout=0, n_truncated=0)
-        res.lag_ok = True
-        res.server = replay_mod.ServerInfo("fake-model", 8192)
-        return res
-
-    monkeypatch.setattr(replay_mod, "replay", fake_replay)
-    return calls
+    return _install_slow_replay(monkeypatch, lambda k: factors[k % 3], [], lambda sched, f: (sched, f))
 
 
 def test_validate_repeats_compare_the_median_and_report_the_engines_noise(noisy_server, tmp_path):
