@@ -105,6 +105,27 @@ def test_fast_equals_exact_with_quadratic_prefill_term(name, trace, blocks, seqs
     assert fast.iterations == out.iterations
 
 
+@pytest.mark.parametrize("scalar_steps", [0, 10**9])
+@pytest.mark.parametrize("blocks", [60, 4000])
+@pytest.mark.parametrize("name", ["vllm-fcfs", "sjf", "edf", "slo-admission", "fastserve"])
+def test_fast_forward_timing_paths_agree_with_exact(monkeypatch, name, blocks, scalar_steps):
+    """Fast-forwards are timed in plain floats (short runs) or numpy (long runs); forcing every
+    run down either path, with a cache that does or does not run short, gives exact's bits."""
+    import schedport.engine as engine_mod
+    monkeypatch.setattr(engine_mod, "_SCALAR_STEPS", scalar_steps)
+    cfg = engine_config_from_dict({"engine": {"num_gpu_blocks": blocks, "max_num_seqs": 32,
+                                              "max_model_len": 512}})
+    t = busy_trace(300, seed=4, rate=6.0)
+    _, out = run(t, name, cfg, exact=True)
+    sim, fast = run(t, name, cfg, exact=False)
+    assert sim.steps_fast_forwarded > 0
+    assert np.array_equal(fast.status, out.status)
+    assert np.array_equal(fast.first_token_s, out.first_token_s, equal_nan=True)
+    assert np.array_equal(fast.finish_s, out.finish_s, equal_nan=True)
+    assert np.array_equal(fast.preemptions, out.preemptions)
+    assert fast.iterations == out.iterations
+
+
 def test_quadratic_prefill_term_slows_prefills_only():
     """e > 0 delays first tokens (prefill steps) but leaves the per-token decode pace alone."""
     t = Trace(np.array([0.0]), np.array([300]), np.array([20]))

@@ -42,6 +42,7 @@ from schedport.latency import LatencyModel
 from schedport.trace import Trace
 
 WAITING, RUNNING, DONE = 0, 1, 2
+_SCALAR_STEPS = 24      # fast-forwards of up to this many steps are timed with Python floats
 
 
 class Request:
@@ -479,36 +480,51 @@ class Simulator:
         starts[1:] = ends[:-1]
         return starts, ends
 
-    def _time_limit(self, starts: np.ndarray, k: int, t_pol) -> int:
-        """Cut k so that no step starts at or after the next arrival, the horizon or a policy time."""
-        limit_t = self.horizon
-        if self._next_arrival < len(self.requests):
-            limit_t = min(limit_t, self.requests[self._next_arrival].arrival)
-        if t_pol is not None:
-            limit_t = min(limit_t, t_pol)
-        if limit_t < math.inf:
-            j = int(np.searchsorted(starts, limit_t, side="left"))
-            k = min(k, max(j, 1))
-        return k
-
-    def _too_close(self, t_pol) -> bool:
-        """Cheap pre-check: is the next time-driven decision due within about one step?
-
-        Only decides whether a fast-forward is worth attempting; results never depend on it.
-        """
+    def _limit_time(self, t_pol) -> float:
+        """When the next time-driven decision is due: the next arrival, the horizon or a policy time."""
         limit = self.horizon
         if self._next_arrival < len(self.requests):
             limit = min(limit, self.requests[self._next_arrival].arrival)
         if t_pol is not None:
             limit = min(limit, t_pol)
-        return limit - self.now < 1.5 * self._last_dt
+        return limit
+
+    def _time_cap(self, limit_t: float, n: int, kv0: int) -> int | None:
+        """Generous bound on how many decode steps start before `limit_t`, to size the arrays.
+
+        Decode steps lengthen as contexts grow, so the first step's duration bounds the count
+        (with a margin, as the latency model need not be monotone). Only sizes the work: a
+        fast-forward cut short by it simply continues at the next decision point, with the
+        same floating-point sums (results never depend on it).
+        """
+        if limit_t == math.inf:
+            return None
+        dt0 = self.latency.iteration_time((), n, kv0)
+        if dt0 <= 0.0:
+            return None
+        return int((limit_t - self.now) / dt0 * 1.25) + 2
+
+    def _time_limit(self, starts: np.ndarray, k: int, limit_t: float) -> int:
+        """Cut k so that no step starts at or after `limit_t` (see `_limit_time`)."""
+        if limit_t < math.inf:
+            j = int(np.searchsorted(starts, limit_t, side="left"))
+            k = min(k, max(j, 1))
+        return k
+
+    def _too_close(self, limit_t: float) -> bool:
+        """Cheap pre-check: is the next time-driven decision due within about one step?
+
+        Only decides whether a fast-forward is worth attempting; results never depend on it.
+        """
+        return limit_t - self.now < 1.5 * self._last_dt
 
     def _fast_forward(self, plan) -> bool:
         """Run K identical decode-only steps at once; False if fewer than 2 are possible."""
         if plan.cohort:
             return self._fast_forward_cohort(plan)
         k_pol, t_pol = self.sched.fast_forward_limit(plan, self.now)
-        if self._too_close(t_pol):
+        limit_t = self._limit_time(t_pol)
+        if self._too_close(limit_t):
             return False
         running = self.running
         B = len(running)
@@ -517,6 +533,9 @@ class Simulator:
         k_max = int(rem.min())                       # the step that completes the first request(s)
         if k_pol is not None:
             k_max = min(k_max, k_pol)
+        cap = self._time_cap(limit_t, B, int(comp.sum()) + B)
+        if cap is not None:
+            k_max = min(k_max, cap)
         if k_max < 2:
             return False
         # KV: step j computes token position comp_i + j and needs ceil((comp_i + j + 1)/bs) blocks
@@ -529,7 +548,7 @@ class Simulator:
                 return False
         kv = int(comp.sum()) + B + B * np.arange(k_max, dtype=np.int64)
         starts, ends = self._time_steps(B, kv)
-        k = self._time_limit(starts, k_max, t_pol)
+        k = self._time_limit(starts, k_max, limit_t)
         k = self.sched.refine_fast_forward(plan, starts[:k], ends[:k], k)
         if k < 2:
             return False
@@ -558,31 +577,67 @@ class Simulator:
             self.observer(StepRecord(start, end, k, B, B, self.cache.used))
         return True
 
+    def _step_times(self, n: int, kv0: int, k_max: int, limit_t: float):
+        """`_time_steps` + `_time_limit` for a few steps in plain floats (numpy's per-call cost
+        dominates short runs); the same sums in the same order, so the same bits."""
+        step = self.latency.iteration_time
+        t = self.now
+        starts = [t]
+        t = t + step((), n, kv0)
+        ends = [t]
+        for j in range(1, k_max):
+            if t >= limit_t:
+                break
+            starts.append(t)
+            t = t + step((), n, kv0 + n * j)
+            ends.append(t)
+        return np.array(starts), np.array(ends)
+
+    def _cohort_new_blocks(self, d0: int, k: int) -> int:
+        """KV blocks the cohort's members take in decode steps 1..k-1 after cohort clock d0."""
+        bs = self.cache.block_size
+        buckets = self.cohort_buckets
+        cycles, rest = divmod(k - 1, bs)
+        total = cycles * self.cohort_n
+        for j in range(1, rest + 1):
+            total += buckets[(-(d0 + j)) % bs]
+        return total
+
     def _fast_forward_cohort(self, plan) -> bool:
         """Fast-forward when every running request is a cohort member: O(k) numpy, no per-request work."""
         n = self.cohort_n
         d0 = self.dclock
         k_pol, t_pol = self.sched.fast_forward_limit(plan, self.now)
-        if self._too_close(t_pol):
+        limit_t = self._limit_time(t_pol)
+        if self._too_close(limit_t):
             return False
         k_max = self._cohort_next_done() - d0
         if k_pol is not None:
             k_max = min(k_max, k_pol)
+        cap = self._time_cap(limit_t, n, self.cohort_pval + n * (d0 + 1))
+        if cap is not None:
+            k_max = min(k_max, cap)
         if k_max < 2:
             return False
         bs = self.cache.block_size
         cum = None
-        if plan.allocates_decode_blocks:
-            # new blocks needed by steps 1..k_max-1 (step 0 was allocated when it was planned)
+        alloc = plan.allocates_decode_blocks
+        if alloc and self.cache.free < n * -(-(k_max - 1) // bs):
+            # the cache may run short: new blocks needed by steps 1..k_max-1 (step 0 was
+            # allocated when it was planned)
             clocks = d0 + np.arange(1, k_max, dtype=np.int64)
             cum = np.cumsum(np.asarray(self.cohort_buckets, dtype=np.int64)[(-clocks) % bs])
             over = np.searchsorted(cum, self.cache.free, side="right")   # first j-1 with cum > free
             k_max = min(k_max, int(over) + 1)
             if k_max < 2:
                 return False
-        kv = self.cohort_pval + n * (d0 + 1 + np.arange(k_max, dtype=np.int64))
-        starts, ends = self._time_steps(n, kv)
-        k = self._time_limit(starts, k_max, t_pol)
+        kv0 = self.cohort_pval + n * (d0 + 1)
+        if k_max <= _SCALAR_STEPS:
+            starts, ends = self._step_times(n, kv0, k_max, limit_t)
+            k = len(starts)
+        else:
+            starts, ends = self._time_steps(n, kv0 + n * np.arange(k_max, dtype=np.int64))
+            k = self._time_limit(starts, k_max, limit_t)
         k = self.sched.refine_fast_forward(plan, starts[:k], ends[:k], k)
         if k < 2:
             return False
@@ -590,6 +645,8 @@ class Simulator:
         end = float(ends[k - 1])
         if cum is not None:
             self.cache.free -= int(cum[k - 2])
+        elif alloc:
+            self.cache.free -= self._cohort_new_blocks(d0, k)
         self.dclock = d0 + k
         self.iterations += k
         self.steps_fast_forwarded += k

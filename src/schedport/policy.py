@@ -357,11 +357,12 @@ class Continuous(BatchingMode):
         running = sim.running
         tokens = sim.cohort_n
         items = []
-        for r in running:
-            if r.sync < 0:
-                k = r.prompt + r.generated - r.computed
-                tokens += k
-                items.append([r, k, 0])
+        if tokens != len(running):          # some running requests are outside the cohort
+            for r in running:
+                if r.sync < 0:
+                    k = r.prompt + r.generated - r.computed
+                    tokens += k
+                    items.append([r, k, 0])
         skipped = []
         if tokens > budget:
             items = []
