@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from schedport.calibrate import (PARAMS, Calibration, Observation, decode_features, fit_linear,
-                                 parse_prometheus, prefill_features)
+from schedport.calibrate import (PARAMS, Calibration, Observation, _Prober, decode_features, fit_linear,
+                                 mixed_delta_features, parse_prometheus, prefill_features)
 from schedport.config import load_engine_config
 from schedport.latency import LinearLatency
 from schedport.replay import ServerInfo
@@ -44,7 +44,7 @@ def test_prefill_features_follow_chunking():
 def test_prefill_features_match_the_latency_model():
     """The fit's row for a lone prompt prices it exactly as the simulator's linear model does."""
     lat = LinearLatency(0.004, 7e-5, 2e-4, 3e-7, e=2e-7)
-    coef = np.array([0.0, 0.004, 7e-5, 2e-4, 3e-7, 2e-7])
+    coef = np.array([0.0, 0.004, 7e-5, 2e-4, 3e-7, 2e-7, 0.0])
     for L, budget in ((1, 2048), (700, 2048), (5000, 2048), (300, 128)):
         chunks, done = [], 0
         while done < L:
@@ -66,11 +66,14 @@ def _synthetic(coef, noise=0.0, seed=0):
         for ctx in (16, 1024):
             f = decode_features(b, b * ctx)
             obs.append(Observation("decode", f"batch {b} ctx {ctx}", float(np.dot(coef, f)) * (1 + noise * rng.standard_normal()), f))
+    for p in (128, 384):
+        f = mixed_delta_features(p)
+        obs.append(Observation("mixed", f"prompt {p} + 4 decodes", float(np.dot(coef, f)) * (1 + noise * rng.standard_normal()), f))
     return obs
 
 
 def test_fit_recovers_known_coefficients():
-    true = np.array([0.007, 0.004, 7e-5, 2e-4, 3e-7, 2e-7])
+    true = np.array([0.007, 0.004, 7e-5, 2e-4, 3e-7, 2e-7, 6e-5])
     fit = fit_linear(_synthetic(true))
     got = np.array([fit.coef[k] for k in PARAMS])
     assert np.allclose(got, true, rtol=1e-4)
@@ -78,7 +81,7 @@ def test_fit_recovers_known_coefficients():
 
 
 def test_fit_is_non_negative_and_reports_noise():
-    true = np.array([0.0, 0.004, 7e-5, 0.0, 3e-7, 0.0])
+    true = np.array([0.0, 0.004, 7e-5, 0.0, 3e-7, 0.0, 0.0])
     fit = fit_linear(_synthetic(true, noise=0.05, seed=3))
     assert all(v >= 0 for v in fit.coef.values()) and fit.coef["a"] > 0
     assert 0.01 < fit.max_abs_rel_err < 0.3 and fit.r2 > 0.9
@@ -87,7 +90,7 @@ def test_fit_is_non_negative_and_reports_noise():
 def test_fit_needs_enough_probes_and_positive_times():
     from schedport.errors import SchedportError
 
-    obs = _synthetic(np.array([0.007, 0.004, 7e-5, 2e-4, 3e-7, 2e-7]))
+    obs = _synthetic(np.array([0.007, 0.004, 7e-5, 2e-4, 3e-7, 2e-7, 6e-5]))
     with pytest.raises(SchedportError, match="at least"):
         fit_linear(obs[:3])
     obs[0] = Observation("prefill", "bad", float("nan"), obs[0].features)
@@ -96,7 +99,7 @@ def test_fit_needs_enough_probes_and_positive_times():
 
 
 def test_engine_toml_is_a_valid_engine_config(tmp_path):
-    obs = _synthetic(np.array([0.007, 0.004, 7e-5, 2e-4, 3e-7, 2e-7]))
+    obs = _synthetic(np.array([0.007, 0.004, 7e-5, 2e-4, 3e-7, 2e-7, 6e-5]))
     limits = {"block_size": 128, "num_gpu_blocks": 4096, "max_num_seqs": 8,
               "max_num_batched_tokens": 2048, "max_model_len": 4096}
     cal = Calibration(ServerInfo("m", 4096), "http://x", limits, {k: "test" for k in limits}, obs, fit_linear(obs))
@@ -108,3 +111,54 @@ def test_engine_toml_is_a_valid_engine_config(tmp_path):
     assert cfg.linear_a == pytest.approx(0.004, rel=1e-4) and cfg.request_overhead_s == pytest.approx(0.007, rel=1e-4)
     text = path.read_text()
     assert "R^2 = 1.0000" in text and text.count("#   prefill") == 7 and text.count("#   decode") == 12
+    assert text.count("#   mixed") == 2 and cfg.linear_f == pytest.approx(6e-5, rel=1e-4)
+
+
+def test_mixed_delta_features_are_a_mixed_step_minus_its_decode_step():
+    """The fitted row of a prefill inside a decode step prices exactly what the simulator adds."""
+    lat = LinearLatency(0.004, 7e-5, 2e-4, 3e-7, e=2e-7, f=6e-5)
+    coef = np.array([0.0, 0.004, 7e-5, 2e-4, 3e-7, 2e-7, 6e-5])
+    for prompt, batch, kv in ((128, 4, 4 * 80), (384, 3, 3 * 700)):
+        want = lat.iteration_time([(prompt, 0)], batch, kv) - lat.iteration_time([], batch, kv)
+        assert np.dot(coef, mixed_delta_features(prompt)) == pytest.approx(want, rel=1e-9)
+
+
+class _ScriptedProber(_Prober):
+    """A prober whose decode batches are synthetic token times: step `dt` (+ `drift` per run),
+    and each injection lengthening one step of every stream by `extra`."""
+
+    def __init__(self, dt=0.005, extra=0.030, drift=0.0, n_out=64, end_early=False):
+        self.dt, self.extra, self.drift, self.n_out, self.end_early = dt, extra, drift, n_out, end_early
+        self.runs = 0
+
+    def _times(self, batch, n_out, injections=0):
+        self.runs += 1
+        dt = self.dt + self.drift * self.runs
+        gaps = np.full(n_out - 1, dt)
+        gaps[10:10 + injections] += self.extra
+        t = 0.1 + np.concatenate([[0.0], np.cumsum(gaps)])
+        return [t + 0.001 * i for i in range(batch)]
+
+    async def _batch(self, batch, context, n_out):
+        return self._times(batch, n_out)
+
+    async def _injected_batch(self, batch, context, n_out, prompt, injections):
+        times = self._times(batch, n_out, injections)
+        done_at = times[0][-1] + 1.0 if self.end_early else times[0][10 + injections]
+        return times, done_at
+
+
+@pytest.mark.parametrize("drift", [0.0, 0.0004])
+def test_mixed_delta_reads_the_extra_span_per_injection(drift):
+    """Bracketing the injected run with two plain runs cancels a steady drift of the step time."""
+    import asyncio
+
+    p = _ScriptedProber(drift=drift)
+    got = asyncio.run(p.mixed_delta(4, 16, 128, 64, injections=4))
+    assert got == pytest.approx(0.030, rel=1e-6)
+
+
+def test_mixed_delta_is_none_when_the_decodes_end_before_the_injections():
+    import asyncio
+
+    assert asyncio.run(_ScriptedProber(end_early=True).mixed_delta(4, 16, 128, 64)) is None

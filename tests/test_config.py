@@ -204,6 +204,20 @@ def test_linear_e_is_the_fifth_coefficient(tmp_path):
     assert cfg.linear_e == 0.0 and isinstance(cfg.linear_e, float)
 
 
+def test_linear_f_is_optional_and_checked(tmp_path):
+    """f (the mixed-step surcharge) defaults to 0, is left out of the resolved dict at 0 (so
+    no existing config's hash moves), round-trips when set, and a negative value names the key."""
+    cfg = engine_config_from_dict({"latency": {"model": "linear", "a": 0.01}})
+    assert cfg.linear_f == 0.0 and "f" not in cfg.to_dict()["latency"]
+    cfg = load_engine_config(write(tmp_path, '[latency]\nmodel = "linear"\na = 0.004\nf = 6e-5\n'))
+    assert cfg.linear_f == 6e-5 and make_latency_model(cfg).f == 6e-5
+    assert engine_config_from_dict(cfg.to_dict()).linear_f == 6e-5
+    with pytest.raises(ConfigError, match=r"\[latency\] f.*>= 0"):
+        engine_config_from_dict({"latency": {"model": "linear", "a": 0.01, "f": -1.0}})
+    with pytest.raises(ConfigError, match=r"\bf\b"):
+        engine_config_from_dict({"latency": {"model": "calibrated", "f": 1e-5}})
+
+
 # Hashes of these configs before `e` and `request_overhead_s` existed: results stores and
 # capacity caches are keyed by them, so they must not change.
 PINNED_HASHES = [

@@ -86,12 +86,14 @@ def test_invariants_and_fast_equals_exact(name, trace, blocks, seqs, budget):
 @pytest.mark.parametrize("name", ALL)
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=traces(), blocks=st.sampled_from([40, 200]), seqs=st.sampled_from([1, 8, 32]),
-       budget=st.sampled_from([None, 16, 100]), e=st.sampled_from([1e-9, 3.7e-7]))
-def test_fast_equals_exact_with_quadratic_prefill_term(name, trace, blocks, seqs, budget, e):
-    """A linear model with d > 0 and the quadratic prefill-attention term e > 0 (CPU-like and
-    large enough to dominate prefill steps): fast mode prices only decode-only runs in bulk,
-    so it still matches step-by-step mode bit for bit, including chunked prefills (k > 0)."""
-    lat = {"model": "linear", "a": 0.004, "b": 2e-5, "c": 1e-4, "d": 1e-7, "e": e}
+       budget=st.sampled_from([None, 16, 100]), e=st.sampled_from([1e-9, 3.7e-7]),
+       f=st.sampled_from([0.0, 6e-5]))
+def test_fast_equals_exact_with_quadratic_prefill_term(name, trace, blocks, seqs, budget, e, f):
+    """A linear model with d > 0, the quadratic prefill-attention term e > 0 (CPU-like and
+    large enough to dominate prefill steps) and the mixed-step surcharge f: fast mode prices
+    only decode-only runs in bulk, so it still matches step-by-step mode bit for bit, including
+    chunked prefills (k > 0)."""
+    lat = {"model": "linear", "a": 0.004, "b": 2e-5, "c": 1e-4, "d": 1e-7, "e": e, "f": f}
     cfg = small_engine(blocks=blocks, seqs=seqs, budget=budget, extra={"latency": lat})
     assert make_latency_model(cfg).e == e and cfg.linear_d == 1e-7
     steps = []

@@ -241,6 +241,34 @@ def test_linear_e_zero_is_the_four_term_model_bit_for_bit(chunks, n, kv, coeffs,
     assert np.array_equal(LinearLatency(a, b, c, d).alone_time(I, N), old)
 
 
+@settings(max_examples=200, deadline=None)
+@given(chunks=chunks_st, n=st.integers(0, 256), kv=st.integers(0, 4_000_000),
+       coeffs=st.tuples(st.floats(1e-4, 0.1), st.floats(0, 1e-3), st.floats(0, 1e-3), st.floats(0, 1e-6),
+                        st.floats(0, 1e-8)),
+       f=st.floats(1e-9, 1e-3))
+def test_linear_f_charges_prefill_tokens_of_mixed_steps_only(chunks, n, kv, coeffs, f):
+    """f > 0 adds exactly f * prefill tokens, last, and only to a step that has both prefill
+    chunks and decodes; pure prefill and decode-only steps keep their bits."""
+    a, b, c, d, e = coeffs
+    kv = max(kv, n)
+    without = LinearLatency(a, b, c, d, e)
+    with_f = LinearLatency(a, b, c, d, e, f)
+    p = sum(ch for ch, _ in chunks)
+    base = without.iteration_time(chunks, n, kv)
+    assert with_f.iteration_time(chunks, n, kv) == (base + f * p if (n and p) else base)
+    assert with_f.iteration_time(chunks, 0, 0) == without.iteration_time(chunks, 0, 0)
+    if n:
+        assert np.array_equal(with_f.decode_times(n, np.array([kv, kv + n])),
+                              without.decode_times(n, np.array([kv, kv + n])))
+    I, N = np.array([1, 77, 4096]), np.array([5, 1, 300])
+    assert np.array_equal(with_f.alone_time(I, N), without.alone_time(I, N))   # alone: never mixed
+
+
+def test_linear_f_must_be_non_negative():
+    with pytest.raises(ValueError, match="f must be >= 0"):
+        LinearLatency(0.01, 0.0, 0.0, 0.0, 0.0, -1e-6)
+
+
 def test_linear_e_can_express_quadratic_cpu_prefill():
     """The measured CPU TTFTs (512 -> 74 ms, 1024 -> 178 ms, 2047 -> 726 ms) grow faster than
     linearly.  Fitted by relative least squares, a + e*pairs follows all three within 10 %;

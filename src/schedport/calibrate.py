@@ -15,10 +15,11 @@ What it learns and how (docs/validation.md has the details and the limits):
   defaults are powers of two). Any limit can be given instead (``--max-num-seqs`` and friends).
 - Latency: prefill-only requests (``max_tokens = 1``) of several prompt lengths, one at a time,
   give TTFT = request overhead + the prefill's steps; decode batches of several sizes and
-  context lengths give the steady inter-token time = one decode step. One non-negative least
-  squares fit (relative errors, so 5 ms and 500 ms observations weigh alike) gives the linear
-  model's ``a, b, c, d, e`` and the per-request overhead; R² and the largest error are written
-  as comments beside them.
+  context lengths give the steady inter-token time = one decode step; prompts injected into a
+  running decode batch give what a prefill chunk adds to a step that also decodes (the mixed
+  steps a loaded server runs). One non-negative least squares fit (relative errors, so 5 ms and
+  500 ms observations weigh alike) gives the linear model's ``a, b, c, d, e, f`` and the
+  per-request overhead; R² and the largest error are written as comments beside them.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from schedport.replay import (EndpointError, ServerInfo, StreamTimer, _base, _bo
                               _no_gc_pauses, _server_info, prompt_token_ids)
 
 #: The linear model's parameters in fit order (request_overhead_s first).
-PARAMS = ("request_overhead_s", "a", "b", "c", "d", "e")
+PARAMS = ("request_overhead_s", "a", "b", "c", "d", "e", "f")
 
 #: Tokens each decode probe generates: its step time is read over the last three quarters of
 #: them, so longer probes average more of a noisy machine's jitter (128: about 1 s per probe).
@@ -85,7 +86,7 @@ def _metric(samples, name: str, **match) -> float | None:
 class Observation:
     """One probe: what was sent, the time measured, and its row of the linear model."""
 
-    kind: str                 # "prefill" or "decode"
+    kind: str                 # "prefill", "decode" or "mixed" (a chunk's cost inside a decode step)
     label: str
     seconds: float
     features: tuple[float, ...]   # aligned with PARAMS
@@ -101,12 +102,23 @@ def prefill_features(prompt: int, budget: int) -> tuple[float, ...]:
         kv += done + c
         pairs += c * done + c * (c + 1) // 2
         done += c
-    return (1.0, float(steps), float(p), 0.0, float(kv), float(pairs))
+    return (1.0, float(steps), float(p), 0.0, float(kv), float(pairs), 0.0)
 
 
 def decode_features(batch: int, kv_tokens: float) -> tuple[float, ...]:
     """Model row of one decode step of `batch` sequences reading `kv_tokens` in all."""
-    return (0.0, 1.0, 0.0, float(batch), float(kv_tokens), 0.0)
+    return (0.0, 1.0, 0.0, float(batch), float(kv_tokens), 0.0, 0.0)
+
+
+def mixed_delta_features(prompt: int) -> tuple[float, ...]:
+    """Model row of what one fresh `prompt`-token chunk adds to a step that also decodes.
+
+    The difference between a mixed step (the chunk plus a decode batch) and the same decode
+    step alone: the chunk's tokens, its attention reads (itself) and pairs, and its tokens again
+    for the mixed-step surcharge ``f``; no fixed step cost.
+    """
+    p = float(prompt)
+    return (0.0, 0.0, p, 0.0, p, float(prompt * (prompt + 1) // 2), p)
 
 
 @dataclass
@@ -178,7 +190,8 @@ class Calibration:
         lines += ["", "[latency]", 'model = "linear"']
         notes = {"request_overhead_s": "s per request outside the engine loop (HTTP, input/output processing)",
                  "a": "s per step", "b": "s per prefill token", "c": "s per decoding sequence",
-                 "d": "s per KV token read by attention", "e": "s per prefill attention (query, key) pair"}
+                 "d": "s per KV token read by attention", "e": "s per prefill attention (query, key) pair",
+                 "f": "extra s per prefill token in a step that also decodes"}
         for key in PARAMS:
             lines.append(f"{key} = {f.coef[key]!r}    # {notes[key]}")
         lines += ["", "# probe, measured s, model s, error"]
@@ -268,6 +281,47 @@ class _Prober:
             raise EndpointError(f"{self.url}: decode probe streams were shorter than {n_out} tokens")
         return float(np.median(per_req))
 
+    async def mixed_delta(self, batch: int, context: int, prompt: int, n_out: int,
+                          injections: int = 4) -> float | None:
+        """What a fresh `prompt`-token prefill adds to a step in which `batch` requests decode.
+
+        The decode batch runs three times, the middle time with `injections` one-token requests of
+        `prompt` tokens sent one after another while it decodes: each is prefilled in one step
+        together with the decodes. A decoding request's time from its first to its last token is
+        the sum of its steps, so the injected run's extra span over the mean of the plain runs
+        (which brackets it, cancelling a steady drift), per injection, is the mixed step's extra
+        time. Spans telescope, so a pause that bunches the chunks a client sees in between does
+        not enter. None when the decodes ended before the injections were done (too few tokens).
+        """
+        base1 = await self._batch(batch, context, n_out)
+        injected, done_at = await self._injected_batch(batch, context, n_out, prompt, injections)
+        base2 = await self._batch(batch, context, n_out)
+        if any(len(t) < 2 or t[-1] <= done_at for t in injected):
+            return None
+
+        def span(runs):
+            return float(np.mean([t[-1] - t[0] for t in runs]))
+
+        return (span(injected) - (span(base1) + span(base2)) / 2.0) / injections
+
+    async def _injected_batch(self, batch: int, context: int, n_out: int, prompt: int,
+                              injections: int) -> tuple[list[np.ndarray], float]:
+        """A decode batch with one-token prompts injected one at a time once every stream has
+        tokens flowing; returns the streams' token times and when the last injection finished."""
+        started = [asyncio.Event() for _ in range(batch)]
+        t0 = time.perf_counter()
+        tasks = [asyncio.create_task(_stream_times(self.session, self.url, self.body(context, n_out),
+                                                   started=ev, t0=t0)) for ev in started]
+        try:
+            await asyncio.wait_for(asyncio.gather(*(ev.wait() for ev in started)), timeout=120.0)
+            for _ in range(injections):
+                await _stream(self.session, self.url, self.body(prompt, 1))
+            done_at = time.perf_counter() - t0
+            return list(await asyncio.gather(*tasks)), done_at
+        finally:
+            for t in tasks:
+                t.cancel()
+
     async def _batch(self, batch: int, context: int, n_out: int) -> list[np.ndarray]:
         return await asyncio.gather(*[_stream_times(self.session, self.url, self.body(context, n_out))
                                       for _ in range(batch)])
@@ -320,19 +374,28 @@ class _Prober:
         return best, waited, seen
 
 
-async def _stream_times(session, url: str, body: dict) -> np.ndarray:
-    """Arrival time of each token of one stream (a chunk's time for every token it carries)."""
+async def _stream_times(session, url: str, body: dict, started: asyncio.Event | None = None,
+                        t0: float | None = None, after: int = 4) -> np.ndarray:
+    """Arrival time of each token of one stream (a chunk's time for every token it carries),
+    from `t0` (perf_counter; default: when it is sent). `started` is set once `after` tokens came."""
     times: list[float] = []
     timer = StreamTimer()
-    t0 = time.perf_counter()
-    async with session.post(url, json=body) as r:
-        if r.status != 200:
-            text = (await r.text())[:200].replace("\n", " ")
-            raise EndpointError(f"{url}: probe refused: HTTP {r.status}: {text}")
-        async for line in r.content:
-            before = timer.tokens
-            timer.feed(line, time.perf_counter() - t0)
-            times.extend([timer.last_s] * (timer.tokens - before))
+    if t0 is None:
+        t0 = time.perf_counter()
+    try:
+        async with session.post(url, json=body) as r:
+            if r.status != 200:
+                text = (await r.text())[:200].replace("\n", " ")
+                raise EndpointError(f"{url}: probe refused: HTTP {r.status}: {text}")
+            async for line in r.content:
+                before = timer.tokens
+                timer.feed(line, time.perf_counter() - t0)
+                times.extend([timer.last_s] * (timer.tokens - before))
+                if started is not None and len(times) >= after:
+                    started.set()
+    finally:
+        if started is not None:       # also on failure, so that nobody waits for it
+            started.set()
     return np.asarray(times)
 
 
@@ -418,26 +481,49 @@ async def _calibrate_async(endpoint: str, model: str | None, overrides: dict, re
         n_out = DECODE_PROBE_TOKENS
         contexts = sorted({16, max(16, min(mml // 4, mml - n_out - 1))})
         batches = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= limits["max_num_seqs"]]
-        specs = [("prefill", L, 0) for L in lengths] + [("decode", b, ctx) for ctx in contexts for b in batches]
+        # mixed steps: a decode batch that leaves room for one more sequence, and prompts that
+        # fit one chunk beside its decodes
+        mixed_batch = min(4, limits["max_num_seqs"] - 1)
+        mixed_prompts = sorted({p for p in (budget // 4, 3 * budget // 4)
+                                if 16 <= p <= min(budget - mixed_batch, mml - 1)}) if mixed_batch >= 1 else []
+        specs = ([("prefill", L, 0) for L in lengths] + [("decode", b, ctx) for ctx in contexts for b in batches]
+                 + [("mixed", p, mixed_batch) for p in mixed_prompts])
         plan = [spec for spec in specs for _ in range(repeats)]
         np.random.Generator(np.random.PCG64(seed)).shuffle(plan)
         measured: dict[tuple, list[float]] = {spec: [] for spec in specs}
-        for i, (kind, x, ctx) in enumerate(plan, 1):
-            t = await (prober.ttft(x) if kind == "prefill" else prober.decode_step(x, ctx, n_out))
-            measured[(kind, x, ctx)].append(t)
+        for i, (kind, x, y) in enumerate(plan, 1):
+            if kind == "prefill":
+                t = await prober.ttft(x)
+            elif kind == "decode":
+                t = await prober.decode_step(x, y, n_out)
+            else:
+                t = await prober.mixed_delta(y, contexts[0], x, 2 * n_out)
+                if t is None:
+                    log(f"mixed probe (prompt {x}, batch {y}): the decodes ended before the injected "
+                        f"prompts ran; repetition dropped")
+                    continue
+            measured[(kind, x, y)].append(t)
             if i % max(1, len(plan) // 10) == 0:
                 log(f"latency probes: {i}/{len(plan)}")
         obs: list[Observation] = []
-        for kind, x, ctx in specs:
-            sec = float(np.median(measured[(kind, x, ctx)]))
+        for kind, x, y in specs:
+            if not measured[(kind, x, y)]:
+                continue
+            sec = float(np.median(measured[(kind, x, y)]))
             if kind == "prefill":
                 obs.append(Observation("prefill", f"prompt {x}", sec, prefill_features(x, budget)))
                 log(f"prefill {x:>6} tokens: TTFT {1e3 * sec:.1f} ms")
-            else:
-                mean_ctx = ctx + (n_out // 4 + n_out - 2) / 2.0
-                obs.append(Observation("decode", f"batch {x} context {ctx}", sec,
+            elif kind == "decode":
+                mean_ctx = y + (n_out // 4 + n_out - 2) / 2.0
+                obs.append(Observation("decode", f"batch {x} context {y}", sec,
                                        decode_features(x, x * mean_ctx)))
-                log(f"decode batch {x:>3} context {ctx:>5}: step {1e3 * sec:.2f} ms")
+                log(f"decode batch {x:>3} context {y:>5}: step {1e3 * sec:.2f} ms")
+            elif sec > 0:
+                obs.append(Observation("mixed", f"prompt {x} + {y} decodes", sec, mixed_delta_features(x)))
+                log(f"mixed: a {x}-token prefill adds {1e3 * sec:.1f} ms to a {y}-sequence decode step")
+            else:
+                log(f"mixed: a {x}-token prefill added no measurable time to a decode step "
+                    f"({1e3 * sec:.1f} ms); not fitted")
     cal = Calibration(info, base, limits, sources, obs)
     cal.fit = fit_linear(obs)
     return cal

@@ -94,10 +94,11 @@ _LATENCY_KEYS = {
     "c": "linear_c",
     "d": "linear_d",
     "e": "linear_e",
+    "f": "linear_f",
     "request_overhead_s": "request_overhead_s",
 }
 _CALIBRATED_ONLY = ("cpu_overhead_s", "lm_head")
-_LINEAR_ONLY = ("a", "b", "c", "d", "e")
+_LINEAR_ONLY = ("a", "b", "c", "d", "e", "f")
 _LATENCY_MODELS = ("calibrated", "linear")
 _SLO_KEYS = ("ttft_s", "tpot_s")
 _METRICS_KEYS = ("horizon_factor",)
@@ -192,6 +193,7 @@ class EngineConfig:
     linear_c: float | None = None
     linear_d: float | None = None
     linear_e: float | None = None
+    linear_f: float | None = None
     request_overhead_s: float | None = None
     # [slo.*], [metrics], [scheduler.*]
     slo_profiles: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_SLO_PROFILES))
@@ -290,7 +292,7 @@ class EngineConfig:
                 coeffs = [LINEAR_DEFAULTS.get(k, 0.0) for k in _LINEAR_ONLY]
             else:
                 coeffs = [0.0 if v is None else v for v in coeffs]
-            a, b, c, d, e = coeffs
+            a, b, c, d, e, f = coeffs
             put("linear_a", chk.real("linear_a", a, "must be a number > 0 (seconds per iteration)",
                                      lambda x: x > 0))
             put("linear_b", chk.real("linear_b", b, "must be a number >= 0 (seconds per prefill token)",
@@ -302,6 +304,8 @@ class EngineConfig:
             # + 0.0 turns a given -0.0 into 0.0, which to_dict leaves out like any zero.
             put("linear_e", chk.real("linear_e", e, "must be a number >= 0 (seconds per prefill attention "
                                      "token pair)", lambda x: x >= 0) + 0.0)
+            put("linear_f", chk.real("linear_f", f, "must be a number >= 0 (extra seconds per prefill token "
+                                     "in a step that also decodes)", lambda x: x >= 0) + 0.0)
         ro = 0.0 if self.request_overhead_s is None else self.request_overhead_s
         put("request_overhead_s", chk.real("request_overhead_s", ro, "must be a number >= 0 (seconds per request)",
                                            lambda x: x >= 0) + 0.0)
@@ -362,7 +366,7 @@ class EngineConfig:
         """Plain JSON-able dict in the TOML's structure, fully resolved (including the derived
         num_gpu_blocks and the linear coefficients); `engine_config_from_dict` accepts it back.
 
-        ``[latency] e`` and ``request_overhead_s`` are written only when non-zero: zero is
+        ``[latency] e``, ``f`` and ``request_overhead_s`` are written only when non-zero: zero is
         their resolved default, and leaving them out keeps the dict, and so `config_hash`,
         of every config that does not use them exactly what it was before they existed."""
         engine = {k: getattr(self, k) for k in _ENGINE_KEYS}
@@ -373,6 +377,8 @@ class EngineConfig:
                        "d": self.linear_d}
             if self.linear_e != 0.0:
                 latency["e"] = self.linear_e
+            if self.linear_f != 0.0:
+                latency["f"] = self.linear_f
         if self.request_overhead_s != 0.0:
             latency["request_overhead_s"] = self.request_overhead_s
         return {

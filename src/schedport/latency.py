@@ -226,7 +226,8 @@ def _check_alone_args(input_tokens, output_tokens) -> tuple[np.ndarray, np.ndarr
 # Linear model
 # ---------------------------------------------------------------------------------------
 class LinearLatency:
-    """``T = a + b*P + c*n_decode + d*kv_read + e*pairs`` seconds per step.
+    """``T = a + b*P + c*n_decode + d*kv_read + e*pairs [+ f*P if the step also decodes]``
+    seconds per step.
 
     ``P`` is the number of prefill tokens in the step (sum of chunk sizes) and
     ``kv_read = decode_kv + sum over prefill chunks of (k + c)``: a chunk's attention
@@ -241,14 +242,21 @@ class LinearLatency:
     (e.g. single-request TTFTs of 74/178/726 ms for 512/1024/2047-token prompts on a CPU
     server).  ``e`` defaults to 0, which reproduces the four-term model bit for bit;
     decode steps never involve it.
+
+    ``f`` is what a prefill token costs *on top* in a mixed step, one that also decodes.
+    Why: the terms above add a prefill chunk's cost to a decode step's, which is vLLM's premise
+    on a GPU (Sarathi-Serve's piggybacking), but on a CPU server a chunk run beside decodes was
+    measured to cost about 1.7x what it costs alone (`schedport calibrate`'s mixed probes: a
+    128-token prompt added 25-35 ms to a 4-sequence decode step whose lone prefill model gave
+    12-14 ms). ``f`` defaults to 0; prefill-only and decode-only steps never involve it.
     """
 
     name = "linear"
 
-    def __init__(self, a: float, b: float, c: float, d: float, e: float = 0.0) -> None:
+    def __init__(self, a: float, b: float, c: float, d: float, e: float = 0.0, f: float = 0.0) -> None:
         if not a > 0:
             raise ValueError(f"a must be > 0, got {a!r}")
-        for key, v in (("b", b), ("c", c), ("d", d), ("e", e)):
+        for key, v in (("b", b), ("c", c), ("d", d), ("e", e), ("f", f)):
             if not v >= 0:
                 raise ValueError(f"{key} must be >= 0, got {v!r}")
         self.a = float(a)
@@ -256,6 +264,7 @@ class LinearLatency:
         self.c = float(c)
         self.d = float(d)
         self.e = float(e)
+        self.f = float(f)
 
     def iteration_time(
         self, prefill_chunks: Sequence[tuple[int, int]], n_decode: int, decode_kv: int
@@ -275,6 +284,8 @@ class LinearLatency:
             for c, k in prefill_chunks:
                 pairs += c * (2 * k + c + 1) // 2  # = c*k + c*(c+1)/2, exact (the product is even)
             t = t + self.e * pairs
+        if self.f and n_decode and p:
+            t = t + self.f * p              # a mixed step: added last, never in a pure step
         return t
 
     def decode_times(self, n_decode: int, decode_kv: np.ndarray) -> np.ndarray:
@@ -303,7 +314,8 @@ class LinearLatency:
         """Model name and coefficients (seconds)."""
         return {
             "model": "linear",
-            "form": "a + b*prefill_tokens + c*n_decode + d*kv_read + e*prefill_attention_pairs; "
+            "form": "a + b*prefill_tokens + c*n_decode + d*kv_read + e*prefill_attention_pairs "
+            "[+ f*prefill_tokens when the step also decodes]; "
             "kv_read = decode_kv + sum over prefill chunks of (k + c); "
             "prefill_attention_pairs = sum over prefill chunks of c*k + c*(c+1)/2",
             "a_s": self.a,
@@ -311,11 +323,12 @@ class LinearLatency:
             "c_s_per_decode_seq": self.c,
             "d_s_per_kv_token_read": self.d,
             "e_s_per_prefill_attention_pair": self.e,
+            "f_s_per_prefill_token_in_a_decoding_step": self.f,
         }
 
     def __repr__(self) -> str:
         return (f"LinearLatency(a={self.a!r}, b={self.b!r}, c={self.c!r}, d={self.d!r}, "
-                f"e={self.e!r})")
+                f"e={self.e!r}, f={self.f!r})")
 
 
 # ---------------------------------------------------------------------------------------
@@ -491,7 +504,8 @@ class CalibratedLatency:
 def make_latency_model(cfg: "EngineConfig") -> LatencyModel:
     """Build the latency model an engine config asks for (``[latency] model``)."""
     if cfg.latency_model == "linear":
-        return LinearLatency(cfg.linear_a, cfg.linear_b, cfg.linear_c, cfg.linear_d, cfg.linear_e)
+        return LinearLatency(cfg.linear_a, cfg.linear_b, cfg.linear_c, cfg.linear_d, cfg.linear_e,
+                             cfg.linear_f)
     if cfg.latency_model == "calibrated":
         return CalibratedLatency(cpu_overhead_s=cfg.cpu_overhead_s, lm_head=cfg.lm_head)
     raise ValueError(f"unknown latency model {cfg.latency_model!r}")  # config.py prevents this
