@@ -123,8 +123,11 @@ def test_calibrate_finds_the_server_limits_and_fits(calibrated):
     assert cfg.latency_model == "linear" and cfg.max_num_seqs == MAX_NUM_SEQS
     assert cfg.linear_a > 0 and cfg.request_overhead_s >= 0
     assert cal.fit.r2 > 0.9, cal.fit
+    # mixed steps were probed: a prefill beside decodes costs measurable time
+    mixed = [o for o in cal.observations if o.kind == "mixed"]
+    assert mixed and all(o.seconds > 0 for o in mixed), cal.observations
     text = path.read_text()
-    assert "R^2" in text and "max |error|" in text
+    assert "R^2" in text and "max |error|" in text and "#   mixed" in text
 
 
 def test_validate_end_to_end(server, calibrated, tmp_path):

@@ -38,7 +38,7 @@ import numpy as np
 
 from schedport.errors import SchedportError
 from schedport.replay import (EndpointError, ServerInfo, StreamTimer, _base, _body, _need_aiohttp,
-                              _no_gc_pauses, _server_info, prompt_token_ids)
+                              _no_gc_pauses, _server_info, client_connector, prompt_token_ids)
 
 #: The linear model's parameters in fit order (request_overhead_s first).
 PARAMS = ("request_overhead_s", "a", "b", "c", "d", "e", "f")
@@ -380,6 +380,7 @@ async def _stream_times(session, url: str, body: dict, started: asyncio.Event | 
     from `t0` (perf_counter; default: when it is sent). `started` is set once `after` tokens came."""
     times: list[float] = []
     timer = StreamTimer()
+    aiohttp = _need_aiohttp()
     if t0 is None:
         t0 = time.perf_counter()
     try:
@@ -393,6 +394,8 @@ async def _stream_times(session, url: str, body: dict, started: asyncio.Event | 
                 times.extend([timer.last_s] * (timer.tokens - before))
                 if started is not None and len(times) >= after:
                     started.set()
+    except aiohttp.ClientError as e:
+        raise EndpointError(f"{url}: probe failed: {type(e).__name__}: {e}") from None
     finally:
         if started is not None:       # also on failure, so that nobody waits for it
             started.set()
@@ -403,7 +406,7 @@ async def _calibrate_async(endpoint: str, model: str | None, overrides: dict, re
                            token_range, log, seed: int = 0) -> Calibration:
     aiohttp = _need_aiohttp()
     base = _base(endpoint)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+    async with aiohttp.ClientSession(connector=client_connector(),
                                      timeout=aiohttp.ClientTimeout()) as session:   # probes time themselves
         info = await _server_info(session, base, model, timeout_s=30.0)
         samples = await _metrics(session, base)
@@ -492,16 +495,15 @@ async def _calibrate_async(endpoint: str, model: str | None, overrides: dict, re
         np.random.Generator(np.random.PCG64(seed)).shuffle(plan)
         measured: dict[tuple, list[float]] = {spec: [] for spec in specs}
         for i, (kind, x, y) in enumerate(plan, 1):
-            if kind == "prefill":
-                t = await prober.ttft(x)
-            elif kind == "decode":
-                t = await prober.decode_step(x, y, n_out)
-            else:
-                t = await prober.mixed_delta(y, contexts[0], x, 2 * n_out)
-                if t is None:
-                    log(f"mixed probe (prompt {x}, batch {y}): the decodes ended before the injected "
-                        f"prompts ran; repetition dropped")
-                    continue
+            try:
+                t = await _probe(prober, kind, x, y, n_out, contexts[0])
+            except EndpointError as e:        # one more try: a single request can fail by chance
+                log(f"{kind} probe failed ({e}); trying it once more")
+                t = await _probe(prober, kind, x, y, n_out, contexts[0])
+            if t is None:
+                log(f"mixed probe (prompt {x}, batch {y}): the decodes ended before the injected "
+                    f"prompts ran; repetition dropped")
+                continue
             measured[(kind, x, y)].append(t)
             if i % max(1, len(plan) // 10) == 0:
                 log(f"latency probes: {i}/{len(plan)}")
@@ -527,6 +529,15 @@ async def _calibrate_async(endpoint: str, model: str | None, overrides: dict, re
     cal = Calibration(info, base, limits, sources, obs)
     cal.fit = fit_linear(obs)
     return cal
+
+
+async def _probe(prober: _Prober, kind: str, x: int, y: int, n_out: int, mixed_context: int) -> float | None:
+    """One latency probe: ("prefill", prompt, 0), ("decode", batch, context) or ("mixed", prompt, batch)."""
+    if kind == "prefill":
+        return await prober.ttft(x)
+    if kind == "decode":
+        return await prober.decode_step(x, y, n_out)
+    return await prober.mixed_delta(y, mixed_context, x, 2 * n_out)
 
 
 def _int_label(labels: dict, key: str) -> int | None:
@@ -629,7 +640,7 @@ def speed_index(endpoint: str, engine, *, prompt_tokens: int = 256, n: int = 3, 
     async def measure() -> float:
         aiohttp = _need_aiohttp()
         base = _base(endpoint)
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout()) as session:
+        async with aiohttp.ClientSession(connector=client_connector(), timeout=aiohttp.ClientTimeout()) as session:
             info = await _server_info(session, base, model, timeout_s=30.0)
             salt = secrets.randbits(63)
             url = f"{base}/v1/completions"

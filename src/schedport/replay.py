@@ -306,10 +306,23 @@ async def _send(session, url: str, body: dict, want: int, t_zero: float, timeout
                       f" (finish_reason {timer.finish_reason!r})")
 
 
+#: Seconds an idle connection is kept for reuse. Below the server's own keep-alive timeout
+#: (vLLM's API server: 5 s, VLLM_HTTP_TIMEOUT_KEEP_ALIVE), so the client never sends on a
+#: connection the server is closing; aiohttp's default, 15 s, lets a request land on such a
+#: connection now and then and fail with "Server disconnected".
+KEEPALIVE_S = 2.0
+
+
+def client_connector():
+    """The HTTP connection pool for talking to the server: unbounded, short-lived idle reuse."""
+    aiohttp = _need_aiohttp()
+    return aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
+
+
 async def _replay_async(trace: Trace, base: str, model: str | None, priorities, salt: int,
                         token_range, timeout_s: float, on_progress) -> tuple[list[_Outcome], ServerInfo, float]:
     aiohttp = _need_aiohttp()
-    connector = aiohttp.TCPConnector(limit=0)     # one connection per in-flight request
+    connector = client_connector()                # one connection per in-flight request
     # No session-wide deadline: aiohttp's default (5 min total) would cut long requests short
     # and report them as timeouts; request_timeout_s is the only deadline on a request.
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout()) as session:
