@@ -494,8 +494,8 @@ class Simulator:
 
         Decode steps lengthen as contexts grow, so the first step's duration bounds the count
         (with a margin, as the latency model need not be monotone). Only sizes the work: a
-        fast-forward cut short by it simply continues at the next decision point, with the
-        same floating-point sums (results never depend on it).
+        fast-forward cut short by it is taken up again by the engine's next pass, with the
+        same floating-point sums, so results never depend on it.
         """
         if limit_t == math.inf:
             return None
