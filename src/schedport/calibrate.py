@@ -47,6 +47,10 @@ PARAMS = ("request_overhead_s", "a", "b", "c", "d", "e", "f")
 #: them, so longer probes average more of a noisy machine's jitter (128: about 1 s per probe).
 DECODE_PROBE_TOKENS = 128
 
+#: Prompt lengths injected into a decode batch by the mixed-step probes (each capped at a
+#: quarter and three quarters of the token budget, so that one chunk and the decodes fit a step).
+MIXED_PROMPT_TOKENS = (128, 384)
+
 
 # --------------------------------------------------------------------------- Prometheus text
 
@@ -487,7 +491,8 @@ async def _calibrate_async(endpoint: str, model: str | None, overrides: dict, re
         # mixed steps: a decode batch that leaves room for one more sequence, and prompts that
         # fit one chunk beside its decodes
         mixed_batch = min(4, limits["max_num_seqs"] - 1)
-        mixed_prompts = sorted({p for p in (budget // 4, 3 * budget // 4)
+        mixed_prompts = sorted({p for p in (min(budget // 4, MIXED_PROMPT_TOKENS[0]),
+                                            min(3 * budget // 4, MIXED_PROMPT_TOKENS[1]))
                                 if 16 <= p <= min(budget - mixed_batch, mml - 1)}) if mixed_batch >= 1 else []
         specs = ([("prefill", L, 0) for L in lengths] + [("decode", b, ctx) for ctx in contexts for b in batches]
                  + [("mixed", p, mixed_batch) for p in mixed_prompts])
@@ -496,10 +501,10 @@ async def _calibrate_async(endpoint: str, model: str | None, overrides: dict, re
         measured: dict[tuple, list[float]] = {spec: [] for spec in specs}
         for i, (kind, x, y) in enumerate(plan, 1):
             try:
-                t = await _probe(prober, kind, x, y, n_out, contexts[0])
+                t = await _probe(prober, kind, x, y, n_out, contexts[0], mml)
             except EndpointError as e:        # one more try: a single request can fail by chance
                 log(f"{kind} probe failed ({e}); trying it once more")
-                t = await _probe(prober, kind, x, y, n_out, contexts[0])
+                t = await _probe(prober, kind, x, y, n_out, contexts[0], mml)
             if t is None:
                 log(f"mixed probe (prompt {x}, batch {y}): the decodes ended before the injected "
                     f"prompts ran; repetition dropped")
@@ -531,13 +536,20 @@ async def _calibrate_async(endpoint: str, model: str | None, overrides: dict, re
     return cal
 
 
-async def _probe(prober: _Prober, kind: str, x: int, y: int, n_out: int, mixed_context: int) -> float | None:
+async def _probe(prober: _Prober, kind: str, x: int, y: int, n_out: int, mixed_context: int,
+                 mml: int) -> float | None:
     """One latency probe: ("prefill", prompt, 0), ("decode", batch, context) or ("mixed", prompt, batch)."""
     if kind == "prefill":
         return await prober.ttft(x)
     if kind == "decode":
         return await prober.decode_step(x, y, n_out)
-    return await prober.mixed_delta(y, mixed_context, x, 2 * n_out)
+    for tokens in (2 * n_out, 4 * n_out):       # longer decodes if the injections outlasted them
+        if tokens + mixed_context > mml:
+            break
+        t = await prober.mixed_delta(y, mixed_context, x, tokens)
+        if t is not None:
+            return t
+    return None
 
 
 def _int_label(labels: dict, key: str) -> int | None:
