@@ -87,6 +87,22 @@ def test_fit_is_non_negative_and_reports_noise():
     assert 0.01 < fit.max_abs_rel_err < 0.3 and fit.r2 > 0.9
 
 
+def test_mixed_probes_cannot_spoil_the_prefill_model():
+    """A mixed probe measured too short (below the lone-prefill model: a noisy moment) leaves
+    every other coefficient as the prefill and decode probes alone give it, and f at 0; one
+    measured long is carried by f alone."""
+    true = np.array([0.007, 0.004, 7e-5, 2e-4, 3e-7, 2e-7, 0.0])
+    obs = _synthetic(true)
+    base = fit_linear([o for o in obs if o.kind != "mixed"])
+    short = [o if o.kind != "mixed" else Observation("mixed", o.label, o.seconds * 0.1, o.features) for o in obs]
+    fit = fit_linear(short)
+    assert fit.coef["f"] == 0.0
+    assert all(fit.coef[k] == base.coef[k] for k in PARAMS if k != "f")
+    long_ = [o if o.kind != "mixed" else Observation("mixed", o.label, o.seconds * 1.5, o.features) for o in obs]
+    fit = fit_linear(long_)
+    assert fit.coef["f"] > 0 and all(fit.coef[k] == base.coef[k] for k in PARAMS if k != "f")
+
+
 def test_fit_needs_enough_probes_and_positive_times():
     from schedport.errors import SchedportError
 

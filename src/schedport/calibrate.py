@@ -17,9 +17,10 @@ What it learns and how (docs/validation.md has the details and the limits):
   give TTFT = request overhead + the prefill's steps; decode batches of several sizes and
   context lengths give the steady inter-token time = one decode step; prompts injected into a
   running decode batch give what a prefill chunk adds to a step that also decodes (the mixed
-  steps a loaded server runs). One non-negative least squares fit (relative errors, so 5 ms and
-  500 ms observations weigh alike) gives the linear model's ``a, b, c, d, e, f`` and the
-  per-request overhead; R² and the largest error are written as comments beside them.
+  steps a loaded server runs). Non-negative least squares (relative errors, so 5 ms and 500 ms
+  observations weigh alike) gives the linear model's ``a, b, c, d, e`` and the per-request
+  overhead from the first two kinds, then ``f`` from the mixed probes (`fit_linear`); R² and the
+  largest error are written as comments beside them.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from schedport.errors import SchedportError
 from schedport.replay import (EndpointError, ServerInfo, StreamTimer, _base, _body, _need_aiohttp,
                               _no_gc_pauses, _server_info, client_connector, prompt_token_ids)
 
-#: The linear model's parameters in fit order (request_overhead_s first).
+#: The linear model's parameters in fit order (request_overhead_s first; f last, as `fit_linear`
+#: fits it in a second stage).
 PARAMS = ("request_overhead_s", "a", "b", "c", "d", "e", "f")
 
 #: Tokens each decode probe generates: its step time is read over the last three quarters of
@@ -137,19 +139,36 @@ class Fit:
 
 
 def fit_linear(obs: list[Observation]) -> Fit:
-    """Non-negative least squares on relative errors: every coefficient >= 0, `a` > 0."""
+    """Non-negative least squares on relative errors: every coefficient >= 0, `a` > 0.
+
+    In two stages. The lone prefills and pure decodes give every coefficient but `f`; the mixed
+    probes then give `f` alone, from what they measured beyond that model (never below 0). A
+    mixed probe that a noisy moment made too short could otherwise pull `b` and `e` down and
+    spoil the prefill model that everything else rests on.
+    """
     from scipy.optimize import nnls
 
-    if len(obs) < len(PARAMS):
-        raise SchedportError(f"calibration needs at least {len(PARAMS)} probes, got {len(obs)}")
+    base = [o for o in obs if o.kind != "mixed"]
+    mixed = [o for o in obs if o.kind == "mixed"]
+    n_base = len(PARAMS) - 1                       # every coefficient but f
+    if len(base) < n_base:
+        raise SchedportError(f"calibration needs at least {n_base} prefill and decode probes, got {len(base)}")
     A = np.array([o.features for o in obs], dtype=np.float64)
     y = np.array([o.seconds for o in obs], dtype=np.float64)
     if not (np.isfinite(y).all() and (y > 0).all()):
         raise SchedportError("calibration: a probe returned no usable time (see the server log)")
-    scale = A.max(axis=0)
+    is_base = np.array([o.kind != "mixed" for o in obs])
+    Ab, yb = A[is_base][:, :n_base], y[is_base]
+    scale = Ab.max(axis=0)
     scale[scale == 0] = 1.0
-    x, _ = nnls((A / scale) / y[:, None], np.ones_like(y), maxiter=10_000)
-    x = x / scale
+    xb, _ = nnls((Ab / scale) / yb[:, None], np.ones_like(yb), maxiter=10_000)
+    x = np.append(xb / scale, 0.0)
+    if mixed:
+        # relative least squares for f alone on the mixed rows' excess over the base model
+        Am, ym = A[~is_base], y[~is_base]
+        excess = (ym - Am[:, :n_base] @ x[:n_base]) / ym
+        u = Am[:, n_base] / ym
+        x[n_base] = max(0.0, float(u @ excess) / float(u @ u)) if float(u @ u) > 0 else 0.0
     pred = A @ x
     rel = np.abs(pred - y) / y
     ss_res = float(((pred - y) ** 2).sum())
