@@ -103,6 +103,24 @@ def test_mixed_probes_cannot_spoil_the_prefill_model():
     assert fit.coef["f"] > 0 and all(fit.coef[k] == base.coef[k] for k in PARAMS if k != "f")
 
 
+def test_an_implausible_mixed_probe_is_left_out_and_not_scored(tmp_path):
+    """A pause lands whole in a mixed probe's span (seen: 298 ms for a 128-token prompt where
+    15-35 ms is usual): such a probe is left out of f and of the fit's scores, and marked."""
+    true = np.array([0.007, 0.004, 7e-5, 2e-4, 3e-7, 2e-7, 6e-5])
+    obs = _synthetic(true)
+    paused = [o if o.label != "prompt 128 + 4 decodes" else
+              Observation("mixed", o.label, 0.298, o.features) for o in obs]
+    fit = fit_linear(paused)
+    assert fit.excluded == ["prompt 128 + 4 decodes"]
+    assert fit.coef["f"] == pytest.approx(6e-5, rel=1e-6)          # from the 384-token probe
+    assert fit.r2 == pytest.approx(1.0) and fit.max_abs_rel_err < 1e-6
+    limits = {"block_size": 16, "num_gpu_blocks": 4096, "max_num_seqs": 8,
+              "max_num_batched_tokens": 2048, "max_model_len": 4096}
+    cal = Calibration(ServerInfo("m", 4096), "http://x", limits, {k: "test" for k in limits}, paused, fit)
+    text = cal.engine_toml()
+    assert f"fit over {len(paused) - 1} probes" in text and text.count("left out: implausible") == 1
+
+
 def test_fit_needs_enough_probes_and_positive_times():
     from schedport.errors import SchedportError
 

@@ -53,6 +53,11 @@ DECODE_PROBE_TOKENS = 128
 #: quarter and three quarters of the token budget, so that one chunk and the decodes fit a step).
 MIXED_PROMPT_TOKENS = (128, 384)
 
+#: A mixed probe is implausible, and left out of the fit, when the prefill it measured inside a
+#: decode step took more than this many times the model's time for the same prompt alone
+#: (measured: 1.0x to 2x).
+MIXED_PLAUSIBLE = 4.0
+
 
 # --------------------------------------------------------------------------- Prometheus text
 
@@ -136,6 +141,7 @@ class Fit:
     max_abs_rel_err: float
     median_abs_rel_err: float
     predicted: np.ndarray
+    excluded: list[str] = field(default_factory=list)   # labels of probes left out as implausible
 
 
 def fit_linear(obs: list[Observation]) -> Fit:
@@ -144,7 +150,10 @@ def fit_linear(obs: list[Observation]) -> Fit:
     In two stages. The lone prefills and pure decodes give every coefficient but `f`; the mixed
     probes then give `f` alone, from what they measured beyond that model (never below 0). A
     mixed probe that a noisy moment made too short could otherwise pull `b` and `e` down and
-    spoil the prefill model that everything else rests on.
+    spoil the prefill model that everything else rests on. A mixed probe that measured more
+    than `MIXED_PLAUSIBLE` times the model's time for its prompt prefilled alone is left out
+    (`Fit.excluded`) and not scored: a pause of the machine lands in its span whole (seen: a
+    128-token prompt "adding" 298 ms to a decode step where 15-35 ms is usual).
     """
     from scipy.optimize import nnls
 
@@ -163,23 +172,33 @@ def fit_linear(obs: list[Observation]) -> Fit:
     scale[scale == 0] = 1.0
     xb, _ = nnls((Ab / scale) / yb[:, None], np.ones_like(yb), maxiter=10_000)
     x = np.append(xb / scale, 0.0)
-    if mixed:
+    used = is_base.copy()
+    excluded = []
+    for i, o in enumerate(obs):
+        if o.kind == "mixed":
+            lone = x[1] + float(A[i, 2:n_base] @ x[2:n_base])      # a + b*P + d*P + e*pairs
+            if y[i] <= MIXED_PLAUSIBLE * lone:
+                used[i] = True
+            else:
+                excluded.append(o.label)
+    fit_mixed = used & ~is_base
+    if fit_mixed.any():
         # relative least squares for f alone on the mixed rows' excess over the base model
-        Am, ym = A[~is_base], y[~is_base]
+        Am, ym = A[fit_mixed], y[fit_mixed]
         excess = (ym - Am[:, :n_base] @ x[:n_base]) / ym
         u = Am[:, n_base] / ym
         x[n_base] = max(0.0, float(u @ excess) / float(u @ u)) if float(u @ u) > 0 else 0.0
     pred = A @ x
-    rel = np.abs(pred - y) / y
-    ss_res = float(((pred - y) ** 2).sum())
-    ss_tot = float(((y - y.mean()) ** 2).sum())
+    rel = np.abs(pred[used] - y[used]) / y[used]
+    ss_res = float(((pred[used] - y[used]) ** 2).sum())
+    ss_tot = float(((y[used] - y[used].mean()) ** 2).sum())
     coef = dict(zip(PARAMS, (float(v) for v in x)))
     if not coef["a"] > 0:
         # The simulator needs a positive per-step time; the smallest decode step bounds it.
         coef["a"] = float(min(o.seconds for o in obs if o.kind == "decode") if any(
             o.kind == "decode" for o in obs) else y.min()) * 0.5
     return Fit(coef, 1.0 - ss_res / ss_tot if ss_tot > 0 else math.nan, float(rel.max()),
-               float(np.median(rel)), pred)
+               float(np.median(rel)), pred, excluded)
 
 
 # --------------------------------------------------------------------------- probing
@@ -203,7 +222,7 @@ class Calibration:
             "# Engine config calibrated by `schedport calibrate` against a running server.",
             f"# endpoint: {self.endpoint}   model: {self.server.model}",
             f"# measured: {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
-            f"# latency fit over {len(self.observations)} probes: R^2 = {f.r2:.4f}, "
+            f"# latency fit over {len(self.observations) - len(f.excluded)} probes: R^2 = {f.r2:.4f}, "
             f"median |error| {100 * f.median_abs_rel_err:.1f}%, max |error| {100 * f.max_abs_rel_err:.1f}%",
             "",
             "[engine]",
@@ -219,7 +238,8 @@ class Calibration:
             lines.append(f"{key} = {f.coef[key]!r}    # {notes[key]}")
         lines += ["", "# probe, measured s, model s, error"]
         for o, p in zip(self.observations, f.predicted):
-            lines.append(f"#   {o.kind:<7} {o.label:<28} {o.seconds:.5f}  {p:.5f}  {100 * (p - o.seconds) / o.seconds:+.1f}%")
+            lines.append(f"#   {o.kind:<7} {o.label:<28} {o.seconds:.5f}  {p:.5f}  {100 * (p - o.seconds) / o.seconds:+.1f}%"
+                         + ("  (left out: implausible, see fit_linear)" if o.label in f.excluded else ""))
         return "\n".join(lines) + "\n"
 
 
@@ -552,6 +572,9 @@ async def _calibrate_async(endpoint: str, model: str | None, overrides: dict, re
                     f"({1e3 * sec:.1f} ms); not fitted")
     cal = Calibration(info, base, limits, sources, obs)
     cal.fit = fit_linear(obs)
+    for label in cal.fit.excluded:
+        log(f"mixed probe {label}: over {MIXED_PLAUSIBLE:g}x the time of its prompt alone "
+            f"(a pause of the machine?); left out of the fit")
     return cal
 
 
