@@ -158,37 +158,30 @@ def test_mixed_delta_features_are_a_mixed_step_minus_its_decode_step():
 
 
 class _ScriptedProber(_Prober):
-    """A prober whose decode batches are synthetic token times: step `dt` (+ `drift` per run),
-    and each injection lengthening one step of every stream by `extra`."""
+    """A prober whose decode batch is synthetic token times: steps of `dt`, each injection's
+    step longer by `extra` in every stream, and optionally one machine pause in one of them."""
 
-    def __init__(self, dt=0.005, extra=0.030, drift=0.0, n_out=64, end_early=False):
-        self.dt, self.extra, self.drift, self.n_out, self.end_early = dt, extra, drift, n_out, end_early
-        self.runs = 0
-
-    def _times(self, batch, n_out, injections=0):
-        self.runs += 1
-        dt = self.dt + self.drift * self.runs
-        gaps = np.full(n_out - 1, dt)
-        gaps[10:10 + injections] += self.extra
-        t = 0.1 + np.concatenate([[0.0], np.cumsum(gaps)])
-        return [t + 0.001 * i for i in range(batch)]
-
-    async def _batch(self, batch, context, n_out):
-        return self._times(batch, n_out)
+    def __init__(self, dt=0.005, extra=0.030, pause=0.0, end_early=False):
+        self.dt, self.extra, self.pause, self.end_early = dt, extra, pause, end_early
 
     async def _injected_batch(self, batch, context, n_out, prompt, injections):
-        times = self._times(batch, n_out, injections)
-        done_at = times[0][-1] + 1.0 if self.end_early else times[0][10 + injections]
-        return times, done_at
+        gaps = np.full(n_out - 1, self.dt)
+        gaps[10:10 + injections] += self.extra          # gap i ends with token i + 1
+        gaps[11] += self.pause
+        t = 0.1 + np.concatenate([[0.0], np.cumsum(gaps)])
+        times = [t + 0.0003 * i for i in range(batch)]  # streams written one after another
+        firsts = [float(t[11 + j]) + 0.0005 for j in range(injections)]
+        done_at = t[-1] + 1.0 if self.end_early else firsts[-1]
+        return times, done_at, firsts
 
 
-@pytest.mark.parametrize("drift", [0.0, 0.0004])
-def test_mixed_delta_reads_the_extra_span_per_injection(drift):
-    """Bracketing the injected run with two plain runs cancels a steady drift of the step time."""
+@pytest.mark.parametrize("pause", [0.0, 0.5])
+def test_mixed_delta_reads_the_mixed_steps_gap(pause):
+    """The gap ending with each injected prompt's first token, over the stream's median gap;
+    the median over injections shrugs off a pause that lands in one of them."""
     import asyncio
 
-    p = _ScriptedProber(drift=drift)
-    got = asyncio.run(p.mixed_delta(4, 16, 128, 64, injections=4))
+    got = asyncio.run(_ScriptedProber(pause=pause).mixed_delta(4, 16, 128, 64, injections=4))
     assert got == pytest.approx(0.030, rel=1e-6)
 
 

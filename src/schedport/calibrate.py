@@ -58,6 +58,11 @@ MIXED_PROMPT_TOKENS = (128, 384)
 #: (measured: 1.0x to 2x).
 MIXED_PLAUSIBLE = 4.0
 
+#: A decoding stream's token counts as emitted by an injected prompt's step when it arrived no
+#: earlier than this before the prompt's first token (the server writes one step's outputs to
+#: the streams one after another).
+MIXED_SLACK_S = 0.002
+
 
 # --------------------------------------------------------------------------- Prometheus text
 
@@ -328,39 +333,47 @@ class _Prober:
                           injections: int = 4) -> float | None:
         """What a fresh `prompt`-token prefill adds to a step in which `batch` requests decode.
 
-        The decode batch runs three times, the middle time with `injections` one-token requests of
-        `prompt` tokens sent one after another while it decodes: each is prefilled in one step
-        together with the decodes. A decoding request's time from its first to its last token is
-        the sum of its steps, so the injected run's extra span over the mean of the plain runs
-        (which brackets it, cancelling a steady drift), per injection, is the mixed step's extra
-        time. Spans telescope, so a pause that bunches the chunks a client sees in between does
-        not enter. None when the decodes ended before the injections were done (too few tokens).
+        While the batch decodes, `injections` one-token requests of `prompt` tokens are sent one
+        after another; each is prefilled in one step together with the decodes, and that step
+        emits its first token and a token of every decoding request. So in each decoding stream
+        the gap that ends with the injected request's first token is the mixed step, and its
+        excess over the stream's median gap is what the prefill added. The median over streams
+        and injections is returned: a pause of the machine or a bunched chunk spoils one gap, not
+        the estimate, and the baseline is the same run's, so drift does not enter. None when the
+        decodes ended before the injections were done (too few tokens).
         """
-        base1 = await self._batch(batch, context, n_out)
-        injected, done_at = await self._injected_batch(batch, context, n_out, prompt, injections)
-        base2 = await self._batch(batch, context, n_out)
-        if any(len(t) < 2 or t[-1] <= done_at for t in injected):
+        times, done_at, firsts = await self._injected_batch(batch, context, n_out, prompt, injections)
+        if any(len(t) < 3 or t[-1] <= done_at for t in times):
             return None
-
-        def span(runs):
-            return float(np.mean([t[-1] - t[0] for t in runs]))
-
-        return (span(injected) - (span(base1) + span(base2)) / 2.0) / injections
+        extras = []
+        for first in firsts:
+            per_stream = []
+            for t in times:
+                k = int(np.searchsorted(t, first - MIXED_SLACK_S))  # the stream's token from that step
+                if 1 <= k < len(t):
+                    per_stream.append((t[k] - t[k - 1]) - float(np.median(np.diff(t))))
+            if per_stream:
+                extras.append(float(np.median(per_stream)))
+        return float(np.median(extras)) if extras else None
 
     async def _injected_batch(self, batch: int, context: int, n_out: int, prompt: int,
-                              injections: int) -> tuple[list[np.ndarray], float]:
+                              injections: int) -> tuple[list[np.ndarray], float, list[float]]:
         """A decode batch with one-token prompts injected one at a time once every stream has
-        tokens flowing; returns the streams' token times and when the last injection finished."""
+        tokens flowing; returns the streams' token times, when the last injection finished and
+        when each injection's (only) token arrived, all from the same origin."""
         started = [asyncio.Event() for _ in range(batch)]
         t0 = time.perf_counter()
         tasks = [asyncio.create_task(_stream_times(self.session, self.url, self.body(context, n_out),
                                                    started=ev, t0=t0)) for ev in started]
         try:
             await asyncio.wait_for(asyncio.gather(*(ev.wait() for ev in started)), timeout=120.0)
+            firsts = []
             for _ in range(injections):
-                await _stream(self.session, self.url, self.body(prompt, 1))
+                sent = time.perf_counter() - t0
+                timer = await _stream(self.session, self.url, self.body(prompt, 1))
+                firsts.append(sent + timer.first_s)
             done_at = time.perf_counter() - t0
-            return list(await asyncio.gather(*tasks)), done_at
+            return list(await asyncio.gather(*tasks)), done_at, firsts
         finally:
             for t in tasks:
                 t.cancel()

@@ -245,10 +245,11 @@ class LinearLatency:
 
     ``f`` is what a prefill token costs *on top* in a mixed step, one that also decodes.
     Why: the terms above add a prefill chunk's cost to a decode step's, which is vLLM's premise
-    on a GPU (Sarathi-Serve's piggybacking), but on a CPU server a chunk run beside decodes was
-    measured to cost 1.3 to 2.3 times what it costs alone (`schedport calibrate`'s mixed probes:
-    e.g. a 128-token prompt added 25-35 ms to a 4-sequence decode step whose lone prefill model
-    gave 12-14 ms). ``f`` defaults to 0; prefill-only and decode-only steps never involve it.
+    on a GPU (Sarathi-Serve's piggybacking); where a server breaks it, `schedport calibrate`'s
+    mixed probes measure the surcharge and fit ``f``. On the vLLM CPU server they found it
+    small: a 128-token prompt added 13.5-19.5 ms to a 4-sequence decode step where the additive
+    model gives 12.9 ms, a 384-token prompt 44-56 ms against 51.5 ms. ``f`` defaults to 0;
+    prefill-only and decode-only steps never involve it.
     """
 
     name = "linear"
