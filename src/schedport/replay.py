@@ -314,7 +314,7 @@ KEEPALIVE_S = 2.0
 
 
 def client_connector():
-    """The HTTP connection pool for talking to the server: unbounded, short-lived idle reuse."""
+    """The HTTP connection pool for probing the server: unbounded, short-lived idle reuse."""
     aiohttp = _need_aiohttp()
     return aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
 
@@ -322,7 +322,7 @@ def client_connector():
 async def _replay_async(trace: Trace, base: str, model: str | None, priorities, salt: int,
                         token_range, timeout_s: float, on_progress) -> tuple[list[_Outcome], ServerInfo, float]:
     aiohttp = _need_aiohttp()
-    connector = client_connector()                # one connection per in-flight request
+    connector = aiohttp.TCPConnector(limit=0)     # one connection per in-flight request
     # No session-wide deadline: aiohttp's default (5 min total) would cut long requests short
     # and report them as timeouts; request_timeout_s is the only deadline on a request.
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout()) as session:
