@@ -338,6 +338,45 @@ def test_preemptive_policies_swap_and_keep_progress():
     assert s["swapped_bytes"] == out.swapped_blocks * cfg.block_bytes
 
 
+def test_fastserve_demotes_by_attained_service_and_new_jobs_preempt():
+    """Skip-join MLFQ: a job sinks one level each time it uses up its level's quantum of
+    attained service, and a new job (top level) preempts it (Wu et al., FastServe)."""
+    mlfq = {"scheduler": {"fastserve": {"q1_s": 0.05, "ratio": 2.0, "levels": 4}}}
+    cfg = small_engine(blocks=200, seqs=1, extra=mlfq)     # one sequence: strict priority order
+    t = Trace(np.array([0.0, 1.0]), np.array([10, 10]), np.array([300, 3]))
+    sim, out = run(t, "fastserve", cfg, exact=False)
+    long, short = sim.requests
+    # 10 ms steps: quanta 0.05 + 0.1 + 0.2 s are used up after ~35 steps; the last level keeps it
+    assert long.aux[0] == 3
+    assert short.aux[0] == 0
+    # the short job arrived mid-run and finished first: it preempted the demoted long job
+    assert out.finish_s[1] < out.finish_s[0]
+    assert out.preemptions[0] >= 1 and out.preemptions[1] == 0
+
+
+@pytest.mark.parametrize("blocks,seqs", [(4000, 64), (60, 8)])
+def test_fastserve_demotions_inside_fast_forwards_match_exact(monkeypatch, blocks, seqs):
+    """Demotions that cannot change the batch (nothing waiting, or the job stays above every
+    waiting job) do not stop a fast-forward; replayed within it, they give exact's bits and
+    exact's final queue levels."""
+    from schedport.schedulers import SkipJoinMLFQ
+    calls = []
+    orig = SkipJoinMLFQ._demote_within
+    monkeypatch.setattr(SkipJoinMLFQ, "_demote_within",
+                        lambda self, s, starts, ends: calls.append(len(ends)) or orig(self, s, starts, ends))
+    mlfq = {"scheduler": {"fastserve": {"q1_s": 0.004, "ratio": 1.5, "levels": 8}}}
+    cfg = small_engine(blocks=blocks, seqs=seqs, extra=mlfq)
+    t = busy_trace(300, seed=5, rate=8.0)
+    ex, out = run(t, "fastserve", cfg, exact=True)
+    sim, fast = run(t, "fastserve", cfg, exact=False)
+    assert calls and max(calls) > 1                     # demotions fell inside multi-step runs
+    assert np.array_equal(fast.first_token_s, out.first_token_s, equal_nan=True)
+    assert np.array_equal(fast.finish_s, out.finish_s, equal_nan=True)
+    assert np.array_equal(fast.preemptions, out.preemptions)
+    assert fast.iterations == out.iterations
+    assert [r.aux[:3] for r in sim.requests] == [r.aux[:3] for r in ex.requests]
+
+
 def test_recompute_preemption_replays_prompt_and_generated_tokens():
     cfg = small_engine(blocks=40, seqs=4)       # 640 tokens of KV for 4 x 300: forces preemption
     t = Trace(np.zeros(4), np.array([200, 200, 200, 200]), np.array([100, 100, 100, 100]))

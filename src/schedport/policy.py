@@ -18,6 +18,7 @@ the fast-forward hooks that say when the next decision is due.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import deque
@@ -187,7 +188,14 @@ class StaticKey(Ordering):
 
 
 class SortedEachStep(Ordering):
-    """Waiting requests kept in a list and sorted by `key(req, now)` whenever the order is needed."""
+    """Waiting requests kept in a list and sorted by `key(req, now)` whenever the order is needed.
+
+    An ordering whose waiting requests' keys do not depend on `now` sets `static_keys = True`:
+    the list then stays sorted (new requests are inserted by bisection) and is re-sorted only
+    after the ordering itself changes a waiting key and says so by setting `_sorted_at = None`.
+    """
+
+    static_keys = False
 
     def __init__(self, sim, params):
         super().__init__(sim, params)
@@ -198,13 +206,16 @@ class SortedEachStep(Ordering):
     def __iter__(self): return iter(self.items)
 
     def push(self, req, now):
-        self.items.append(req)
-        self._sorted_at = None
+        if self.static_keys and self._sorted_at is not None:
+            bisect.insort(self.items, req, key=lambda r: self.key(r, now))
+        else:
+            self.items.append(req)
+            self._sorted_at = None
 
     requeue = push
 
     def ordered(self, now):
-        if self._sorted_at != now:
+        if self._sorted_at is None or (self._sorted_at != now and not self.static_keys):
             self.items.sort(key=lambda r: self.key(r, now))
             self._sorted_at = now
         return self.items
@@ -503,12 +514,11 @@ class Continuous(BatchingMode):
         keyed = [(key(r, now), r) for r in sim.running]
         keyed.sort()
         pending = deque(r for _, r in keyed)        # running requests not yet reached, best first
-        if len(order):
-            keyed.extend((key(r, now), r) for r in order)
-            keyed.sort()
         selected = 0
         admitting = True
-        for _, req in keyed:
+        for req in _merge_ranked(keyed, list(order.ordered(now)), key, now):
+            if not pending and not (admitting and selected < self.max_num_seqs and budget > 0):
+                break       # every running request reached and nothing more can start
             if req.phase == RUNNING:
                 if pending and pending[0] is req:
                     pending.popleft()
@@ -591,6 +601,22 @@ class Continuous(BatchingMode):
             plan.admitted += 1
         plan.decode_only = False
         return plan
+
+
+def _merge_ranked(keyed: list, waiting: list, key, now: float):
+    """Running requests (`keyed`: sorted (key, request) pairs) and waiting ones (`waiting`:
+    already in key order) in one rank order; waiting keys are computed only as far as the
+    caller iterates, since a ranked pass usually stops soon after the last running request."""
+    i = 0
+    n = len(keyed)
+    for w in waiting:
+        kw = key(w, now)
+        while i < n and keyed[i][0] < kw:
+            yield keyed[i][1]
+            i += 1
+        yield w
+    for j in range(i, n):
+        yield keyed[j][1]
 
 
 class StallFree(BatchingMode):

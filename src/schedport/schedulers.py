@@ -34,6 +34,7 @@ class ShortestRemaining(SortedEachStep):
     """
 
     preemptive = True
+    static_keys = True
 
     def key(self, req, now):
         return (req.output - req.generated, req.arrival, req.idx)
@@ -51,6 +52,7 @@ class PredictedRank(SortedEachStep):
     """
 
     preemptive = True
+    static_keys = True                  # a waiting key changes only by a promotion in `prepare`
 
     def __init__(self, sim, params):
         super().__init__(sim, params)
@@ -87,6 +89,7 @@ class PredictedRank(SortedEachStep):
                 if it - self.last[r.idx] >= self.threshold:
                     self.boost[r.idx] = self.quantum
                     self.last[r.idx] = it
+                    self._sorted_at = None      # the waiting order must be rebuilt
                 due = self.last[r.idx] + self.threshold
                 nxt = due if nxt is None else min(nxt, due)
         self._next_promo = it + self.threshold if nxt is None else nxt
@@ -135,6 +138,7 @@ class SkipJoinMLFQ(SortedEachStep):
     """
 
     preemptive = True
+    static_keys = True                  # a waiting key changes only by a promotion in `prepare`
 
     def __init__(self, sim, params):
         super().__init__(sim, params)
@@ -214,26 +218,80 @@ class SkipJoinMLFQ(SortedEachStep):
         super().requeue(req, now)
 
     def fast_forward_limit(self, plan, now):
-        """The earliest time a waiting job may starve or a running job may use up its quantum.
+        """The earliest time a waiting job may starve or a running job may sink below a waiting one.
 
-        Returned 1 us early: a step that starts before it cannot trigger either decision (the
-        step-by-step tests compare within float rounding of these sums), so no exact re-check
-        is needed; the step during which a quantum runs out still starts before it and runs.
+        In a decode-only batch every running job is served whatever the order, so a demotion
+        changes the batch only when it ranks the job below a waiting job: with nothing waiting
+        (the next arrival bounds the run), or while the job stays above the best waiting level,
+        demotions are accounted in `after_fast_forward` instead. A job at level l with the best
+        waiting job at level w sinks below it no sooner than its quantum at l plus the quanta of
+        levels l+1..w-1 (each level's service is at least its quantum). Returned 1 us early: a step
+        that starts before it cannot trigger the decision (the step-by-step tests compare within
+        float rounding of these sums); the step during which it falls due still starts before it.
         """
         t = self._next_starve
-        last = self.levels - 1
-        for r, _ in plan.items:
-            s = r.aux
-            if s[0] < last:
-                seg = now if (s[4] != now or math.isnan(s[3])) else s[3]
-                due = seg + (self.quanta[s[0]] - s[2])
-                if due < t:
-                    t = due
+        if self.items:
+            lw = min(r.aux[0] for r in self.items)
+            quanta = self.quanta
+            for r, _ in plan.items:
+                s = r.aux
+                lvl = s[0]
+                if lvl < self.levels - 1:
+                    seg = now if (s[4] != now or math.isnan(s[3])) else s[3]
+                    due = seg + (quanta[lvl] - s[2])
+                    for m in range(lvl + 1, lw):
+                        due += quanta[m]
+                    if due < t:
+                        t = due
         return None, (t - 1e-6 if t < math.inf else None)
 
     def after_fast_forward(self, plan, starts, ends, k):
+        """Account k consecutive steps exactly as k calls of `after_step` would, demotions included."""
+        start = float(starts[0])
+        end = float(ends[k - 1])
+        last = self.levels - 1
+        quanta = self.quanta
+        bounds = None
         for r, _ in plan.items:
-            self._run(self._state(r), float(starts[0]), float(ends[k - 1]))
+            s = r.aux
+            if s[4] != start or math.isnan(s[3]):
+                self._close(s)
+                s[3] = start
+            s[4] = end
+            if s[0] < last and s[2] + (end - s[3]) >= quanta[s[0]]:
+                if bounds is None:
+                    bounds = (starts[:k].tolist(), ends[:k].tolist())
+                self._demote_within(s, bounds[0], bounds[1])
+
+    def _demote_within(self, s, starts, ends):
+        """Replay the demotions of one job over a run of steps (`starts`, `ends`), step-exact.
+
+        Within a level the test `service + (end_j - segment start) >= quantum` is monotone in j, so
+        the step that uses the quantum up is found by bisection; the next level's segment starts
+        with the following step, as it does when stepping one iteration at a time.
+        """
+        last = self.levels - 1
+        k = len(ends)
+        j = 0
+        while s[0] < last:
+            q, base, seg = self.quanta[s[0]], s[2], s[3]
+            if not base + (ends[k - 1] - seg) >= q:
+                break
+            lo, hi = j - 1, k - 1           # the test fails at lo (or lo is before the segment), holds at hi
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if base + (ends[mid] - seg) >= q:
+                    hi = mid
+                else:
+                    lo = mid
+            s[0] += 1
+            s[1] = ends[hi]
+            s[2] = 0.0
+            if hi == k - 1:
+                s[3] = math.nan
+                break
+            s[3] = starts[hi + 1]
+            j = hi + 1
 
 
 class ResponseRatio(SortedEachStep):
