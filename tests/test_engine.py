@@ -328,6 +328,23 @@ def test_ltr_predictor_hits_the_requested_tau():
         assert kendalltau(out, s).statistic == pytest.approx(tau, abs=0.01)
 
 
+def test_ltr_scores_are_reused_only_for_the_same_lengths_tau_and_seed():
+    """The bisection's result is kept between runs of one window; a changed input recomputes,
+    and a caller cannot alter the kept scores."""
+    from schedport.schedulers import _predicted_scores, predicted_scores
+
+    out = np.random.default_rng(3).lognormal(4, 1, 500).astype(np.int64) + 1
+    a = predicted_scores(out, 0.52, seed=1)
+    assert np.array_equal(a, _predicted_scores(out, 0.52, 1))
+    a[:] = 0.0
+    assert np.array_equal(predicted_scores(out, 0.52, seed=1), _predicted_scores(out, 0.52, 1))
+    other = out.copy()
+    other[0] += 1
+    for args in ((other, 0.52, 1), (out, 0.6, 1), (out, 0.52, 2), (out.astype(np.int32), 0.52, 1)):
+        assert np.array_equal(predicted_scores(*args), _predicted_scores(*args))
+    assert not np.array_equal(predicted_scores(out, 0.52, 2), predicted_scores(out, 0.52, 1))
+
+
 def test_preemptive_policies_swap_and_keep_progress():
     cfg = small_engine(blocks=60, seqs=8)
     sim, out = run(busy_trace(200, rate=100.0), "srpt", cfg, exact=False)

@@ -75,8 +75,10 @@ class Ordering:
 
     In fast mode the engine advances decoding requests as a cohort, so a running request's
     `computed`/`generated` fields may lag until it is synced. Waiting requests are always
-    exact. An ordering that reads running requests' progress must be `preemptive` or set
-    `per_request_steps = True` (both keep every request exact at every step).
+    exact, and a preemptive ordering's keys for running requests are computed after every
+    running request is synced. An ordering that reads running requests' progress anywhere else
+    (in its hooks) must set `per_request_steps = True`, which keeps every request exact at
+    every step.
     """
 
     preemptive = False
@@ -355,27 +357,34 @@ class Continuous(BatchingMode):
         return plan
 
     @staticmethod
-    def _plan_cohort(sim, budget) -> Plan | None:
+    def _plan_cohort(sim, budget, in_order: bool = True) -> Plan | None:
         """Bulk form of the running pass (fast mode): cohort members are not touched one by one.
 
         If the running requests' needs exceed the budget, the in-order pass is replayed on counts:
         cohort members reached after the budget runs out sit the step out (they leave the cohort
-        for this step and rejoin after it). Returns None when blocks would run out, so that the
-        request-by-request pass decides the preemptions.
+        for this step and rejoin after it); with `in_order=False` (a ranked order decides who is
+        served) None is returned instead. Also None when blocks would run out, so that the
+        request-by-request pass decides the preemptions. A decoding request outside the cohort
+        (left by a request-by-request step) joins it here.
         """
         cache = sim.cache
         bs = cache.block_size
         running = sim.running
-        tokens = sim.cohort_n
         items = []
-        if tokens != len(running):          # some running requests are outside the cohort
+        if sim.cohort_n != len(running):    # some running requests are outside the cohort
             for r in running:
                 if r.sync < 0:
-                    k = r.prompt + r.generated - r.computed
-                    tokens += k
-                    items.append([r, k, 0])
+                    if r.decoding:
+                        sim.cohort_join(r)
+                    else:
+                        items.append([r, r.prompt + r.generated - r.computed, 0])
+        tokens = sim.cohort_n
+        for it in items:
+            tokens += it[1]
         skipped = []
         if tokens > budget:
+            if not in_order:
+                return None
             items = []
             left = budget
             for r in running:
@@ -499,7 +508,10 @@ class Continuous(BatchingMode):
         order = sched.order
         if not len(order):
             # nothing waiting: if every running request gets its full need, rank order is moot
-            plan = self._plan_running_unconstrained(sim.running, cache, self.budget)
+            if sim.bulk:
+                plan = self._plan_cohort(sim, self.budget, in_order=False)
+            else:
+                plan = self._plan_running_unconstrained(sim.running, cache, self.budget)
             if plan is not None:
                 return plan
         elif len(sim.running) + len(order) <= self.max_num_seqs:
@@ -509,6 +521,12 @@ class Continuous(BatchingMode):
         key = order.key
         swap = self.swap
         plan = Plan()
+        if sim.bulk:
+            # keys read running requests' progress: make it true, keeping the decode cohort, whose
+            # members then decode in bulk (not as items) unless preempted or left without budget
+            for r in sim.running:
+                sim.sync(r)
+            plan.cohort = True
         budget = self.budget
         wm = self.watermark_blocks
         keyed = [(key(r, now), r) for r in sim.running]
@@ -530,6 +548,9 @@ class Continuous(BatchingMode):
                     continue
                 selected += 1
                 if budget <= 0:
+                    if req.sync >= 0:                   # a cohort member sits this step out
+                        sim.cohort_leave(req)
+                        plan.rejoin.append(req)
                     continue
                 k = min(req.prompt + req.generated - req.computed, budget)
                 need = -(-(req.computed + k) // bs) - req.blocks
@@ -543,7 +564,8 @@ class Continuous(BatchingMode):
                     continue
                 if need > 0:
                     sim.allocate(req, need)
-                plan.add(req, k)
+                if req.sync < 0:
+                    plan.add(req, k)
                 budget -= k
             elif req.phase == WAITING and admitting:
                 if selected >= self.max_num_seqs or budget <= 0:
@@ -577,21 +599,28 @@ class Continuous(BatchingMode):
         sim = self.sim
         cache = sim.cache
         bs = cache.block_size
-        waiting = list(sched.order)
+        order = sched.order
+        waiting = list(order.ordered(now))
         tokens = 0
         blocks = 0
+        if sim.cohort_n:
+            tokens = sim.cohort_n
+            blocks = sim.cohort_crossings(sim.dclock)
         for r in sim.running:
-            k = r.prompt + r.generated - r.computed
-            tokens += k
-            blocks += -(-(r.computed + k) // bs) - r.blocks
+            if r.sync < 0:
+                k = r.prompt + r.generated - r.computed
+                tokens += k
+                blocks += -(-(r.computed + k) // bs) - r.blocks
         for r in waiting:
             tokens += r.prompt + r.generated - r.computed
             blocks += -(-(r.prompt + r.generated) // bs)
         if tokens > self.budget or blocks > cache.free - self.watermark_blocks:
             return None
-        plan = self._plan_running_unconstrained(sim.running, cache, self.budget)
-        key = sched.order.key
-        for _, r in sorted((key(r, now), r) for r in waiting):
+        if sim.bulk:
+            plan = self._plan_cohort(sim, self.budget, in_order=False)
+        else:
+            plan = self._plan_running_unconstrained(sim.running, cache, self.budget)
+        for r in waiting:
             k = r.prompt + r.generated - r.computed
             need = -(-(r.computed + k) // bs)
             sched.order.remove(r)
@@ -904,7 +933,7 @@ class BoundPolicy:
 
     def supports_bulk(self) -> bool:
         """May the engine advance decoding requests in bulk (no per-request decode hooks needed)?"""
-        return not (self.order.preemptive or self.order.per_request_steps)
+        return not self.order.per_request_steps
 
     # -- queue hooks used by the engine
     def has_waiting(self) -> bool:
