@@ -12,6 +12,12 @@ single process), so the sweep's two-core throughput is about twice runs/s.
 The fast mode skips the iterations between decision points, so its gain over --exact is bounded
 by iterations per decision point (the "it/dp" column) times what an exact step costs over a
 planned one; give several loads (``--rho 0.2,0.95``) to see the ratio follow it.
+
+Wall times on a shared virtual machine drift by tens of percent within an hour. To compare two
+versions of the code, count instructions instead: run one mode under
+``valgrind --tool=cachegrind --cache-sim=no`` with ``--mode fast --repeats 1`` and again with
+``--repeats 3``; half the difference of the two "I refs" totals is one run's cost, free of
+start-up and of the machine's noise.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--schedulers", default=",".join(REGISTRY))
+    ap.add_argument("--mode", choices=("both", "fast", "exact"), default="both",
+                    help="time both modes (the table), or run only one (for instruction counts)")
     args = ap.parse_args()
 
     data = resolve_data_dir(args.data_dir)
@@ -50,10 +58,16 @@ def main() -> None:
         window = rescale(trace, scale)
         print(f"window: {len(trace)} requests of {path.name}, rho={rho}, time scale {scale:.3f}, "
               f"capacity measured in {cap_s * 1000:.0f} ms")
-        print(f"{'scheduler':<14} {'fast ms':>8} {'exact ms':>9} {'speedup':>8} {'runs/s':>7} "
-              f"{'req/s':>8} {'iter/s':>9} {'iters':>6} {'dps':>6} {'it/dp':>6}")
+        if args.mode == "both":
+            print(f"{'scheduler':<14} {'fast ms':>8} {'exact ms':>9} {'speedup':>8} {'runs/s':>7} "
+                  f"{'req/s':>8} {'iter/s':>9} {'iters':>6} {'dps':>6} {'it/dp':>6}")
         for name in args.schedulers.split(","):
-            bench_one(name, window, cfg, lat, args.repeats)
+            if args.mode == "both":
+                bench_one(name, window, cfg, lat, args.repeats)
+            else:
+                policy = get_policy(name)
+                for _ in range(args.repeats):
+                    Simulator(window, policy, cfg, lat, exact=args.mode == "exact").run()
 
 
 def bench_one(name, window, cfg, lat, repeats: int) -> None:
