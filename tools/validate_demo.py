@@ -12,6 +12,7 @@ validation figures come from this script.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -32,6 +33,9 @@ def main() -> None:
     ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--max-num-batched-tokens", type=int, default=512)
     ap.add_argument("--corpus", type=Path, default=Path("corpus"))
+    ap.add_argument("--pin", action="store_true",
+                    help="run the whole server on the first core and this client (calibrate, validate) on "
+                         "the others, so that bursts of server work cannot delay the client's sends")
     args = ap.parse_args()
     # a SIGTERM unwinds like Ctrl-C, so the server started below is stopped too
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -48,8 +52,16 @@ def main() -> None:
                         max_model_len=args.max_model_len, max_num_batched_tokens=args.max_num_batched_tokens,
                         log_path=out / "server.log")
     t0 = time.perf_counter()
+    cores = sorted(os.sched_getaffinity(0))
+    if args.pin:
+        if len(cores) < 2:
+            sys.exit("error: --pin needs at least 2 cores")
+        os.sched_setaffinity(0, cores[:1])         # the server started below inherits the first core
     print(f"starting the vLLM CPU server (log: {srv.log_path}) ...", flush=True)
     with srv:
+        if args.pin:
+            os.sched_setaffinity(0, cores[1:])     # the client keeps the others
+            print(f"server pinned to core {cores[0]}, client to {cores[1:]}", flush=True)
         print(f"ready after {time.perf_counter() - t0:.0f} s: {srv.endpoint}", flush=True)
         engine = out / "engine.toml"
         if not engine.exists():
