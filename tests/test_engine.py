@@ -345,6 +345,64 @@ def test_ltr_scores_are_reused_only_for_the_same_lengths_tau_and_seed():
     assert not np.array_equal(predicted_scores(out, 0.52, 2), predicted_scores(out, 0.52, 1))
 
 
+def test_ltr_starvation_guard_serves_a_starved_job_for_a_quantum():
+    """Fu et al.'s guard: a job not scheduled for `starvation_threshold` consecutive steps is
+    promoted and served for `starvation_quantum` steps. One sequence slot, exact ranks, and an
+    overloading stream of shorter jobs: without the guard the long job gets nothing after its
+    prefill until the stream ends; with it, it runs exactly `threshold` steps after its prefill,
+    for `quantum` steps in a row."""
+    n = 60
+    arrival = np.concatenate([[0.0], 0.001 + 0.05 * np.arange(n)])
+    output = np.concatenate([[40], np.full(n, 6)])          # 6 steps of ~10 ms per 50 ms: rho 1.2
+    t = Trace(arrival, np.full(n + 1, 10), output)
+
+    def long_job_steps(threshold, quantum=10):
+        ltr = {"scheduler": {"ltr": {"tau": 1.0, "starvation_threshold": threshold,
+                                     "starvation_quantum": quantum}}}
+        steps = []
+        _, out = run(t, "ltr", small_engine(blocks=200, seqs=1, extra=ltr), exact=True,
+                     observer=steps.append)
+        assert (out.status == "completed").all()
+        ran = [i for i, s in enumerate(steps) if any(idx == 0 for idx, _ in s.scheduled)]
+        return ran, [i for i in ran if steps[i].end < arrival[-1]]
+
+    ran, during = long_job_steps(0)
+    assert during == [0]                                    # its prefill, then starved
+    for threshold, quantum in ((20, 10), (35, 7)):
+        ran, during = long_job_steps(threshold, quantum)
+        assert ran[:quantum + 1] == [0] + list(range(threshold + 1, threshold + 1 + quantum))
+        assert len(during) > quantum                        # promoted again later
+
+
+@pytest.mark.parametrize("threshold,quantum", [(3, 2), (8, 5), (40, 10)])
+@pytest.mark.parametrize("blocks,seqs,budget,rate", [(4000, 64, None, 150.0), (60, 8, None, 30.0),
+                                                     (400, 32, 64, 30.0)])
+def test_ltr_guard_kept_lazily_for_the_decode_cohort_matches_exact(monkeypatch, threshold, quantum,
+                                                                   blocks, seqs, budget, rate):
+    """In fast mode a decoding ltr request advances with the cohort and its guard state
+    (last scheduled step, boost steps left) is kept lazily; promotions, boosts running out
+    inside cohort steps, and members sitting steps out still give exact's bits."""
+    from schedport.schedulers import PredictedRank
+    boosted_joins = []
+    orig = PredictedRank.cohort_changed
+
+    def spy(self, req, delta):
+        if delta > 0 and req.idx in self.boost:
+            boosted_joins.append(req.idx)
+        return orig(self, req, delta)
+    monkeypatch.setattr(PredictedRank, "cohort_changed", spy)
+    ltr = {"scheduler": {"ltr": {"starvation_threshold": threshold, "starvation_quantum": quantum}}}
+    cfg = small_engine(blocks=blocks, seqs=seqs, budget=budget, extra=ltr)
+    t = busy_trace(250, seed=threshold, rate=rate)
+    _, out = run(t, "ltr", cfg, exact=True)
+    sim, fast = run(t, "ltr", cfg, exact=False)
+    assert sim.bulk and boosted_joins                       # boosted requests did join the cohort
+    assert np.array_equal(fast.first_token_s, out.first_token_s, equal_nan=True)
+    assert np.array_equal(fast.finish_s, out.finish_s, equal_nan=True)
+    assert np.array_equal(fast.preemptions, out.preemptions)
+    assert fast.iterations == out.iterations
+
+
 def test_preemptive_policies_swap_and_keep_progress():
     cfg = small_engine(blocks=60, seqs=8)
     sim, out = run(busy_trace(200, rate=100.0), "srpt", cfg, exact=False)

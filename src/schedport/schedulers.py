@@ -49,11 +49,15 @@ class PredictedRank(SortedEachStep):
     ranked by (class, score) every step, running and waiting together, and preempted by swap as
     in vllm-ltr. A request not scheduled for `starvation_threshold` consecutive steps is promoted
     to class -1 for `starvation_quantum` scheduled steps (0 disables the guard).
+
+    In fast mode a decoding request that runs with the engine's decode cohort is scheduled at
+    every cohort step, so its guard state is kept lazily: the cohort clock at which it joined
+    (`base`) turns "last scheduled" and "boost steps left" into true values whenever they are
+    read or the request leaves the cohort (`_rebase`).
     """
 
     preemptive = True
     static_keys = True                  # a waiting key changes only by a promotion in `prepare`
-    per_request_steps = True            # per-step, per-request bookkeeping in `after_step`
 
     def __init__(self, sim, params):
         super().__init__(sim, params)
@@ -65,6 +69,9 @@ class PredictedRank(SortedEachStep):
         self.scores = predicted_scores(sim.trace.output_tokens, tau, sim.seed).tolist()
         self.last: dict[int, int] = {}      # idx -> engine iteration count when last scheduled / queued
         self.boost: dict[int, int] = {}     # idx -> scheduled steps left in the top class
+        self.base: dict[int, int] = {}      # cohort member idx -> cohort clock its state is true at
+        self.boosted_members: set[int] = set()
+        self.cohort_it = 0                  # engine iteration count after the last cohort step
 
     def key(self, req, now):
         return (-1 if req.idx in self.boost else 0, self.scores[req.idx], req.arrival, req.idx)
@@ -76,20 +83,57 @@ class PredictedRank(SortedEachStep):
 
     _next_promo = 0                     # no promotion can happen before this engine iteration
 
+    # -- the lazy state of cohort members
+    def cohort_changed(self, req, delta):
+        idx = req.idx
+        if delta > 0:
+            self.base[idx] = self.sim.dclock
+            if idx in self.boost:
+                self.boosted_members.add(idx)
+        else:
+            self._rebase(idx)
+            del self.base[idx]
+            self.boosted_members.discard(idx)
+
+    def _rebase(self, idx: int) -> None:
+        """Make a cohort member's `last` and `boost` true at the current cohort clock."""
+        d = self.sim.dclock
+        ran = d - self.base[idx]
+        if ran:
+            self.last[idx] = self.cohort_it
+            b = self.boost.get(idx)
+            if b is not None:
+                if b <= ran:
+                    del self.boost[idx]
+                else:
+                    self.boost[idx] = b - ran
+            self.base[idx] = d
+
     def prepare(self, now):
+        if self.boosted_members:
+            # a member's boost that ran out in cohort steps ends before the ranking is read
+            for idx in list(self.boosted_members):
+                self._rebase(idx)
+                if idx not in self.boost:
+                    self.boosted_members.discard(idx)
         if self.threshold <= 0:
             return
         it = self.sim.iterations
         if it < self._next_promo:
             return
         nxt = None
+        base = self.base
         for group in (self.items, self.sim.running):
             for r in group:
                 if r.idx in self.boost:
                     continue
+                if r.idx in base:
+                    self._rebase(r.idx)
                 if it - self.last[r.idx] >= self.threshold:
                     self.boost[r.idx] = self.quantum
                     self.last[r.idx] = it
+                    if r.idx in base:
+                        self.boosted_members.add(r.idx)
                     self._sorted_at = None      # the waiting order must be rebuilt
                 due = self.last[r.idx] + self.threshold
                 nxt = due if nxt is None else min(nxt, due)
@@ -97,6 +141,8 @@ class PredictedRank(SortedEachStep):
 
     def _scheduled(self, plan, k):
         it = self.sim.iterations
+        if plan.cohort:
+            self.cohort_it = it
         for r, _ in plan.items:
             self.last[r.idx] = it
             b = self.boost.get(r.idx)
@@ -123,6 +169,12 @@ class PredictedRank(SortedEachStep):
         for r, _ in plan.items:
             b = self.boost.get(r.idx)
             if b is not None:
+                k = b if k is None else min(k, b)
+        d = self.sim.dclock
+        for idx in self.boosted_members:
+            b = self.boost.get(idx)
+            if b is not None:
+                b -= d - self.base[idx]
                 k = b if k is None else min(k, b)
         return (None if k is None else max(k, 1)), None
 
