@@ -534,6 +534,8 @@ class Continuous(BatchingMode):
         pending = deque(r for _, r in keyed)        # running requests not yet reached, best first
         selected = 0
         admitting = True
+        members_run = []                            # cohort members given their token, in items order
+        members_sit = []                            # cohort members reached after the budget ran out
         for req in _merge_ranked(keyed, list(order.ordered(now)), key, now):
             if not pending and not (admitting and selected < self.max_num_seqs and budget > 0):
                 break       # every running request reached and nothing more can start
@@ -549,8 +551,7 @@ class Continuous(BatchingMode):
                 selected += 1
                 if budget <= 0:
                     if req.sync >= 0:                   # a cohort member sits this step out
-                        sim.cohort_leave(req)
-                        plan.rejoin.append(req)
+                        members_sit.append(req)
                     continue
                 k = min(req.prompt + req.generated - req.computed, budget)
                 need = -(-(req.computed + k) // bs) - req.blocks
@@ -564,7 +565,9 @@ class Continuous(BatchingMode):
                     continue
                 if need > 0:
                     sim.allocate(req, need)
-                if req.sync < 0:
+                if req.sync >= 0:
+                    members_run.append((len(plan.items), req, k))
+                else:
                     plan.add(req, k)
                 budget -= k
             elif req.phase == WAITING and admitting:
@@ -588,6 +591,19 @@ class Continuous(BatchingMode):
                 plan.admitted += 1
                 selected += 1
                 budget -= k
+        if members_sit:
+            if len(members_sit) <= len(members_run):
+                for r in members_sit:                   # they leave for this step and rejoin after it
+                    sim.cohort_leave(r)
+                plan.rejoin = members_sit
+            else:
+                # most members sit out (a long prefill took the budget): the cohort stands still
+                # this step, and the few members that run take their token as items instead
+                items = plan.items
+                for pos, r, k in reversed(members_run):
+                    sim.cohort_leave(r)
+                    items.insert(pos, (r, k))
+                plan.cohort = False
         if plan.preempted or plan.admitted:
             plan.decode_only = False
         return plan
