@@ -122,22 +122,36 @@ class PredictedRank(SortedEachStep):
         if it < self._next_promo:
             return
         nxt = None
-        base = self.base
-        for group in (self.items, self.sim.running):
-            for r in group:
-                if r.idx in self.boost:
-                    continue
-                if r.idx in base:
-                    self._rebase(r.idx)
-                if it - self.last[r.idx] >= self.threshold:
-                    self.boost[r.idx] = self.quantum
-                    self.last[r.idx] = it
-                    if r.idx in base:
-                        self.boosted_members.add(r.idx)
-                    self._sorted_at = None      # the waiting order must be rebuilt
-                due = self.last[r.idx] + self.threshold
-                nxt = due if nxt is None else min(nxt, due)
-        self._next_promo = it + self.threshold if nxt is None else nxt
+        boost, last, thr = self.boost, self.last, self.threshold
+        for r in self.items:
+            idx = r.idx
+            if idx in boost:
+                continue
+            if it - last[idx] >= thr:
+                boost[idx] = self.quantum
+                last[idx] = it
+                self._sorted_at = None          # the waiting order must be rebuilt
+            due = last[idx] + thr
+            if nxt is None or due < nxt:
+                nxt = due
+        base, d, cit = self.base, self.sim.dclock, self.cohort_it
+        for r in self.sim.running:
+            idx = r.idx
+            if idx in boost:
+                continue
+            b = base.get(idx)
+            # a member that ran in a cohort step since it joined was last scheduled in the latest one
+            t = cit if b is not None and d > b else last[idx]
+            if it - t >= thr:
+                if b is not None:
+                    self._rebase(idx)
+                    self.boosted_members.add(idx)
+                boost[idx] = self.quantum
+                last[idx] = t = it
+            due = t + thr
+            if nxt is None or due < nxt:
+                nxt = due
+        self._next_promo = it + thr if nxt is None else nxt
 
     def _scheduled(self, plan, k):
         it = self.sim.iterations
