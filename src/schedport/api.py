@@ -13,12 +13,22 @@ engine loop (HTTP parsing, input processing, output streaming): `simulate` lets 
 request enter the engine's waiting queue that long after its arrival and measures its
 latencies from the arrival, so TTFT and E2E include it.  It is not a cost of the engine,
 so it does not change `capacity`.
+
+Every number that reaches the engine is checked where it enters (`check_clock`): the time
+scale must be positive and finite, and the scaled arrivals finite, below `MAX_ARRIVAL_S`
+(2^32 s, where float64 seconds still resolve a microsecond) and as distinct from one another
+as in the trace itself, so a load or scale that would lose the resolution of the trace's own
+timestamps is refused with the reason instead of simulating a clock that cannot tick. The
+metrics horizon (`[metrics] horizon_factor` x the arrival span) must be long enough for at
+least one request to complete alone on the engine, or every attainment would be zero by
+construction.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -34,7 +44,8 @@ from schedport.errors import SchedportError, TraceError
 from schedport.latency import make_latency_model
 from schedport.metrics import request_table, summarize
 from schedport.schedulers import get_policy
-from schedport.trace import Trace
+from schedport.outputs import file_mode, io_error
+from schedport.trace import MAX_ARRIVAL_S, Trace
 
 CAPACITY_REFERENCE = "vllm-fcfs"
 
@@ -48,23 +59,41 @@ class SimulationResult:
     scale: float
 
     def save(self, out_dir: str | Path) -> None:
-        """Write `requests.parquet` and `summary.json` into `out_dir`, each atomically."""
+        """Write `requests.parquet` and `summary.json` into `out_dir`, each atomically.
+
+        An I/O failure (a full disk, a read-only file system, `out_dir` an existing file)
+        is a one-line `SchedportError` naming the path; no temporary file is left behind.
+        """
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        if out.exists() and not out.is_dir():
+            raise SchedportError(f"{out}: exists and is not a directory; choose another output directory")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise io_error(out, e, "create the directory") from None
         _atomic_write(out / "requests.parquet", lambda p: self.requests.to_parquet(p, index=False))
         _atomic_write(out / "summary.json",
                       lambda p: Path(p).write_text(json.dumps(self.summary, indent=2, allow_nan=False) + "\n"))
 
 
 def _atomic_write(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write `path` through a temporary file beside it, with the permissions a plain open()
+    would give (mkstemp's 0600 would hide results from the rest of the group); an OSError
+    becomes a one-line `SchedportError` naming `path`, and the temporary file is removed."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise io_error(path, e) from None
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, file_mode())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise io_error(path, e) from None
         raise
 
 
@@ -124,13 +153,60 @@ def _capacity_cached(key: _TraceKey, cfg: EngineConfig) -> float:
 
 def load_scale(trace: Trace, load: float, engine: EngineConfig | str | Path | None = None) -> float:
     """The time-axis factor that brings `trace` to offered load `load` (rho) on this engine."""
-    if not (load > 0 and np.isfinite(load)):
-        raise SchedportError(f"--load must be a positive number, got {load}")
+    if isinstance(load, bool) or not isinstance(load, (int, float, np.floating, np.integer)) \
+            or not (load > 0 and np.isfinite(load)):
+        raise SchedportError(f"--load must be a positive, finite number, got {load!r}")
     if len(trace) < 2 or trace.span_s <= 0:
         raise TraceError(f"{trace.name}: --load needs at least two requests with distinct arrival "
                          f"times (the offered rate is undefined otherwise)")
     offered = (len(trace) - 1) / trace.span_s
-    return offered / (capacity(trace, engine) * load)
+    scale = offered / (capacity(trace, engine) * load)
+    if not (np.isfinite(scale) and scale > 0):
+        raise SchedportError(f"{trace.name}: --load {load!r} gives a time scale of {scale!r}, which is not a "
+                             f"positive finite number; give a load nearer 1 (the study's regions are 0.3-1.6)")
+    return scale
+
+
+def check_time_scale(factor, what: str = "time_scale") -> float:
+    """`factor` as a float if it is a positive, finite number; a one-line error otherwise."""
+    if isinstance(factor, bool) or not isinstance(factor, (int, float, np.floating, np.integer)):
+        raise SchedportError(f"{what} must be a positive, finite number, got {factor!r}")
+    f = float(factor)
+    if not (math.isfinite(f) and f > 0):
+        raise SchedportError(f"{what} must be a positive, finite number, got {f!r} (a negative scale would "
+                             f"reverse the arrivals, zero or NaN would collapse them)")
+    return f
+
+
+def check_clock(scaled_trace: Trace, original: Trace | None = None, why: str = "") -> None:
+    """Refuse arrivals the engine's float64 clock cannot simulate faithfully.
+
+    Every arrival must be finite and at most `MAX_ARRIVAL_S` (beyond it a second is
+    resolved more coarsely than a microsecond, and short latencies vanish into rounding),
+    and scaling must not merge arrivals that were distinct in `original` (the scaled trace
+    would have lost the resolution of its own timestamps). `why` names the cause (the load
+    or time scale) in the message.
+    """
+    a = scaled_trace.arrival_s
+    if not len(a):
+        return
+    tail = f" {why}" if why else ""
+    bad = ~np.isfinite(a)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise SchedportError(f"{scaled_trace.name}: request {i} would arrive at {a[i]!r} s{tail}; arrivals "
+                             f"must be finite")
+    hi = float(np.max(np.abs(a)))
+    if hi > MAX_ARRIVAL_S:
+        raise SchedportError(f"{scaled_trace.name}: arrivals would reach {hi:.4g} s{tail}; beyond "
+                             f"{MAX_ARRIVAL_S:.4g} s (2^32) the clock cannot resolve a microsecond and "
+                             f"latencies would be lost to rounding")
+    if original is not None and len(original) > 1:
+        before = int(np.count_nonzero(np.diff(original.arrival_s) > 0))
+        after = int(np.count_nonzero(np.diff(a) > 0))
+        if after < before:
+            raise SchedportError(f"{scaled_trace.name}: {before - after} distinct arrival times would merge"
+                                 f"{tail}: the scaled trace loses the resolution of its own timestamps")
 
 
 def rescale(trace: Trace, factor: float) -> Trace:
@@ -148,11 +224,34 @@ def scaled(trace: Trace, cfg: EngineConfig, *, load: float | None = None,
     if load is not None and time_scale is not None:
         raise SchedportError("give either load or time_scale, not both")
     if time_scale is not None:
-        return rescale(trace, float(time_scale)), float(time_scale)
-    if load is not None:
+        scale = check_time_scale(time_scale)
+        why = f"(time scale {scale!r})"
+    elif load is not None:
         scale = load_scale(trace, load, cfg)
-        return rescale(trace, scale), scale
-    return trace, 1.0
+        why = f"(load {load!r}, time scale {scale:.4g})"
+    else:
+        check_clock(trace)
+        return trace, 1.0
+    out = rescale(trace, scale)
+    check_clock(out, trace, why)
+    return out, scale
+
+
+def check_seed(seed) -> int:
+    """`seed` as an int if it is a non-negative integer (numpy's generators refuse others)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise SchedportError(f"--seed must be a non-negative integer, got {seed!r}")
+    return int(seed)
+
+
+def check_horizon(horizon_s) -> float | None:
+    """`horizon_s` (the simulation cut) as a float if positive and finite; None stays None."""
+    if horizon_s is None:
+        return None
+    if isinstance(horizon_s, bool) or not isinstance(horizon_s, (int, float, np.floating, np.integer)) \
+            or not (horizon_s > 0 and math.isfinite(horizon_s)):
+        raise SchedportError(f"--horizon must be a positive, finite number of seconds, got {horizon_s!r}")
+    return float(horizon_s)
 
 
 def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | str | Path | None = None,
@@ -180,10 +279,20 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
 
     if not isinstance(trace, Trace):
         trace = load_trace(trace)
+    seed = check_seed(seed)
+    horizon_s = check_horizon(horizon_s)
     cfg = _resolve_engine(engine)
     policy = get_policy(scheduler)
     trace, scale = scaled(trace, cfg, load=load, time_scale=time_scale)
     lat = make_latency_model(cfg)
+    alone = lat.alone_time(trace.input_tokens, trace.output_tokens) if len(trace) else np.zeros(0)
+    span = trace.span_s
+    if span > 0 and len(alone) and cfg.horizon_factor * span < float(np.min(alone)):
+        raise SchedportError(
+            f"{trace.name}: the metrics horizon ({cfg.horizon_factor:g} x the arrival span = "
+            f"{cfg.horizon_factor * span:.3g} s) is shorter than the fastest request's service time alone "
+            f"({float(np.min(alone)):.3g} s), so no request could count as completed"
+            + (f" at load {load!r}; give a lower load" if load is not None else "; give a larger time scale"))
     overhead = cfg.request_overhead_s
     engine_trace = trace
     if overhead:
@@ -195,13 +304,11 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
         arrival_s=trace.arrival_s, input_tokens=trace.input_tokens, output_tokens=trace.output_tokens,
         client_id=cid, status=out.status, first_token_s=out.first_token_s, finish_s=out.finish_s,
         preemptions=out.preemptions)
-    span = trace.span_s
     if span > 0:
         horizon = cfg.horizon_factor * span
     else:
         fin = out.finish_s[np.isfinite(out.finish_s)]
         horizon = cfg.horizon_factor * max(float(fin.max() - trace.arrival_s[0]) if fin.size else 1.0, 1e-9)
-    alone = lat.alone_time(trace.input_tokens, trace.output_tokens) if len(trace) else np.zeros(0)
     if overhead:
         alone = alone + overhead
     summary = summarize(table, horizon_s=horizon, slo_profiles=cfg.slo_profiles, alone_s=alone,

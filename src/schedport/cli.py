@@ -1,11 +1,15 @@
 """The `schedport` command line.
 
 Every command exits 0 on success and, on bad input, prints one line `error: ...` naming the
-file, row/key and reason and exits 2 — never a traceback.
+file, row/key and reason and exits 2 — never a traceback. That holds for usage errors (an
+unknown option, a value of the wrong type) and for I/O failures (a full disk, a read-only
+file system) too; output locations are checked before any work starts (`schedport.outputs`).
+Help is rendered plainly (flags shown as flags, not as `<bool>` options).
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -15,10 +19,16 @@ import typer
 from rich.console import Console
 
 from schedport.errors import SchedportError
+from schedport.outputs import cause, output_dir, output_file
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+try:  # typer >= 0.2x vendors click; its exceptions are not click's
+    from typer._click import exceptions as _click_errors
+except ImportError:  # pragma: no cover - typer on top of an installed click
+    from click import exceptions as _click_errors
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Do LLM-serving scheduler rankings carry over across workloads, loads and metrics?")
-trace_app = typer.Typer(no_args_is_help=True, help="Convert and check request traces.")
+trace_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Convert and check request traces.")
 app.add_typer(trace_app, name="trace")
 
 
@@ -38,26 +48,60 @@ def _register() -> None:
     except ImportError:  # pragma: no cover
         pass
     else:
-        app.command("analyze")(analyze_command)
+        app.command("analyze")(_checked_analyze(analyze_command))
+
+
+def _checked_analyze(command):
+    """`analyze` with its output directory checked before the analysis and its temporary
+    files removed when writing fails (same options and help as the wrapped command)."""
+    import functools
+
+    @functools.wraps(command)
+    def analyze(*args, **kwargs):
+        from schedport.sweep import analysis_outputs_cleaned
+
+        results, out_dir = kwargs.get("results"), kwargs.get("out")
+        if out_dir is not None:
+            output_dir(out_dir, create=False)
+        elif results is not None and Path(results).is_dir():
+            output_dir(results)
+        with analysis_outputs_cleaned(out_dir if out_dir is not None else results):
+            return command(*args, **kwargs)
+
+    return analyze
+
+
 out = Console()
+
+
+def _out_path(value) -> Path:
+    """Parse an output path option, refusing an empty name (Path("") would mean the current
+    directory and scatter files there)."""
+    if isinstance(value, Path):
+        return value
+    if not str(value).strip():
+        raise typer.BadParameter("empty path; give a file or directory name")
+    return Path(value)
 
 
 @app.command()
 def simulate(
     trace: Path = typer.Option(..., "--trace", help="Canonical trace (CSV or Parquet)."),
     scheduler: str = typer.Option(..., "--scheduler", help="Policy name (see `schedport schedulers`)."),
-    out_dir: Path = typer.Option(..., "--out", help="Directory for requests.parquet and summary.json."),
+    out_dir: Path = typer.Option(..., "--out", parser=_out_path, help="Directory for requests.parquet and summary.json."),
     engine: Optional[Path] = typer.Option(None, "--engine", help="Engine config TOML (defaults: docs/engine.md)."),
     load: Optional[float] = typer.Option(None, "--load", help="Scale time to offered load RHO vs capacity."),
     seed: int = typer.Option(0, "--seed", help="Seed for the policy's randomness (e.g. ltr's predictor)."),
-    exact: bool = typer.Option(False, "--exact", help="Step every iteration (the oracle; slower)."),
+    exact: bool = typer.Option(False, "--exact/--fast", help="--exact steps every iteration (the oracle; "
+                               "slower); --fast, the default, fast-forwards with bit-identical results."),
     horizon: Optional[float] = typer.Option(None, "--horizon", help="Stop the simulation at S seconds."),
 ) -> None:
     """Simulate one trace under one scheduler; write per-request results and the run summary."""
     from schedport.api import simulate as run_sim
 
-    if horizon is not None and not horizon > 0:
-        raise SchedportError(f"--horizon must be a positive number of seconds, got {horizon}")
+    if horizon is not None and not (horizon > 0 and math.isfinite(horizon)):
+        raise SchedportError(f"--horizon must be a positive, finite number of seconds, got {horizon}")
+    output_dir(out_dir, create=False)
     t0 = time.perf_counter()
     res = run_sim(trace, scheduler, engine=engine, load=load, seed=seed, exact=exact, horizon_s=horizon)
     res.save(out_dir)
@@ -74,7 +118,7 @@ def simulate(
 def replay(
     endpoint: str = typer.Option(..., "--endpoint", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000."),
     trace: Path = typer.Option(..., "--trace", help="Canonical trace (CSV or Parquet)."),
-    out_dir: Path = typer.Option(..., "--out", help="Directory for requests.parquet and summary.json."),
+    out_dir: Path = typer.Option(..., "--out", parser=_out_path, help="Directory for requests.parquet and summary.json."),
     engine: Path = typer.Option(..., "--engine", help="The server's engine config (from `schedport calibrate`)."),
     scheduler: str = typer.Option("vllm-fcfs", "--scheduler", help="vllm-fcfs, sjf, spf, edf or ltr (as priorities)."),
     load: Optional[float] = typer.Option(None, "--load", help="Scale time to offered load RHO vs the engine's capacity."),
@@ -88,6 +132,7 @@ def replay(
     from schedport.replay import replay as run_replay
     from schedport.trace import load_trace
 
+    output_dir(out_dir, create=False)
     tr = load_trace(trace)
     t0 = time.perf_counter()
     res = run_replay(tr, endpoint, engine=engine, scheduler=scheduler, load=load, seed=seed, model=model,
@@ -109,7 +154,7 @@ def replay(
 @app.command()
 def calibrate(
     endpoint: str = typer.Option(..., "--endpoint", help="OpenAI-compatible vLLM server, e.g. http://127.0.0.1:8000."),
-    out_path: Path = typer.Option(..., "--out", help="Engine config TOML to write."),
+    out_path: Path = typer.Option(..., "--out", parser=_out_path, help="Engine config TOML to write."),
     model: Optional[str] = typer.Option(None, "--model", help="Model id (default: the first served)."),
     repeats: int = typer.Option(5, "--repeats", help="Repetitions per probe (the median is fitted)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the probes' shuffled order."),
@@ -127,6 +172,7 @@ def calibrate(
     for key, v in given.items():
         if v is not None and v < 1:
             raise SchedportError(f"--{key.replace('_', '-')} must be a positive integer, got {v}")
+    output_file(out_path)
     t0 = time.perf_counter()
     cal = run_cal(endpoint, out_path, model=model, repeats=repeats, seed=seed, overrides=given, log=out.print)
     f = cal.fit
@@ -141,7 +187,7 @@ def calibrate(
 def validate(
     endpoint: str = typer.Option(..., "--endpoint", help="The real server (vLLM with --scheduling-policy priority)."),
     engine: Path = typer.Option(..., "--engine", help="The server's engine config (from `schedport calibrate`)."),
-    out_dir: Path = typer.Option(..., "--out", help="Directory for runs/, validation.json and validation.html."),
+    out_dir: Path = typer.Option(..., "--out", parser=_out_path, help="Directory for runs/, validation.json and validation.html."),
     trace: Optional[list[Path]] = typer.Option(None, "--trace", help="Trace file(s) to validate on (repeatable)."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="A built corpus to take windows from."),
     windows: int = typer.Option(3, "--windows", help="With --corpus: how many windows (round-robin over sources)."),
@@ -168,6 +214,7 @@ def validate(
 
     if (trace is None) == (corpus is None):
         raise SchedportError("give either --trace FILE (repeatable) or --corpus DIR, not both or neither")
+    output_dir(out_dir, create=False)
     if corpus is not None:
         named = corpus_traces(corpus, windows)
     else:
@@ -210,7 +257,7 @@ def schedulers() -> None:
 
 @app.command()
 def example(
-    out_path: Path = typer.Option(Path("example-trace.csv"), "--out", help="Where to write the trace."),
+    out_path: Path = typer.Option(Path("example-trace.csv"), "--out", parser=_out_path, help="Where to write the trace."),
     n: int = typer.Option(1000, "--requests", help="Number of requests."),
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
@@ -220,7 +267,7 @@ def example(
 
     if n < 1:
         raise SchedportError(f"--requests must be at least 1, got {n}")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
+    output_file(out_path)
     save_trace(make_example_trace(n, seed), out_path)
     out.print(f"wrote {n} requests to {out_path}")
 
@@ -229,7 +276,7 @@ def example(
 def trace_convert(
     inputs: list[Path] = typer.Argument(..., help="Input file(s) or folder (servegen)."),
     fmt: str = typer.Option(..., "--from", help="azure | burstgpt | servegen | jsonl | canonical"),
-    out_path: Path = typer.Option(..., "--out", help="Canonical CSV or Parquet to write."),
+    out_path: Path = typer.Option(..., "--out", parser=_out_path, help="Canonical CSV or Parquet to write."),
     start: Optional[float] = typer.Option(None, "--start", help="Window start, seconds from the file start."),
     duration: Optional[float] = typer.Option(None, "--duration", help="Window length in seconds."),
     rows: Optional[int] = typer.Option(None, "--rows", help="Take N requests from the start."),
@@ -241,6 +288,7 @@ def trace_convert(
     from schedport import sources
     from schedport.trace import save_trace
 
+    output_file(out_path)
     sel = {k: v for k, v in dict(start_s=start, duration_s=duration, rows=rows).items() if v is not None}
     if fmt == "servegen":
         if slot is None:
@@ -271,18 +319,38 @@ def trace_check(path: Path = typer.Argument(..., help="Canonical trace to valida
               f"output mean {t.output_tokens.mean():.0f} p99 {np.percentile(t.output_tokens, 99):.0f}")
 
 
+def _fail(msg: str, code: int = 2) -> None:
+    print(f"error: {' '.join(str(msg).split())}", file=sys.stderr)
+    sys.exit(code)
+
+
 def main() -> None:
-    """Console entry point: run the app, turning user errors into one line and exit code 2."""
+    """Console entry point: run the app, turning user errors into one line and exit code 2.
+
+    Usage errors (click's), user errors (`SchedportError`) and operating-system I/O errors
+    (a full disk, a read-only file system, a missing permission) all end as one line
+    ``error: ...`` on stderr; Ctrl-C ends with ``interrupted`` and exit code 130.
+    """
     _register()
     try:
-        app()
+        rv = app(standalone_mode=False)
+    except _click_errors.NoArgsIsHelpError as e:
+        e.show()
+        sys.exit(2)
+    except _click_errors.UsageError as e:
+        hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+        _fail(e.format_message() + hint, e.exit_code)
+    except _click_errors.ClickException as e:
+        _fail(e.format_message(), e.exit_code)
     except SchedportError as e:
-        msg = str(e).replace("\n", " ")
-        print(f"error: {msg}", file=sys.stderr)
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
+        _fail(str(e), e.exit_code)
+    except OSError as e:
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        _fail(f"{where}{cause(e)}", 2)
+    except (KeyboardInterrupt, _click_errors.Abort):
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from schedport.config import EngineConfig
+from schedport.errors import SchedportError
 from schedport.latency import LatencyModel
 from schedport.trace import Trace
 
@@ -328,6 +329,7 @@ class Simulator:
         if n:
             self.now = reqs[0].arrival
         while True:
+        spin_at, spins = -1, 0
             now = self.now
             # arrivals up to now join the waiting queue (or are rejected at the door)
             i = self._next_arrival
@@ -341,6 +343,8 @@ class Simulator:
                 if i >= n:
                     break
                 self.now = reqs[i].arrival
+                if not reqs[i].arrival > now:   # NaN clock or arrivals: the jump would not advance time
+                    raise _no_progress(now, f"the next arrival ({reqs[i].arrival!r} s) is not later")
                 continue
             plan = sched.plan(now)
             if not plan.items and not (plan.cohort and self.cohort_n):
@@ -348,11 +352,18 @@ class Simulator:
                     if self.bulk:
                         self.rebuild_cohort()
                     continue        # only preemptions (as vLLM can): nothing runs, plan again now
+                    if self.events != spin_at:
+                        spin_at, spins = self.events, 0
+                    spins += 1      # each such plan preempts someone: more than n in a row is a loop
+                    if spins > n + 1:
+                        raise _no_progress(now, f"{spins} plans in a row only preempted requests")
                 if self.running:
                     raise RuntimeError("internal: running requests but the policy scheduled nothing")
                 # nothing can start (e.g. everything waiting was just rejected); wait for an arrival
                 if i < n:
-                    self.now = max(now, reqs[i].arrival)
+                    if not reqs[i].arrival > now:
+                        raise _no_progress(now, f"the next arrival ({reqs[i].arrival!r} s) is not later")
+                    self.now = reqs[i].arrival
                     continue
                 if sched.has_waiting():
                     raise RuntimeError("internal: requests wait on an idle engine with no arrival to come")
@@ -704,3 +715,9 @@ def _first_shortfall(first_need: np.ndarray, bs: int, free: int, k_max: int) -> 
         else:
             lo = mid
     return hi
+
+
+def _no_progress(now: float, why: str) -> SchedportError:
+    """The one-line error of a simulation that would otherwise spin without advancing."""
+    return SchedportError(f"the simulation makes no progress at t={now!r} s: {why}; the trace's arrivals "
+                          f"or the engine's step times are not finite numbers")

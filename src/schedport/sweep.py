@@ -48,6 +48,7 @@ import os
 import signal
 import threading
 import time
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -867,4 +868,28 @@ def _fmt_wall(s: float) -> str:
     if s < 60:
         return f"{s:.1f} s"
     m, sec = divmod(int(round(s)), 60)
+#: The files `schedport.analysis.analyze` writes through a temporary name in its output directory.
+ANALYSIS_TEMP_FILES = ("portability.json.tmp", "report.html.tmp")
+
+
+@contextmanager
+def analysis_outputs_cleaned(out_dir):
+    """Run the analysis writing into `out_dir`; if it fails (a full disk, say), remove the
+    temporary files it leaves there, so a failed write leaves nothing half-written behind
+    and the I/O error is reported as one line naming the path."""
+    from schedport.outputs import io_error
+
+    d = Path(out_dir) if out_dir is not None else None
+    try:
+        yield
+    except BaseException as e:
+        if d is not None:
+            for name in ANALYSIS_TEMP_FILES:
+                with suppress(OSError):
+                    (d / name).unlink()
+        if isinstance(e, OSError):
+            raise io_error(getattr(e, "filename", None) or d, e, "write the analysis") from None
+        raise
+
+
     return f"{m} min {sec:02d} s"

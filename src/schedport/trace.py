@@ -38,6 +38,11 @@ REQUIRED = ("arrival_s", "input_tokens", "output_tokens")
 #: keeps every value exactly representable and safe from overflow in downstream sums.
 MAX_TOKENS = 2**31 - 1
 
+#: Latest arrival accepted, in seconds (about 136 years; Unix timestamps fit). Up to here a
+#: float64 number of seconds still resolves a microsecond, so the engine's clock can add a
+#: millisecond step to an arrival without losing it to rounding.
+MAX_ARRIVAL_S = float(2**32)
+
 _EXPECTED_HEADER = "arrival_s,input_tokens,output_tokens[,client_id]"
 _CSV_SUFFIXES = (".csv",)
 _PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -358,7 +363,7 @@ def _bad_mask(col: str, vals: np.ndarray) -> np.ndarray:
     """True where a parsed value is not acceptable for `col` (NaN counts as bad)."""
     with np.errstate(invalid="ignore"):
         if col == "arrival_s":
-            ok = np.isfinite(vals) & (vals >= 0)
+            ok = np.isfinite(vals) & (vals >= 0) & (vals <= MAX_ARRIVAL_S)
         else:
             ok = np.isfinite(vals) & (vals >= 1) & (vals <= MAX_TOKENS) & (np.floor(vals) == vals)
     return ~ok
@@ -390,6 +395,9 @@ def _why(col: str, value: float, raw: Any) -> str:
         if value < 0:
             return f"{_show(raw)} is negative; token counts must be >= 1"
         return f"{_show(raw)} is too large; token counts must be <= {MAX_TOKENS}"
+    if value > MAX_ARRIVAL_S:
+        return (f"{_show(raw)} is too large; arrival times must be <= {MAX_ARRIVAL_S:.0f} s (2^32), "
+                f"where the clock still resolves a microsecond")
     return f"{_show(raw)} is negative; arrival times must be >= 0"
 
 
