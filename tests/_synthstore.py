@@ -38,8 +38,14 @@ MANIFEST = {"corpus_sha256": "c0ffee" * 10 + "abcd", "engine_config": {"engine":
 
 def make_runs(*, sources=SOURCES3, n_windows=8, regions=REGIONS6[:3], schedulers=SCHEDULERS13[:5],
               seeds=(0,), metrics=METRICS_MAIN, spacing=0.2, noise=0.02, seed=0,
-              order=None) -> pd.DataFrame:
-    """A runs table; `order(source, region_idx, metric) -> quality per scheduler` overrides the default."""
+              order=None, distinct_metrics=True) -> pd.DataFrame:
+    """A runs table; `order(source, region_idx, metric) -> quality per scheduler` overrides the default.
+
+    With little noise every metric would rank the schedulers identically in every window, which
+    the analysis treats as one metric measured several times; `distinct_metrics` makes each metric
+    after the first its own ranking by swapping the two worst schedulers' values in one window
+    (a different (source, region, window) cell per metric).
+    """
     rng = np.random.default_rng(seed)
     rows = []
     K = len(schedulers)
@@ -57,7 +63,17 @@ def make_runs(*, sources=SOURCES3, n_windows=8, regions=REGIONS6[:3], schedulers
                             v = base * wf[w] * (1 + ri) ** (-d) * f * rng.lognormal(0, noise)
                             row[name] = v
                         rows.append(row)
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    if distinct_metrics and K >= 2:
+        a, b = (schedulers[-2], schedulers[-1])
+        cells = [(s, r[0], w) for s in sources for r in regions for w in range(n_windows)]
+        for i, (name, _, _) in enumerate(metrics[1:]):
+            s, r, w = cells[i % len(cells)]
+            at = (df.source == s) & (df.region == r) & (df.window_id == w)
+            ia, ib = at & (df.scheduler == a), at & (df.scheduler == b)
+            va, vb = df.loc[ia, name].to_numpy(), df.loc[ib, name].to_numpy()
+            df.loc[ia, name], df.loc[ib, name] = vb, va
+    return df
 
 
 def write_store(path: Path, runs: pd.DataFrame, manifest: dict | None = MANIFEST, parts: int = 2) -> Path:

@@ -194,12 +194,30 @@ def test_planted_reversal_is_found_and_only_it():
     assert rv["n_comparisons"] == P * M * (R * S * (S - 1) // 2 + S * R * (R - 1) // 2)
     assert rv["n_significant_practical"] == 4
     assert rv["share"] == pytest.approx(4 / rv["n_comparisons"])
-    assert rv["by_region"] == {"light": 1, "moderate": 1, "high": 4}
-    assert rv["by_source_pair"]["azure vs burstgpt-modeled"] == 1
-    assert rv["by_source_pair"]["azure vs bailian"] == 0
+    # breakdowns divide by the reversals of their own kind and add up to them
+    cs, cr = rv["cross_source"], rv["cross_region"]
+    assert cs["n_reversals"] == 2 and cr["n_reversals"] == 2
+    assert {k: v["n_reversals"] for k, v in cs["by_region"].items()} == {"light": 0, "moderate": 0, "high": 2}
+    assert cs["by_region"]["high"]["share_of_reversals"] == 1.0
+    assert cs["by_region"]["high"]["n_comparisons"] == P * M * 3
+    assert cs["by_source_pair"]["azure vs burstgpt-modeled"]["n_reversals"] == 1
+    assert cs["by_source_pair"]["azure vs burstgpt-modeled"]["share_of_reversals"] == 0.5
+    assert cs["by_source_pair"]["azure vs bailian"]["n_reversals"] == 0
+    assert sum(v["n_reversals"] for v in cs["by_source_pair"].values()) == cs["n_reversals"]
+    assert {k: v["n_reversals"] for k, v in cr["by_region_pair"].items() if v["n_reversals"]} == {
+        "light vs high": 1, "moderate vs high": 1}
+    assert cr["by_source"]["burstgpt-modeled"]["n_reversals"] == 2
     assert rv["by_scheduler_pair"] == {"edf vs fastserve": 4}
     assert res["headline"]["reversals"]["top_region"]["key"] == "high"
-    assert res["headline"]["reversals"]["top_source_involved"]["key"] == "burstgpt-modeled"
+    assert res["headline"]["reversals"]["top_region"]["share_of_reversals"] == 1.0
+    # the study's form: e2e_mean_s alone, cross-source only
+    sf = {e["metric"]: e for e in res["study_form"]["reversals"]}
+    e = sf["e2e_mean_s"]
+    assert e["n_comparisons"] == P * 3 * R and e["n_reversals"] == 2
+    assert e["one_scheduler_pair"] is True and e["sources_on_every_reversal"] == ["burstgpt-modeled"]
+    assert e["by_region"]["high"]["n_reversals"] == 2 and e["high_load"]["n_reversals"] == 2
+    assert e["ci_low"] <= e["share"] <= e["ci_high"]
+    assert all(sf[m]["n_reversals"] == 0 for m in sf if m != "e2e_mean_s")
 
 
 def test_practical_threshold_filters_small_reversals():
@@ -313,8 +331,29 @@ def test_output_schema_and_strict_json(tmp_path):
     assert {"metric_a", "metric_b", "source", "region", "tau", "ci_low", "ci_high"} <= set(
         on_disk["concordance"]["metrics"][0])
     assert {"metric", "region", "source", "scheduler", "mean_rank", "ci_low", "ci_high"} <= set(on_disk["rankings"][0])
-    assert {"n_comparisons", "n_significant_practical", "share", "by_region", "by_source_pair",
+    assert {"n_comparisons", "n_significant_practical", "share", "cross_source", "cross_region",
             "by_scheduler_pair", "items"} <= set(on_disk["reversals"])
+    # the study_form contract
+    sf = on_disk["study_form"]
+    assert {"reversals", "best_changes_with_metric", "cross_source_tau", "duplicates", "split_half",
+            "claims"} <= set(sf)
+    for e in sf["reversals"]:
+        assert {"metric", "n_comparisons", "n_reversals", "share", "ci_low", "ci_high", "by_region",
+                "by_source_pair", "by_scheduler_pair"} <= set(e)
+    assert [e["metric"] for e in sf["reversals"]] == on_disk["headline"]["main_metrics"]
+    bc = sf["best_changes_with_metric"]
+    assert bc["condition"] == "window x region" and {"n_conditions", "share", "pairwise"} <= set(bc)
+    assert {"source_a", "source_b", "metric", "value", "ci_low", "ci_high"} <= set(sf["cross_source_tau"][0])
+    assert len(sf["cross_source_tau"]) == 3 * len(on_disk["headline"]["main_metrics"])
+    assert isinstance(sf["duplicates"], dict)
+    assert {(d["source"], d["region"]) for d in sf["split_half"]} == {
+        (s, r) for s in SOURCES3 for r in ("light", "moderate", "high")}
+    for d in sf["split_half"]:
+        assert {"value", "ci_low", "ci_high"} <= set(d) and d["ci_low"] - 1e-12 <= d["value"] <= d["ci_high"] + 1e-12
+    assert len(sf["claims"]) == 5
+    for c in sf["claims"]:
+        assert {"study", "here", "verdict"} <= set(c)
+        assert c["verdict"] in ("holds", "does not hold", "partly holds", "inconclusive", "not comparable")
     assert on_disk["parameters"]["n_boot"] == 1000 and on_disk["parameters"]["seed"] == 7
     assert on_disk["provenance"]["corpus_sha256"] == MANIFEST["corpus_sha256"]
     assert on_disk["provenance"]["engine_config"] == MANIFEST["engine_config"]

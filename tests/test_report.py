@@ -82,10 +82,16 @@ def test_every_first_screen_number_is_read_from_portability_json(study):
     for key, kind, text in p.spans:
         assert text == _FORMATTERS[kind](resolve_key(on_disk, key)), key
     keys = {k for k, _, _ in p.spans}
-    for must in ("headline.cross_source.min_pair.value", "headline.reversals.share",
-                 "headline.reversals.n_comparisons", "headline.metrics.best_changes_with_metric.value",
+    for must in ("headline.cross_source.min_pair.value", "study_form.reversals.0.share",
+                 "study_form.reversals.0.ci_low", "study_form.reversals.0.n_comparisons",
+                 "study_form.best_changes_with_metric.share", "study_form.claims.0.verdict",
+                 "study_form.claims.4.here", "study_form.split_half.0.value",
+                 "study_form.cross_source_half.by_pair.0.adjusted", "study_form.cross_source_tau.0.ci_low",
                  "headline.metrics.mean_pairwise_tau.value", "headline.cross_source.by_pair.0.ci_low"):
         assert must in keys
+    # one interval per number: the lowest pair is shown with no interval of its own
+    first = html[html.index('id="headline"'):html.index('id="figures"')]
+    assert "CI of the minimum" not in first and "bias-corrected" not in first
     # the page is a pure function of the JSON on disk
     assert build_html(on_disk) == html
 

@@ -132,6 +132,7 @@ __all__ = [
     "DIRECTIONS",
     "MAIN_METRICS",
     "metric_direction",
+    "metric_is_bounded",
     "bh_adjust",
     "kendall_tau_b",
     "spearman_rho",
@@ -169,14 +170,25 @@ DIRECTION_PATTERNS: tuple[tuple[re.Pattern, int], ...] = (
     (re.compile(r"slo_attainment_[a-z0-9_]+"), 1),
     (re.compile(r"goodput_[a-z0-9_]+_rps"), 1),
 )
+#: One metric per family (tail TTFT, tail TPOT, mean E2E, standard-SLO attainment, slowdown
+#: fairness). ``goodput_standard_rps`` is not among them: it is attainment x n_requests / horizon,
+#: a function of ``slo_attainment_standard`` within every window (see `metric_families`).
 MAIN_METRICS: tuple[str, ...] = (
     "ttft_p99_s",
     "tpot_p99_s",
     "e2e_mean_s",
-    "goodput_standard_rps",
     "slo_attainment_standard",
     "slowdown_jain",
 )
+#: Metrics bounded in [0, 1] (shares and indices): their effects are absolute differences and
+#: their practical threshold is absolute (`ABS_THRESHOLD`), since a relative difference of two
+#: small shares is large for a negligible change (0.001 vs 0 is a relative effect of 2).
+BOUNDED_PATTERNS: tuple[re.Pattern, ...] = (
+    re.compile(r"slo_attainment_[a-z0-9_]+"),
+    re.compile(r"[a-z0-9_]*_jain"),
+    re.compile(r"[a-z0-9_]*_share"),
+)
+ABS_THRESHOLD = 0.02
 ID_COLUMNS = ("source", "window_id", "region", "scheduler", "seed")
 #: Store columns that describe a run but are not scored.
 BOOKKEEPING = frozenset({
@@ -186,6 +198,10 @@ BOOKKEEPING = frozenset({
 })
 MIN_WINDOWS = 2
 CI_LEVEL = 0.95
+#: Random splits for the split-half reliability (noise ceiling).
+SPLITS = 1000
+#: A mean-rank vector with this many distinct values or fewer is flagged as tied.
+TIED_DISTINCT = 3
 
 
 # --------------------------------------------------------------------------- small pieces
@@ -202,6 +218,15 @@ def metric_direction(name: str) -> Optional[int]:
         if pat.fullmatch(name):
             return d
     return None
+
+
+def metric_is_bounded(name: str) -> bool:
+    """True for metrics bounded in [0, 1] (SLO attainment, Jain indices, shares).
+
+    Their reversal effects are absolute differences judged against an absolute threshold
+    (2 percentage points by default) instead of relative differences.
+    """
+    return any(p.fullmatch(name) for p in BOUNDED_PATTERNS)
 
 
 def bh_adjust(pvalues) -> np.ndarray:
@@ -431,7 +456,9 @@ def load_store(results_dir, *, expect_corpus: Optional[str] = None,
                expect_engine: Optional[str] = None) -> tuple[pd.DataFrame, dict]:
     """Read a results store: (runs table, manifest dict), refusing unusable or mixed stores.
 
-    A missing directory, missing/invalid ``manifest.json``, absent or empty ``runs/``, missing
+    Every part is verified as `schedport run` verifies it (`schedport.store.verified_runs`:
+    page checksums, the manifest's schema, and its engine hash recomputed from the stored
+    engine config). A missing directory, missing/invalid ``manifest.json``, absent or empty ``runs/``, missing
     id columns, duplicated run rows, or more than one corpus hash (in the manifest or in a
     ``corpus_sha256`` column) raise a one-line `SchedportError`, as do a corpus or engine
     hash that differs from the expected one given. The analysis only ever reads this.
@@ -451,10 +478,9 @@ def load_store(results_dir, *, expect_corpus: Optional[str] = None,
     rpath = d / "runs"
     if not rpath.exists():
         raise SchedportError(f"{rpath}: missing; the results store has no runs")
-    try:
-        df = pd.read_parquet(rpath)
-    except Exception as e:  # pyarrow raises several types for unreadable datasets
-        raise SchedportError(f"{rpath}: cannot read the Parquet dataset ({str(e).splitlines()[0]})") from None
+    from schedport.store import verified_runs
+
+    df = verified_runs(d, manifest)  # every part as `run` verifies it: page checksums, schema, hashes
     if len(df) == 0:
         raise SchedportError(f"{rpath}: the results store holds no runs")
     missing = [c for c in ID_COLUMNS if c not in df.columns]
@@ -599,6 +625,116 @@ class _Study:
                          "from the store; every condition is analysed on its complete block of windows.")
 
 
+def _drop_metrics(st: "_Study", drop: Sequence[str]) -> None:
+    """Remove metrics from the reshaped study (values, directions, metric list)."""
+    keep = [i for i, m in enumerate(st.metrics) if m not in set(drop)]
+    st.metrics = [st.metrics[i] for i in keep]
+    st.direction = st.direction[keep]
+    for s in st.sources:
+        st.values[s] = st.values[s][:, keep]
+
+
+def metric_families(st: "_Study", preferred: Sequence[str]) -> dict:
+    """Groups of metrics whose within-window ranks agree in every window of every condition.
+
+    Two metrics are the same ranking when, in every (source, region, window) of the complete
+    blocks, one is defined exactly where the other is and both rank the schedulers identically
+    (with at least one window where the ranks are not all tied): e.g. goodput = attainment x
+    n_requests / horizon. Such a pair measures one thing twice, so only one member of each group
+    is analysed: the first of `preferred` (the main metrics) in the group, else the first in
+    column order. Returns {"groups": [[kept, dropped...], ...], "dropped": [...]}.
+    """
+    M = len(st.metrics)
+    same = np.ones((M, M), dtype=bool)
+    informative = np.zeros(M, dtype=bool)
+    for s in st.sources:
+        ranks, valid = _ranks(st.values[s], st.direction, st.block[s])  # (R, M, W, K), (R, M, W)
+        spread = (ranks.max(axis=-1) > ranks.min(axis=-1)) & valid
+        informative |= spread.any(axis=(0, 2))
+        for i in range(M):
+            for j in range(i + 1, M):
+                if not same[i, j]:
+                    continue
+                ok = np.array_equal(valid[:, i], valid[:, j]) and np.array_equal(
+                    ranks[:, i][valid[:, i]], ranks[:, j][valid[:, j]])
+                same[i, j] = same[j, i] = ok
+    pref = {m: n for n, m in enumerate(preferred)}
+    seen: set = set()
+    groups, dropped = [], []
+    for i in range(M):
+        if i in seen or not informative[i]:
+            continue
+        members = [j for j in range(M) if j == i or (same[i, j] and informative[j])]
+        if len(members) < 2:
+            continue
+        seen.update(members)
+        names = sorted((st.metrics[j] for j in members), key=lambda m: (pref.get(m, len(pref)), st.metrics.index(m)))
+        groups.append(names)
+        dropped += names[1:]
+    return {"groups": groups, "dropped": dropped}
+
+
+def _class_labels(x: np.ndarray) -> np.ndarray:
+    """For each column k of x (..., K): the index of the first column bit-identical to it (NaN = NaN)."""
+    K = x.shape[-1]
+    cols = np.ascontiguousarray(np.asarray(x, dtype=np.float64).reshape(-1, K).T)
+    nan = np.isnan(cols)
+    cols = np.where(nan, 0.0, cols) + 0.0  # + 0.0 turns -0.0 into 0.0
+    first: dict = {}
+    out = np.empty(K, dtype=np.int64)
+    for k in range(K):
+        out[k] = first.setdefault(cols[k].tobytes() + nan[k].tobytes(), k)
+    return out
+
+
+def duplicate_schedulers(st: "_Study") -> dict:
+    """Schedulers whose results are identical, per source and per (source, region) condition.
+
+    Two schedulers are duplicates in a condition when every analysed metric is bit-identical
+    (NaN equal to NaN) in every window of its complete block; in a source, when they are so in
+    every condition of the source. Returns ``labels`` (S, R, K): per condition, the index of the
+    first scheduler of each one's class, which the reversal counting uses so that a comparison
+    repeated by a duplicate counts once; ``by_source`` {source: [[names...], ...]} (classes of 2+)
+    and ``by_condition`` {source: {region: [[names...], ...]}} where a condition has classes the
+    whole source does not.
+    """
+    S, R, K = len(st.sources), len(st.regions), len(st.schedulers)
+    labels = np.tile(np.arange(K), (S, R, 1))
+    by_source, by_condition = {}, {}
+
+    def _groups(lab) -> list:
+        out = []
+        for k in range(K):
+            members = [st.schedulers[j] for j in range(K) if lab[j] == k]
+            if len(members) > 1:
+                out.append(members)
+        return out
+
+    for si, s in enumerate(st.sources):
+        vals = st.values[s]  # (R, M, W, K); NaN outside the block
+        used = []
+        for r in range(R):
+            if not st.block[s][r].any():
+                continue
+            labels[si, r] = _class_labels(vals[r][:, st.block[s][r]])
+            used.append(r)
+        if not used:
+            continue
+        src_lab = _class_labels(np.concatenate([vals[r][:, st.block[s][r]].reshape(-1, K) for r in used]))
+        g = _groups(src_lab)
+        if g:
+            by_source[s] = g
+        whole = {frozenset(x) for x in g}
+        cond = {}
+        for r in used:
+            gr = [x for x in _groups(labels[si, r]) if frozenset(x) not in whole]
+            if gr:
+                cond[st.regions[r]] = _groups(labels[si, r])
+        if cond:
+            by_condition[s] = cond
+    return {"labels": labels, "by_source": by_source, "by_condition": by_condition}
+
+
 # --------------------------------------------------------------------------- core
 
 
@@ -639,7 +775,8 @@ def _ci_fields(point: float, boot: np.ndarray, lo_bound: float = -1.0, hi_bound:
 def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold: float = 0.05,
                         q: float = 0.05, n_boot: int = 1000, seed: int = 0,
                         metrics: Optional[Sequence[str]] = None,
-                        workload: Optional[dict] = None, results_dir: Optional[str] = None) -> dict:
+                        workload: Optional[dict] = None, results_dir: Optional[str] = None,
+                        abs_threshold: float = ABS_THRESHOLD, n_splits: int = SPLITS) -> dict:
     """The whole portability analysis of a runs table; returns the ``portability.json`` dict.
 
     Pure: reads nothing but its arguments (`load_store` provides them) and is deterministic for
@@ -653,11 +790,25 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         raise SchedportError(f"practical threshold must be >= 0, got {practical_threshold}")
     if n_boot < 1:
         raise SchedportError(f"n_boot must be >= 1, got {n_boot}")
+    if not (0 <= abs_threshold < 1):
+        raise SchedportError(f"absolute threshold must be in [0, 1), got {abs_threshold}")
+    if n_splits < 1:
+        raise SchedportError(f"n_splits must be >= 1, got {n_splits}")
     notes: list[str] = []
     status = manifest.get("status")
     if status is not None and str(status).lower() not in ("complete", "completed", "done", "finished", "ok", "success"):
         notes.append(f"The store's manifest says status = {status!r}: its results may be partial.")
     st = _Study(df, metrics, notes)
+    families = metric_families(st, MAIN_METRICS)
+    for g in families["groups"]:
+        notes.append(f"Metrics {' = '.join(g)} rank the schedulers identically in every window: one ranking "
+                     f"measured {len(g)} times, so only {g[0]} is analysed.")
+    if families["dropped"]:
+        _drop_metrics(st, families["dropped"])
+    dups = duplicate_schedulers(st)
+    for s_, groups in dups["by_source"].items():
+        notes.append(f"{s_}: " + "; ".join(" = ".join(g) for g in groups) + " give identical results in every "
+                     "window and region (counted once in reversals).")
     S, R, M, K = len(st.sources), len(st.regions), len(st.metrics), len(st.schedulers)
     B = int(n_boot)
     main = [m for m in MAIN_METRICS if m in st.metrics]
@@ -672,9 +823,11 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
 
     # ---- ranks, mean ranks, bootstrap
     point_mr, boot_mr, tauF, spF, tops = {}, {}, {}, {}, {}
+    ranks_of, valid_of, counts_of = {}, {}, {}
     rankings = []
     for s in st.sources:
         ranks, valid = _ranks(st.values[s], st.direction, st.block[s])
+        ranks_of[s], valid_of[s] = ranks, valid
         W = ranks.shape[2]
         n_valid = valid.sum(axis=-1)  # (R, M)
         allnan = (st.block[s][:, None, :] & ~valid).sum(axis=-1)
@@ -684,6 +837,7 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
                              "scheduler is NaN left out.")
         pm = _mean_ranks(np.ones((1, W)), ranks, valid)[0]
         counts = rng.multinomial(W, np.full(W, 1.0 / W), size=B).astype(np.float64)
+        counts_of[s] = counts
         bm = _mean_ranks(counts, ranks, valid)
         # conditions without enough valid windows are undefined
         too_few = n_valid < MIN_WINDOWS
@@ -745,9 +899,11 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
                 top1 = float((point_top[a][r, m] & point_top[b][r, m]).any())
                 src_tau_pt[pi, r, m] = t
                 src_top_pt[pi, r, m] = top1
+                nda, ndb = len(np.unique(x)), len(np.unique(y))
                 conc_sources.append({
                     "metric": st.metrics[m], "region": st.regions[r], "source_a": a, "source_b": b,
                     "tau": t, "ci_low": tlo[r, m], "ci_high": thi[r, m],
+                    "n_distinct_a": nda, "n_distinct_b": ndb, "tied": min(nda, ndb) <= TIED_DISTINCT,
                     "spearman": sp, "spearman_ci_low": slo[r, m], "spearman_ci_high": shi[r, m],
                     "top1": top1, "top1_support": _nanmean(top_b[:, r, m], 0)})
 
@@ -780,9 +936,11 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
                 if not (np.isfinite(x).all() and np.isfinite(y).all()):
                     continue
                 t, sp = tau_pt[m], sp_pt[m]
+                nda, ndb = len(np.unique(x)), len(np.unique(y))
                 conc_regions.append({
                     "metric": st.metrics[m], "source": s, "region_a": st.regions[i], "region_b": st.regions[j],
                     "tau": t, "ci_low": tlo[m], "ci_high": thi[m],
+                    "n_distinct_a": nda, "n_distinct_b": ndb, "tied": min(nda, ndb) <= TIED_DISTINCT,
                     "spearman": sp, "spearman_ci_low": slo[m], "spearman_ci_high": shi[m],
                     "top1": float((point_top[s][i, m] & point_top[s][j, m]).any()),
                     "top1_support": _nanmean(top_b[:, m], 0)})
@@ -822,9 +980,11 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
                     continue
                 t, sp = tau_pt[r, n], sp_pt[r, n]
                 met_tau_pt[si, r, n] = t
+                nda, ndb = len(np.unique(x)), len(np.unique(y))
                 conc_metrics.append({
                     "source": s, "region": st.regions[r], "metric_a": st.metrics[i], "metric_b": st.metrics[j],
                     "tau": t, "ci_low": tlo[r, n], "ci_high": thi[r, n],
+                    "n_distinct_a": nda, "n_distinct_b": ndb, "tied": min(nda, ndb) <= TIED_DISTINCT,
                     "spearman": sp, "spearman_ci_low": slo[r, n], "spearman_ci_high": shi[r, n],
                     "top1": float((point_top[s][r, i] & point_top[s][r, j]).any()),
                     "top1_support": tsup[r, n]})
@@ -903,8 +1063,9 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
     if src_pairs and np.isfinite(pair_vals_pt).any():
         pv = np.array(pair_vals_pt)
         k = int(np.nanargmin(pv))
-        min_pair = _ci_fields(pv[k], _nanmin(np.stack(pair_vals_bt, axis=1), 1))
-        min_pair.update(source_a=src_pairs[k][0], source_b=src_pairs[k][1])
+        min_pair = dict(by_pair[k])  # the pair's own interval: one interval per number
+        mlo, mhi = _basic_ci(pv[k], _nanmin(np.stack(pair_vals_bt, axis=1), 1))
+        min_pair.update(min_over_pairs_ci_low=_py(mlo), min_over_pairs_ci_high=_py(mhi))
         flat = cell_pt.ravel()
         kc = int(np.nanargmin(flat))
         min_cell = _ci_fields(flat[kc], _nanmin(cell_bt.reshape(B, -1), 1))
@@ -940,8 +1101,36 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         mat[pi_i, pi_j] = mm
         mat[pi_j, pi_i] = mm
 
-    # ---- reversals
-    rev = _reversals(st, practical_threshold, q)
+    # ---- reversals (pooled: every metric, cross-source and cross-region, BH over all tests)
+    rev = _reversals(st, practical_threshold, abs_threshold, q, dups["labels"])
+
+    # ---- the study's form: per main metric, cross-source only, BH within the metric
+    tied_src = {}
+    for d in conc_sources:
+        key = (d["source_a"], d["source_b"], d["metric"])
+        tied_src[key] = tied_src.get(key, 0) + int(d["tied"])
+    cross_tau = []
+    for pi, (a, b) in enumerate(src_pairs):
+        for m in mi:
+            pt = src_tau_pt[pi, :, m]
+            if not np.isfinite(pt).any():
+                continue
+            d = _ci_fields(_nanmean(pt, 0), _nanmean(src_tau_bt[:, pi, :, m], 1))
+            d.update(source_a=a, source_b=b, metric=st.metrics[m], n_regions=int(np.isfinite(pt).sum()),
+                     n_tied_regions=tied_src.get((a, b, st.metrics[m]), 0),
+                     by_region={st.regions[r]: _py(pt[r]) for r in range(R)})
+            cross_tau.append(d)
+    from schedport.studyform import claims as _claims
+    from schedport.studyform import study_form as _study_form
+
+    ctx = {"st": st, "raw": rev["raw"], "labels": dups["labels"], "pair_keys": _pair_keys,
+           "pair_label": _pair_label, "mean_ranks": _mean_ranks, "tau_features": _tau_features}
+    sform = _study_form(ctx, q=q, counts=counts_of, ranks=ranks_of, valid=valid_of, mi=mi, n_splits=n_splits,
+                        split_rng=np.random.default_rng([seed, 16]), cross_source_tau=cross_tau, duplicates=dups)
+    sform["metric_families"] = families
+    sform["main_metrics"] = main
+    modeled = [s_ for s_ in st.sources if source_info(s_).get("modeled")]
+    sform["claims"] = _claims(st, sform, by_pair, met_main, modeled)
 
     headline = {
         "main_metrics": main,
@@ -990,9 +1179,17 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
                         "conditions)",
         "reversal_rule": "opposite signs of the median effects, both BH q <= q, both |median effect| >= threshold",
     }
+    parameters.update(abs_threshold=abs_threshold, n_splits=n_splits,
+                      bounded_metrics=[m for m in st.metrics if metric_is_bounded(m)],
+                      threshold_rule=f"|effect| >= {abs_threshold} (absolute) for bounded metrics, >= "
+                                     f"{practical_threshold} (relative) for the others")
     elapsed = time.perf_counter() - t_start
     out = {
-        "schema": "schedport.portability/1",
+        "schema": "schedport.portability/2",
+        "subset": _subset_info(manifest, st, workload),
+        "study_form": sform,
+        "metric_families": families,
+        "duplicates": {"by_source": dups["by_source"], "by_condition": dups["by_condition"]},
         "headline": headline,
         "concordance": {"sources": conc_sources, "regions": conc_regions, "metrics": conc_metrics},
         "metric_matrix": {"metrics": st.metrics, "tau": mat},
@@ -1014,75 +1211,175 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
     return _py(out)
 
 
-def _reversals(st: _Study, thr: float, q: float) -> dict:
-    """Per-condition paired tests, BH over all of them, and the cross-condition reversals."""
+def _pair_keys(lab1: np.ndarray, lab2: Optional[np.ndarray], I: np.ndarray, J: np.ndarray, K: int) -> np.ndarray:
+    """For each scheduler pair: the index of the first pair it duplicates, or -1 for a pair of twins.
+
+    `lab1` (and `lab2` for a comparison of two conditions) give each scheduler's class in a
+    condition (`duplicate_schedulers`); schedulers identical in every condition involved share a
+    joint class. Two pairs with the same joint classes are one comparison; a pair whose two
+    schedulers share a joint class compares a scheduler with itself.
+    """
+    joint = lab1 if lab2 is None else lab1 * K + lab2
+    a, b = joint[I], joint[J]
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    first: dict = {}
+    rep = np.empty(len(I), dtype=np.int64)
+    for p_ in range(len(I)):
+        rep[p_] = -1 if lo[p_] == hi[p_] else first.setdefault((int(lo[p_]), int(hi[p_])), p_)
+    return rep
+
+
+def _pair_label(st: _Study, k: int, lab1: np.ndarray, lab2: Optional[np.ndarray]) -> str:
+    """A scheduler's name, joined with its duplicates in the conditions compared ("edf = vllm-fcfs")."""
+    K = len(st.schedulers)
+    joint = lab1 if lab2 is None else lab1 * K + lab2
+    return " = ".join(st.schedulers[j] for j in range(K) if joint[j] == joint[k])
+
+
+def _bh_by_group(p: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """BH q-values computed separately within each group label (NaN p stay NaN)."""
+    out = np.full(p.shape, np.nan)
+    for g in np.unique(groups):
+        sel = groups == g
+        out[sel] = bh_adjust(p[sel])
+    return out
+
+
+def _subset_info(manifest: dict, st: _Study, workload: Optional[dict]) -> dict:
+    """Whether the store holds a subset of the study (``--quick``, fewer schedulers, windows or regions).
+
+    Compared with the scheduler registry, the default regions and, when the corpus manifest is
+    at hand, the corpus's windows per source. The report's title says so for a subset.
+    """
+    from schedport.regions import REGIONS
+
+    sel = manifest.get("selectors") if isinstance(manifest.get("selectors"), dict) else {}
+    reasons = []
+    if sel.get("quick"):
+        reasons.append("the --quick selection")
+    try:
+        from schedport.schedulers import REGISTRY
+
+        n_known = len(REGISTRY)
+    except Exception:  # the registry is optional for reading a store
+        n_known = None
+    if n_known and len(st.schedulers) < n_known:
+        reasons.append(f"{len(st.schedulers)} of {n_known} schedulers")
+    if set(st.regions) < set(REGIONS):
+        reasons.append(f"{len(st.regions)} of {len(REGIONS)} regions")
+    n_win = sum(len(v) for v in st.windows.values())
+    if workload and workload.get("available"):
+        corpus_n = Counter(str(w.get("source")) for w in workload.get("windows", []))
+        total = sum(corpus_n.get(s, 0) for s in st.sources)
+        if total and n_win < total:
+            reasons.append(f"{n_win} of {total} windows")
+    elif sel.get("quick"):
+        reasons.append(f"{n_win} windows")
+    return {"is_subset": bool(reasons), "reasons": reasons,
+            "n_schedulers": len(st.schedulers), "n_windows": n_win, "n_regions": len(st.regions)}
+
+
+def _reversals(st: _Study, thr: float, abs_thr: float, q: float, labels: np.ndarray) -> dict:
+    """Per-condition paired tests, BH over all of them, and the cross-condition reversals (pooled).
+
+    Returns the pooled ``summary`` and ``headline`` and, under ``raw``, the per-test arrays
+    (effects, p-values, medians, test representatives) that the study form reuses.
+    """
     S, R, M, K = len(st.sources), len(st.regions), len(st.metrics), len(st.schedulers)
     I, J = _pair_index(K)
     P = len(I)
     Wmax = max(len(st.windows[s]) for s in st.sources)
+    bounded = np.array([metric_is_bounded(m) for m in st.metrics])
+    thr_m = np.where(bounded, abs_thr, thr)  # (M,)
     eff = np.full((S, R, M, P, Wmax), np.nan)
     for si, s in enumerate(st.sources):
         v = st.values[s]  # (R, M, W, K), NaN outside the complete block
         a, b = v[..., I], v[..., J]  # (R, M, W, P)
-        e = relative_effect(a, b, 1) * st.direction[None, :, None, None]
+        rel = relative_effect(a, b, 1)
+        absd = np.where(np.isfinite(a) & np.isfinite(b), a - b, np.nan)
+        e = np.where(bounded[None, :, None, None], absd, rel) * st.direction[None, :, None, None]
         eff[si, :, :, :, : v.shape[2]] = e.transpose(0, 1, 3, 2)
+    # a test per (condition, metric, distinct pair): twins are no test, a duplicate pair is its representative
+    test_rep = np.empty((S, R, P), dtype=np.int64)
+    for si in range(S):
+        for r in range(R):
+            test_rep[si, r] = _pair_keys(labels[si, r], None, I, J, K)
     flat = eff.reshape(-1, Wmax)
     p, n_used = wilcoxon_pvalues(flat)
-    made = n_used > 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        med = np.where(made, np.nanmedian(np.where(made[:, None], flat, 0.0), axis=1), np.nan)
-        mean = np.where(made, np.nanmean(np.where(made[:, None], flat, 0.0), axis=1), np.nan)
-    qv = bh_adjust(np.where(made, p, np.nan))
+        ok_rows = n_used > 0
+        med = np.where(ok_rows, np.nanmedian(np.where(ok_rows[:, None], flat, 0.0), axis=1), np.nan)
+        mean = np.where(ok_rows, np.nanmean(np.where(ok_rows[:, None], flat, 0.0), axis=1), np.nan)
     shape = (S, R, M, P)
-    p, qv, med, mean, n_used, made = (x.reshape(shape) for x in (p, qv, med, mean, n_used, made))
-    sigprac = made & (qv <= q) & (np.abs(med) >= thr)
+    p, med, mean, n_used = (x.reshape(shape) for x in (p, med, mean, n_used))
+    rep_b = np.broadcast_to(test_rep[:, :, None, :], shape)
+    is_rep = rep_b == np.arange(P)
+    made = (n_used > 0) & (rep_b >= 0)
+    distinct = made & is_rep
+    # q over the distinct tests (all at once for the pooled analysis, per metric for the study form)
+    q_all = np.full(shape, np.nan)
+    q_all[distinct] = bh_adjust(p[distinct])
+    metric_of = np.broadcast_to(np.arange(M)[None, None, :, None], shape)
+    q_met = np.full(shape, np.nan)
+    q_met[distinct] = _bh_by_group(p[distinct], metric_of[distinct])
+    src_ix = np.broadcast_to(np.arange(S)[:, None, None, None], shape)
+    reg_ix = np.broadcast_to(np.arange(R)[None, :, None, None], shape)
+    met_ix = metric_of
+    safe_rep = np.where(rep_b >= 0, rep_b, 0)
+    q_all = np.where(made, q_all[src_ix, reg_ix, met_ix, safe_rep], np.nan)
+    q_met = np.where(made, q_met[src_ix, reg_ix, met_ix, safe_rep], np.nan)
     sign = np.sign(med)
-    n_tests = int(made.sum())
-    n_sig = int((made & (qv <= q)).sum())
-    n_raw = int((made & (p <= q)).sum())
+    n_tests = int(distinct.sum())
+    n_sig = int((distinct & (q_all <= q)).sum())
+    n_raw = int((distinct & (p <= q)).sum())
+    sigprac = made & (q_all <= q) & (np.abs(med) >= thr_m[None, None, :, None])
 
-    items, n_comp = [], 0
-    by_region, by_source_pair, by_source, by_sched, by_metric, by_kind = (Counter() for _ in range(6))
-    by_source_involved = Counter()
+    items, n_comp = [], {"source": 0, "region": 0}
+    comp_region, comp_src_pair, comp_reg_pair, comp_source = Counter(), Counter(), Counter(), Counter()
+    by_region, by_source_pair, by_region_pair, by_source = Counter(), Counter(), Counter(), Counter()
+    by_sched, by_metric = Counter(), Counter()
     map_counts = Counter()
 
     def _add(kind, s1, r1, s2, r2):
-        nonlocal n_comp
-        both = made[s1, r1] & made[s2, r2]
-        n_comp += int(both.sum())
+        rep = _pair_keys(labels[s1, r1], labels[s2, r2], I, J, K)
+        keep = rep == np.arange(P)
+        both = made[s1, r1] & made[s2, r2] & keep[None, :]
+        nc = int(both.sum())
+        n_comp[kind] += nc
+        if kind == "source":
+            comp_region[st.regions[r1]] += nc
+            comp_src_pair[f"{st.sources[s1]} vs {st.sources[s2]}"] += nc
+        else:
+            comp_reg_pair[f"{st.regions[r1]} vs {st.regions[r2]}"] += nc
+            comp_source[st.sources[s1]] += nc
         hit = both & sigprac[s1, r1] & sigprac[s2, r2] & (sign[s1, r1] * sign[s2, r2] < 0)
         for m, pp in zip(*np.nonzero(hit)):
-            A, Bn = st.schedulers[I[pp]], st.schedulers[J[pp]]
+            A = _pair_label(st, int(I[pp]), labels[s1, r1], labels[s2, r2])
+            Bn = _pair_label(st, int(J[pp]), labels[s1, r1], labels[s2, r2])
             sa, sb, ra, rb = st.sources[s1], st.sources[s2], st.regions[r1], st.regions[r2]
             items.append({
-                "kind": kind, "scheduler_a": A, "scheduler_b": Bn, "metric": st.metrics[m],
+                "kind": kind, "scheduler_a": st.schedulers[I[pp]], "scheduler_b": st.schedulers[J[pp]],
+                "pair": f"{A} vs {Bn}", "metric": st.metrics[m], "effect_scale": "absolute" if bounded[m] else "relative",
                 "source_a": sa, "region_a": ra, "source_b": sb, "region_b": rb,
                 "effect_a": med[s1, r1, m, pp], "effect_b": med[s2, r2, m, pp],
                 "mean_effect_a": mean[s1, r1, m, pp], "mean_effect_b": mean[s2, r2, m, pp],
                 "p_a": p[s1, r1, m, pp], "p_b": p[s2, r2, m, pp],
-                "q_a": qv[s1, r1, m, pp], "q_b": qv[s2, r2, m, pp],
+                "q_a": q_all[s1, r1, m, pp], "q_b": q_all[s2, r2, m, pp],
                 "n_windows_a": n_used[s1, r1, m, pp], "n_windows_b": n_used[s2, r2, m, pp],
-                "better_a": A if med[s1, r1, m, pp] > 0 else Bn,
-                "better_b": A if med[s2, r2, m, pp] > 0 else Bn,
+                "better_a": st.schedulers[I[pp]] if med[s1, r1, m, pp] > 0 else st.schedulers[J[pp]],
+                "better_b": st.schedulers[I[pp]] if med[s2, r2, m, pp] > 0 else st.schedulers[J[pp]],
             })
             pair = f"{A} vs {Bn}"
             by_sched[pair] += 1
             by_metric[st.metrics[m]] += 1
-            by_kind[kind] += 1
             if kind == "source":
                 by_region[ra] += 1
                 by_source_pair[f"{sa} vs {sb}"] += 1
-                by_source_involved[sa] += 1
-                by_source_involved[sb] += 1
                 map_counts[(pair, ra)] += 1
             else:
-                by_region[ra] += 1
-                by_region[rb] += 1
+                by_region_pair[f"{ra} vs {rb}"] += 1
                 by_source[sa] += 1
-                by_source_involved[sa] += 1
-                map_counts[(pair, ra)] += 1
-                map_counts[(pair, rb)] += 1
 
     for r in range(R):
         for s1 in range(S):
@@ -1093,61 +1390,85 @@ def _reversals(st: _Study, thr: float, q: float) -> dict:
             for r2 in range(r1 + 1, R):
                 _add("region", s, r1, s, r2)
 
-    # strongest flips first: by the smaller of the two |median effects|
-    items.sort(key=lambda d: -min(abs(d["effect_a"]), abs(d["effect_b"])))
+    # strongest flips first: by the smaller of the two |median effects| relative to its threshold
+    items.sort(key=lambda d: -min(abs(d["effect_a"]), abs(d["effect_b"]))
+               / (abs_thr if d["effect_scale"] == "absolute" else max(thr, 1e-12)))
     n_rev = len(items)
-    share = n_rev / n_comp if n_comp else None
-    lo, hi = _wilson(n_rev, n_comp)
+    n_comp_all = n_comp["source"] + n_comp["region"]
+    share = n_rev / n_comp_all if n_comp_all else None
+    lo, hi = _wilson(n_rev, n_comp_all)
+    n_src = sum(1 for d in items if d["kind"] == "source")
+    n_reg = n_rev - n_src
 
-    def _top(c: Counter) -> Optional[dict]:
+    def _table(hits: Counter, comps: Counter, total: int, order: Optional[list] = None) -> dict:
+        keys = order if order is not None else sorted(set(hits) | set(comps), key=lambda k: (-hits[k], k))
+        return {k: {"n_reversals": int(hits.get(k, 0)), "n_comparisons": int(comps.get(k, 0)),
+                    "share_of_reversals": (hits.get(k, 0) / total) if total else None,
+                    "rate": (hits.get(k, 0) / comps[k]) if comps.get(k) else None} for k in keys}
+
+    def _top(c: Counter, total: int) -> Optional[dict]:
         if not c:
             return None
         k, v = max(c.items(), key=lambda kv: (kv[1], kv[0]))
-        return {"key": k, "count": v, "share_of_reversals": v / n_rev if n_rev else None}
+        return {"key": k, "count": v, "share_of_reversals": v / total if total else None}
 
-    def _ordered(c: Counter, order: Optional[list] = None) -> dict:
-        keys = order if order is not None else sorted(c, key=lambda k: (-c[k], k))
-        return {k: int(c.get(k, 0)) for k in keys}
+    def _ordered(c: Counter) -> dict:
+        return {k: int(c[k]) for k in sorted(c, key=lambda k: (-c[k], k))}
 
     src_pair_keys = [f"{a} vs {b}" for i, a in enumerate(st.sources) for b in st.sources[i + 1:]]
+    reg_pair_keys = [f"{a} vs {b}" for i, a in enumerate(st.regions) for b in st.regions[i + 1:]]
     summary = {
         "n_tests": n_tests,
         "n_tests_raw_p_below_q": n_raw,
         "n_tests_significant": n_sig,
-        "n_tests_significant_practical": int(sigprac.sum()),
-        "n_comparisons": n_comp,
+        "n_tests_significant_practical": int((sigprac & distinct).sum()),
+        "n_comparisons": n_comp_all,
         "n_significant_practical": n_rev,
         "share": share,
         "share_ci_low": lo,
         "share_ci_high": hi,
         "share_ci_method": "Wilson score interval (treats comparisons as independent; understates uncertainty)",
-        "by_kind": _ordered(by_kind, ["source", "region"]),
-        "by_region": _ordered(by_region, st.regions),
-        "by_source_pair": _ordered(by_source_pair, src_pair_keys),
-        "by_source": _ordered(by_source, st.sources),
-        "by_source_involved": _ordered(by_source_involved, st.sources),
+        "by_kind": {"source": {"n_reversals": n_src, "n_comparisons": n_comp["source"],
+                               "rate": n_src / n_comp["source"] if n_comp["source"] else None},
+                    "region": {"n_reversals": n_reg, "n_comparisons": n_comp["region"],
+                               "rate": n_reg / n_comp["region"] if n_comp["region"] else None}},
+        "cross_source": {
+            "n_comparisons": n_comp["source"], "n_reversals": n_src,
+            "by_region": _table(by_region, comp_region, n_src, st.regions),
+            "by_source_pair": _table(by_source_pair, comp_src_pair, n_src, src_pair_keys),
+        },
+        "cross_region": {
+            "n_comparisons": n_comp["region"], "n_reversals": n_reg,
+            "by_region_pair": _table(by_region_pair, comp_reg_pair, n_reg, reg_pair_keys),
+            "by_source": _table(by_source, comp_source, n_reg, st.sources),
+        },
         "by_scheduler_pair": _ordered(by_sched),
         "by_metric": _ordered(by_metric),
         "map": [{"scheduler_pair": k[0], "region": k[1], "count": v} for k, v in sorted(map_counts.items())],
-        "counting": "cross-source reversals count under their region and source pair; cross-region reversals "
-                    "under both regions and their source",
+        "counting": "each reversal counts once; duplicate schedulers (identical results in both conditions "
+                    "compared) are one scheduler, so their repeated comparisons count once; shares of "
+                    "cross-source reversals divide by the cross-source count, of cross-region ones by the "
+                    "cross-region count; the map holds cross-source reversals by their region",
         "items": items,
     }
     headline = {
-        "n_comparisons": n_comp,
+        "n_comparisons": n_comp_all,
         "n_significant_practical": n_rev,
         "share": share,
         "ci_low": lo,
         "ci_high": hi,
         "ci_method": "Wilson score interval",
         "n_tests": n_tests,
-        "top_region": _top(by_region),
-        "top_source_pair": _top(by_source_pair),
-        "top_source_involved": _top(by_source_involved),
-        "top_scheduler_pair": _top(by_sched),
-        "top_metric": _top(by_metric),
+        "n_cross_source": n_src,
+        "n_cross_region": n_reg,
+        "top_region": _top(by_region, n_src),
+        "top_source_pair": _top(by_source_pair, n_src),
+        "top_scheduler_pair": _top(by_sched, n_rev),
+        "top_metric": _top(by_metric, n_rev),
     }
-    return {"summary": summary, "headline": headline}
+    raw = {"eff": eff, "p": p, "med": med, "n_used": n_used, "made": made, "distinct": distinct,
+           "test_rep": test_rep, "q_metric": q_met, "thr_m": thr_m, "bounded": bounded, "I": I, "J": J}
+    return {"summary": summary, "headline": headline, "raw": raw}
 
 
 # --------------------------------------------------------------------------- provenance, workload
@@ -1299,7 +1620,8 @@ def load_workload(corpus_dir, expect_corpus: Optional[str] = None) -> dict:
 def analyze(results_dir, out_dir=None, *, practical_threshold: float = 0.05, q: float = 0.05,
             n_boot: int = 1000, seed: int = 0, metrics: Optional[Sequence[str]] = None,
             corpus_dir=None, expect_corpus: Optional[str] = None,
-            expect_engine: Optional[str] = None, validation=None) -> dict:
+            expect_engine: Optional[str] = None, validation=None,
+            abs_threshold: float = ABS_THRESHOLD, n_splits: int = SPLITS) -> dict:
     """Analyse a results store; write ``portability.json`` and ``report.html``; return the dict.
 
     `out_dir` defaults to `results_dir`. `corpus_dir` (optional) adds the workload
@@ -1334,7 +1656,8 @@ def analyze(results_dir, out_dir=None, *, practical_threshold: float = 0.05, q: 
             workload = {"available": False, "note": f"the corpus named by the results manifest ({cdir}) is "
                                                     "not there and no --corpus was given"}
     res = compute_portability(df, manifest, practical_threshold=practical_threshold, q=q, n_boot=n_boot,
-                              seed=seed, metrics=metrics, workload=workload, results_dir=str(rdir))
+                              seed=seed, metrics=metrics, workload=workload, results_dir=str(rdir),
+                              abs_threshold=abs_threshold, n_splits=n_splits)
     odir = Path(out_dir) if out_dir is not None else rdir
     odir.mkdir(parents=True, exist_ok=True)
     tmp = odir / "portability.json.tmp"
@@ -1350,7 +1673,12 @@ def analyze_command(
                                                           "(default: the results directory)."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="Corpus directory (its manifest.json) for the "
                                                                  "workload-characterization figure."),
-    threshold: float = typer.Option(0.05, "--threshold", help="Practical threshold on |relative effect|."),
+    threshold: float = typer.Option(0.05, "--threshold", help="Practical threshold on |relative effect| "
+                                                             "(unbounded metrics)."),
+    abs_threshold: float = typer.Option(ABS_THRESHOLD, "--abs-threshold",
+                                        help="Practical threshold on |absolute difference| for bounded metrics "
+                                             "(attainment, Jain indices, shares): 0.02 = 2 percentage points."),
+    n_splits: int = typer.Option(SPLITS, "--splits", help="Random splits for the split-half reliability."),
     q: float = typer.Option(0.05, "--q", help="Benjamini-Hochberg false discovery rate."),
     n_boot: int = typer.Option(1000, "--boot", "--n-boot", help="Bootstrap replicates (>= 1000 for reporting)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
@@ -1362,7 +1690,8 @@ def analyze_command(
     """Rank schedulers per source, region and metric; map where rankings hold and where they flip."""
     mlist = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
     res = analyze(results, out, practical_threshold=threshold, q=q, n_boot=n_boot, seed=seed, metrics=mlist,
-                  corpus_dir=corpus, expect_corpus=expect_corpus, validation=validation)
+                  corpus_dir=corpus, expect_corpus=expect_corpus, validation=validation,
+                  abs_threshold=abs_threshold, n_splits=n_splits)
     odir = out if out is not None else results
     for line in summary_lines(res):
         typer.echo(line)

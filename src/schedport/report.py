@@ -315,7 +315,7 @@ main{max-width:1200px;margin:0 auto;padding:16px 24px}
 h1{font-size:1.5em;margin:0.2em 0}h2{border-bottom:1px solid #ccc;padding-bottom:2px;margin-top:1.6em}
 .sub{color:#555;font-size:0.9em}
 #headline{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:12px}
-#card-sources{grid-column:1/-1}
+#card-sources,#card-claims,#card-reversals{grid-column:1/-1}
 .scroll{overflow-x:auto}
 .card{border:1px solid #d0d0d0;border-radius:6px;padding:10px 14px;background:#fafafa}
 .card h3{margin:0 0 6px 0;font-size:1.05em}
@@ -330,98 +330,221 @@ img.small{max-width:100%;height:auto}
 .modeled{background:#e8f1fb;border-left:4px solid #0072B2;padding:4px 8px}
 pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:0.8em}
 details{margin:6px 0}summary{cursor:pointer;font-weight:600}
+.v-holds{background:#e3f4ea}.v-not{background:#fbe5e1}.v-part{background:#fff4d6}.v-nc{background:#eeeeee}
+.subset{font-size:0.6em;color:#D55E00;font-weight:600}
+tr.ceiling td{color:#444;background:#f4f4f4}
 """
 
 
-def _headline(res: dict, n: _Nums) -> str:
+VERDICT_CLASS = {"holds": "v-holds", "does not hold": "v-not", "partly holds": "v-part", "inconclusive": "v-part",
+                 "not comparable": "v-nc"}
+
+
+def _find_ix(items: list, **match) -> Optional[int]:
+    for i, d in enumerate(items):
+        if all(d.get(k) == v for k, v in match.items()):
+            return i
+    return None
+
+
+def _claims_card(res: dict, n: _Nums) -> str:
+    """The study's five findings beside this run's figures, with verdicts (all from study_form.claims)."""
+    cl = res["study_form"]["claims"]
+    rows = []
+    for i, c in enumerate(cl):
+        cls = VERDICT_CLASS.get(c["verdict"], "")
+        rows.append(f"<tr><td class='l'>{_esc(c['study'])}</td><td class='l'>{n(f'study_form.claims.{i}.here', 'str')}"
+                    f"</td><td class='l {cls}'><b>{n(f'study_form.claims.{i}.verdict', 'str')}</b></td>"
+                    f"<td class='l sub'>{_esc(c.get('rule', ''))}</td></tr>")
+    return ("<div class='card' id='card-claims'><h3>The study's findings, claim by claim</h3>"
+            "<p class='sub'>Each finding of the original study beside this run's figure in the same form, with its "
+            "95% interval; the verdict is computed from the numbers by the rule shown (generated from "
+            "portability.json).</p><div class='scroll'><table><tr><th class='l'>study</th><th class='l'>this run</th>"
+            "<th class='l'>verdict</th><th class='l'>rule</th></tr>" + "".join(rows) + "</table></div></div>")
+
+
+def _tau_card(res: dict, n: _Nums) -> str:
+    """Cross-source tau per source pair and main metric, with split-half ceilings beside it."""
     h = res["headline"]
     cs = h["cross_source"]
+    sf = res["study_form"]
     regions = [r["name"] for r in res["parameters"]["regions"]]
-    out = ['<section id="headline" aria-label="headline findings">']
-
-    # card 1: cross-source tau
+    main = sf["main_metrics"]
     c = ['<div class="card" id="card-sources"><h3>Do rankings carry over across sources?</h3>']
-    if cs["by_pair"]:
-        c.append(f"<p class='sub'>{_esc(cs['basis'])}; 95% bias-corrected (basic) bootstrap CI over windows. "
-                 "Sampling noise pulls tau of estimated ranks towards 0, so an interval can lie above its "
-                 "estimate.</p>")
-        c.append("<div style='display:flex;gap:16px;flex-wrap:wrap;align-items:flex-start'><div>")
-        c.append("<table><tr><th class='l'>source pair</th>"
-                 + "".join(f"<th>{_esc(r)}</th>" for r in regions) + "<th>all regions</th></tr>")
-        for pi, d in enumerate(cs["by_pair"]):
-            row = [f"<td class='l'>{_esc(d['source_a'])} vs {_esc(d['source_b'])}</td>"]
-            for r in regions:
-                ix = next(i for i, e in enumerate(cs["by_pair_region"])
-                          if e["source_a"] == d["source_a"] and e["source_b"] == d["source_b"] and e["region"] == r)
-                row.append(f"<td>{n(f'headline.cross_source.by_pair_region.{ix}.value')}</td>")
-            row.append(f"<td><b>{n.ci(f'headline.cross_source.by_pair.{pi}')}</b></td>")
-            c.append("<tr>" + "".join(row) + "</tr>")
-        c.append("</table>")
-        mp = cs["min_pair"]
-        if mp:
-            c.append(f"<p>Lowest pair: <b>{_esc(mp['source_a'])} vs {_esc(mp['source_b'])}</b>, tau = "
-                     f"<span class='big'>{n('headline.cross_source.min_pair.value')}</span> "
-                     f"<span class='ci'>[{n('headline.cross_source.min_pair.ci_low')}, "
-                     f"{n('headline.cross_source.min_pair.ci_high')}]</span> (CI of the minimum over pairs).</p>")
-        mc = cs["min_cell"]
-        if mc:
-            c.append(f"<p>Lowest single region: {_esc(mc['source_a'])} vs {_esc(mc['source_b'])} at "
-                     f"{_esc(mc['region'])}: tau = {n.ci('headline.cross_source.min_cell')}.</p>")
-        c.append(f"<p>Top-1 agreement across sources (share of pair x region x main metric where the best "
-                 f"scheduler is shared): {n.ci('headline.cross_source.top1_agreement', 'pct')}.</p>")
-        c.append("</div><div>" + _img(fig_headline_tau(res), "cross-source tau per region", "small") + "</div></div>")
-    else:
-        c.append("<p>Only one source in the store: no cross-source comparison.</p>")
+    if not cs["by_pair"]:
+        c.append("<p>Only one source in the store: no cross-source comparison.</p></div>")
+        return "".join(c)
+    c.append("<p class='sub'>Kendall tau-b between two sources' mean-rank vectors, per main metric (mean over "
+             "regions) and averaged over the main metrics; 95% basic bootstrap interval over windows "
+             "(reverse percentile; sampling noise pulls tau of estimated ranks towards 0, so an interval can lie "
+             "above its estimate). &dagger;: in that many regions a mean-rank vector has 3 or fewer distinct "
+             "values (tau of near-constant vectors). Ceiling-adjusted: tau at half the windows divided by "
+             "sqrt(split-half reliability of each source), 1 = the sources agree as well as each agrees with "
+             "itself.</p>")
+    c.append("<div class='scroll'><table><tr><th class='l'>source pair</th>"
+             + "".join(f"<th>{_esc(m)}</th>" for m in main)
+             + "<th>main metrics</th><th>ceiling-adjusted</th></tr>")
+    ct = sf["cross_source_tau"]
+    half = sf["cross_source_half"]["by_pair"]
+    for pi, d in enumerate(cs["by_pair"]):
+        row = [f"<td class='l'>{_esc(d['source_a'])} vs {_esc(d['source_b'])}</td>"]
+        for m in main:
+            ix = _find_ix(ct, source_a=d["source_a"], source_b=d["source_b"], metric=m)
+            if ix is None:
+                row.append("<td>&ndash;</td>")
+                continue
+            tied = ct[ix].get("n_tied_regions") or 0
+            mark = f"<sup title='{tied} region(s) with a tied vector'>&dagger;{tied}</sup>" if tied else ""
+            row.append(f"<td>{n.ci(f'study_form.cross_source_tau.{ix}')}{mark}</td>")
+        row.append(f"<td><b>{n.ci(f'headline.cross_source.by_pair.{pi}')}</b></td>")
+        hx = _find_ix(half, source_a=d["source_a"], source_b=d["source_b"])
+        row.append(f"<td>{n(f'study_form.cross_source_half.by_pair.{hx}.adjusted')}</td>" if hx is not None
+                   else "<td>n/a</td>")
+        c.append("<tr>" + "".join(row) + "</tr>")
+    c.append("</table></div>")
+    mp = cs["min_pair"]
+    if mp:
+        pi = _find_ix(cs["by_pair"], source_a=mp["source_a"], source_b=mp["source_b"])
+        c.append(f"<p>Lowest pair: <b>{_esc(mp['source_a'])} vs {_esc(mp['source_b'])}</b>, tau = "
+                 f"<span class='big'>{n('headline.cross_source.min_pair.value')}</span> (interval as in the "
+                 f"table).</p>")
+    # per region, with the noise ceiling of both sources beside each tau
+    sh = sf["split_half"]
+    pr = sf["cross_source_half"]["by_pair_region"]
+    c.append("<div class='scroll'><table><tr><th class='l'>source pair, per region</th>"
+             + "".join(f"<th>{_esc(r)}</th>" for r in regions) + "</tr>")
+    for d in cs["by_pair"]:
+        row = [f"<td class='l'>{_esc(d['source_a'])} vs {_esc(d['source_b'])}<br><span class='sub'>tau / "
+               "ceiling-adjusted</span></td>"]
+        for r in regions:
+            ix = _find_ix(cs["by_pair_region"], source_a=d["source_a"], source_b=d["source_b"], region=r)
+            jx = _find_ix(pr, source_a=d["source_a"], source_b=d["source_b"], region=r)
+            cell = n(f"headline.cross_source.by_pair_region.{ix}.value") if ix is not None else "n/a"
+            if jx is not None:
+                cell += f" / {n(f'study_form.cross_source_half.by_pair_region.{jx}.adjusted')}"
+            row.append(f"<td>{cell}</td>")
+        c.append("<tr>" + "".join(row) + "</tr>")
+    for s in res["parameters"]["sources"]:
+        row = [f"<td class='l'>split-half reliability: {_esc(s)}</td>"]
+        for r in regions:
+            ix = _find_ix(sh, source=s, region=r)
+            row.append(f"<td>{n.ci(f'study_form.split_half.{ix}')}</td>" if ix is not None else "<td>n/a</td>")
+        c.append("<tr class='ceiling'>" + "".join(row) + "</tr>")
+    info = sf["split_half_info"]
+    c.append("</table></div>")
+    c.append(f"<p class='sub'>Split-half reliability: {_esc(info['definition'])}; {info['n_splits']} random "
+             f"splits; range: {_esc(info['ci_method'])}. Adjusted: {_esc(info['adjusted_definition'])}.</p>")
+    c.append("<div>" + _img(fig_headline_tau(res), "cross-source tau per region", "small") + "</div>")
     c.append("</div>")
-    out += c
+    return "".join(c)
 
-    # card 2: reversals
-    rv = h["reversals"]
-    c = ['<div class="card" id="card-reversals"><h3>How often do pairwise rankings flip?</h3>']
-    c.append(f"<p><span class='big'>{n('headline.reversals.n_significant_practical', 'int')}</span> significant, "
-             f"practically relevant reversals out of {n('headline.reversals.n_comparisons', 'int')} comparisons: "
-             f"<span class='big'>{n('headline.reversals.share', 'pct')}</span> "
-             f"<span class='ci'>[{n('headline.reversals.ci_low', 'pct')}, {n('headline.reversals.ci_high', 'pct')}]"
-             f"</span></p>")
+
+def _study_reversals_card(res: dict, n: _Nums) -> str:
+    """Cross-source reversals per main metric in the study's form."""
+    sf = res["study_form"]
     p = res["parameters"]
-    c.append(f"<p class='sub'>Sign flip of the median per-window relative effect between two conditions (two "
-             f"sources at one region, or two regions at one source), both sides BH-significant at q = "
-             f"{_esc(p['q'])} over {n('headline.reversals.n_tests', 'int')} Wilcoxon tests, both |effect| &ge; "
-             f"{_esc(pct(p['practical_threshold'], 0))}. Interval: {_esc(rv['ci_method'])}, which ignores "
-             f"dependence between comparisons.</p>")
-    conc = []
-    for key, label in (("top_region", "region"), ("top_source_pair", "source pair (cross-source reversals)"),
-                       ("top_source_involved", "source involved"), ("top_scheduler_pair", "scheduler pair"),
-                       ("top_metric", "metric")):
-        t = rv.get(key)
-        if t:
-            conc.append(f"<li>{label}: <b>{_esc(t['key'])}</b> ({n(f'headline.reversals.{key}.count', 'int')} "
-                        f"reversals, {n(f'headline.reversals.{key}.share_of_reversals', 'pct')} of them)</li>")
-    if conc:
-        c.append("<p>They concentrate in:</p><ul>" + "".join(conc) + "</ul>")
-    elif rv["n_comparisons"]:
-        c.append("<p>No reversal passed both significance and the practical threshold.</p>")
-    c.append("</div>")
-    out += c
+    c = ['<div class="card" id="card-reversals"><h3>How often do pairwise rankings flip across sources?</h3>']
+    c.append(f"<p class='sub'>Per main metric: scheduler pairs whose median per-window effect has opposite signs "
+             f"in two sources at the same region, both Benjamini-Hochberg significant at q = {_esc(p['q'])} within "
+             f"that metric's tests, both |effect| at or beyond the threshold ({_esc(p['threshold_rule'])}). "
+             "Duplicate schedulers count once. Interval: 95% percentile bootstrap over windows, with the tests, BH "
+             "and reversals redone on every resample.</p>")
+    head = ("<tr><th class='l'>metric</th><th>comparisons</th><th>reversals</th><th>share [95% CI]</th>"
+            "<th class='l'>top region</th><th class='l'>top source pair</th><th class='l'>top scheduler pair</th>"
+            "<th>one pair</th><th class='l'>source on every one</th></tr>")
+    rows = []
+    for i, e in enumerate(sf["reversals"]):
+        k = f"study_form.reversals.{i}"
 
-    # card 3: metrics
+        def _top(field):
+            d = e[field]
+            if not e["n_reversals"] or not d:
+                return "&ndash;"
+            key = max(d, key=lambda x: (d[x]["n_reversals"] if isinstance(d[x], dict) else d[x], x))
+            v = d[key]["n_reversals"] if isinstance(d[key], dict) else d[key]
+            sub = (f"{k}.{field}.{key}.n_reversals" if isinstance(d[key], dict) else f"{k}.{field}.{key}")
+            return f"{_esc(key)} ({n(sub, 'int')})" if "." not in key else f"{_esc(key)} ({v})"
+
+        one = "&ndash;" if e["one_scheduler_pair"] is None else ("yes" if e["one_scheduler_pair"] else "no")
+        src = "&ndash;" if e["sources_on_every_reversal"] is None else (
+            _esc(", ".join(e["sources_on_every_reversal"])) or "none")
+        rows.append(f"<tr><td class='l'>{_esc(e['metric'])}</td><td>{n(k + '.n_comparisons', 'int')}</td>"
+                    f"<td>{n(k + '.n_reversals', 'int')}</td><td><b>{n(k + '.share', 'pct')}</b> <span class='ci'>"
+                    f"[{n(k + '.ci_low', 'pct')}, {n(k + '.ci_high', 'pct')}]</span></td><td class='l'>"
+                    f"{_top('by_region')}</td><td class='l'>{_top('by_source_pair')}</td><td class='l'>"
+                    f"{_top('by_scheduler_pair')}</td><td>{one}</td><td class='l'>{src}</td></tr>")
+    c.append(f"<div class='scroll'><table>{head}{''.join(rows)}</table></div>")
+    c.append("<p class='sub'>Pooled over all metrics and kinds of comparison (secondary): see "
+             "<a href='#pooled'>Pooled reversals</a>.</p></div>")
+    return "".join(c)
+
+
+def _metrics_card(res: dict, n: _Nums) -> str:
+    h = res["headline"]
+    sf = res["study_form"]
+    b = sf["best_changes_with_metric"]
+    p = res["parameters"]
     c = ['<div class="card" id="card-metrics"><h3>Does the ranking depend on the metric?</h3>']
     c.append(f"<p>Mean pairwise tau between the main metrics: <span class='big'>"
              f"{n('headline.metrics.mean_pairwise_tau.value')}</span> <span class='ci'>["
              f"{n('headline.metrics.mean_pairwise_tau.ci_low')}, {n('headline.metrics.mean_pairwise_tau.ci_high')}"
-             f"]</span> (all {len(p['metrics'])} metrics: {n.ci('headline.metrics.mean_pairwise_tau_all_metrics')}).</p>")
+             f"]</span> (95% basic bootstrap interval; all {len(p['metrics'])} distinct metrics: "
+             f"{n.ci('headline.metrics.mean_pairwise_tau_all_metrics')}).</p>")
     c.append(f"<p>The single best scheduler changes with the metric in <span class='big'>"
-             f"{n('headline.metrics.best_changes_with_metric.value', 'pct')}</span> <span class='ci'>["
-             f"{n('headline.metrics.best_changes_with_metric.ci_low', 'pct')}, "
-             f"{n('headline.metrics.best_changes_with_metric.ci_high', 'pct')}]</span> of conditions "
-             f"({n('headline.metrics.best_changes_with_metric.n_changed', 'int')} of "
-             f"{n('headline.metrics.best_changes_with_metric.n_conditions', 'int')} source x region).</p>")
-    c.append(f"<p class='sub'>Main metrics: {_esc(', '.join(h['main_metrics']))}. Best = lowest mean rank "
-             "(ties share the title); changed = no scheduler is best on every main metric.</p>")
+             f"{n('study_form.best_changes_with_metric.share', 'pct')}</span> <span class='ci'>["
+             f"{n('study_form.best_changes_with_metric.ci_low', 'pct')}, "
+             f"{n('study_form.best_changes_with_metric.ci_high', 'pct')}]</span> of "
+             f"{n('study_form.best_changes_with_metric.n_conditions', 'int')} window x region cells; pairwise: "
+             f"{n('study_form.best_changes_with_metric.pairwise.share', 'pct')} <span class='ci'>["
+             f"{n('study_form.best_changes_with_metric.pairwise.ci_low', 'pct')}, "
+             f"{n('study_form.best_changes_with_metric.pairwise.ci_high', 'pct')}]</span> of (cell, metric pair).</p>")
+    c.append(f"<p class='sub'>{_esc(b['definition'])}; pairwise: {_esc(b['pairwise']['definition'])}; 95% "
+             "percentile bootstrap over windows.</p>")
+    if b.get("forced_by"):
+        f = b["forced_by"]
+        txt = "; ".join(f"{x['scheduler']} is the sole best on {x['metric']} in every window" for x in f)
+        extra = ""
+        if b.get("share_without_forced"):
+            extra = (f" Without {_esc(', '.join(x['metric'] for x in f))}: "
+                     f"{n('study_form.best_changes_with_metric.share_without_forced.share', 'pct')} <span class='ci'>["
+                     f"{n('study_form.best_changes_with_metric.share_without_forced.ci_low', 'pct')}, "
+                     f"{n('study_form.best_changes_with_metric.share_without_forced.ci_high', 'pct')}]</span>.")
+        c.append(f"<div class='note'>By construction: {_esc(txt)}, so the share only asks whether that scheduler "
+                 f"also wins every other main metric.{extra}</div>")
     c.append(_img(fig_metric_matrix(res, only=h["main_metrics"], title="Main-metric rank agreement"),
                   "metric concordance (main metrics)", "small"))
     c.append("</div>")
-    out += c
+    return "".join(c)
+
+
+def _artifacts_card(res: dict) -> str:
+    """Metric families and duplicate schedulers found in the results."""
+    fam = res["metric_families"]["groups"]
+    dup = res["duplicates"]
+    li = []
+    for g in fam:
+        li.append(f"<li>metrics <b>{_esc(' = '.join(g))}</b>: identical rankings in every window; "
+                  f"only {_esc(g[0])} is analysed</li>")
+    for s, groups in dup["by_source"].items():
+        for g in groups:
+            li.append(f"<li>{_esc(s)}: <b>{_esc(' = '.join(g))}</b> identical in every window and region "
+                      "(one row in its rankings, counted once in reversals)</li>")
+    for s, regs in dup["by_condition"].items():
+        for r, groups in regs.items():
+            li.append(f"<li>{_esc(s)} @ {_esc(r)}: {_esc('; '.join(' = '.join(g) for g in groups))}</li>")
+    if not li:
+        li.append("<li>no duplicate metric and no duplicate scheduler</li>")
+    return ("<div class='card' id='card-artifacts'><h3>Duplicates found in the results</h3><ul>" + "".join(li)
+            + "</ul></div>")
+
+
+def _headline(res: dict, n: _Nums) -> str:
+    out = ['<section id="headline" aria-label="headline findings">']
+    out.append(_claims_card(res, n))
+    out.append(_tau_card(res, n))
+    out.append(_study_reversals_card(res, n))
+    out.append(_metrics_card(res, n))
+    out.append(_artifacts_card(res))
     out.append("</section>")
     return "\n".join(out)
 
@@ -431,16 +554,20 @@ def _rank_tables(res: dict) -> str:
     regions = [r["name"] for r in p["regions"]]
     sources = p["sources"]
     look = {(d["metric"], d["source"], d["region"], d["scheduler"]): d for d in res["rankings"]}
+    dups = (res.get("duplicates") or {}).get("by_source", {})
     K = len(p["schedulers"])
     out = []
     for mi, m in enumerate(res["headline"]["main_metrics"]):
-        rows = []
-        head = ("<tr><th class='l' rowspan='2'>scheduler</th>"
-                + "".join(f"<th colspan='{len(regions)}'>{_esc(s)}</th>" for s in sources) + "</tr><tr>"
-                + "".join(f"<th>{_esc(r)}</th>" for _ in sources for r in regions) + "</tr>")
-        for sc in p["schedulers"]:
-            cells = [f"<td class='l'>{_esc(sc)}</td>"]
-            for s in sources:
+        tables = []
+        for s in sources:
+            merged = {x: g for g in dups.get(s, []) for x in g}
+            rows, seen = [], set()
+            for sc in p["schedulers"]:
+                if sc in seen:
+                    continue
+                group = merged.get(sc, [sc])
+                seen.update(group)
+                cells = [f"<td class='l'>{_esc(' = '.join(group))}</td>"]
                 for r in regions:
                     d = look.get((m, s, r, sc))
                     if d is None:
@@ -448,15 +575,18 @@ def _rank_tables(res: dict) -> str:
                         continue
                     v = d["mean_rank"]
                     shade = int(255 - 90 * (1 - (v - 1) / max(K - 1, 1)))
-                    cells.append(f"<td style='background:rgb({shade},{shade},255)' title='95% CI "
+                    cells.append(f"<td style='background:rgb({shade},{shade},255)' title='95% percentile CI "
                                  f"[{fmt(d['ci_low'], 2)}, {fmt(d['ci_high'], 2)}], {d['n_windows']} windows'>"
                                  f"{fmt(v, 2)}</td>")
-            rows.append("<tr>" + "".join(cells) + "</tr>")
+                rows.append("<tr>" + "".join(cells) + "</tr>")
+            head = (f"<tr><th class='l'>{_esc(s)}</th>" + "".join(f"<th>{_esc(r)}</th>" for r in regions) + "</tr>")
+            tables.append(f"<div class='scroll'><table>{head}{''.join(rows)}</table></div>")
         direction = p["directions"].get(m, "?")
         out.append(f"<details{' open' if mi == 0 else ''}><summary>{_esc(m)} ({direction} is better)</summary>"
-                   f"<div class='scroll'><table>{head}{''.join(rows)}</table></div></details>")
+                   "<div style='display:flex;gap:12px;flex-wrap:wrap'>" + "".join(tables) + "</div></details>")
     return ("<p class='sub'>Mean within-window rank (1 = best) per source and region; darker = better; hover "
-            "for the 95% bootstrap CI. All metrics are in portability.json.</p>" + "".join(out))
+            "for the 95% percentile bootstrap CI. Schedulers with identical results in every window of a source "
+            "share one row there. All metrics are in portability.json.</p>" + "".join(out))
 
 
 def _reversal_table(res: dict) -> str:
@@ -467,7 +597,7 @@ def _reversal_table(res: dict) -> str:
     for d in items[:ROW_CAP]:
         rows.append(
             "<tr>" + "".join([
-                f"<td class='l'>{_esc(d['scheduler_a'])} vs {_esc(d['scheduler_b'])}</td>",
+                f"<td class='l'>{_esc(d.get('pair') or (d['scheduler_a'] + ' vs ' + d['scheduler_b']))}</td>",
                 f"<td class='l'>{_esc(d['metric'])}</td>",
                 f"<td class='l'>{_esc(d['source_a'])} @ {_esc(d['region_a'])}</td>",
                 f"<td>{fmt(d['effect_a'])}</td><td>{fmt(d['q_a'], 4)}</td>",
@@ -475,8 +605,9 @@ def _reversal_table(res: dict) -> str:
                 f"<td>{fmt(d['effect_b'])}</td><td>{fmt(d['q_b'], 4)}</td>",
             ]) + "</tr>")
     more = (f"<p class='sub'>{len(items) - ROW_CAP} more in portability.json.</p>" if len(items) > ROW_CAP else "")
-    return ("<p class='sub'>Effect: median relative effect of the first scheduler over the second (positive = first "
-            "better); q: Benjamini-Hochberg adjusted p-value.</p>"
+    return ("<p class='sub'>Effect: median per-window effect of the first scheduler over the second (positive = "
+            "first better; relative difference, or absolute difference for bounded metrics); q: Benjamini-Hochberg "
+            "adjusted p-value over all tests.</p>"
             "<table><tr><th class='l'>pair</th><th class='l'>metric</th><th class='l'>condition 1</th><th>effect</th>"
             "<th>q</th><th class='l'>condition 2</th><th>effect</th><th>q</th></tr>"
             + "".join(rows) + "</table>" + more)
@@ -485,15 +616,32 @@ def _reversal_table(res: dict) -> str:
 def _breakdowns(res: dict) -> str:
     rv = res["reversals"]
     parts = []
-    for key, label in (("by_region", "region"), ("by_source_pair", "source pair (cross-source)"),
-                       ("by_source", "source (cross-region)"), ("by_scheduler_pair", "scheduler pair"),
-                       ("by_metric", "metric")):
+
+    def _tab(label: str, d: dict, denom: str) -> str:
+        rows = "".join(f"<tr><td class='l'>{_esc(k)}</td><td>{v['n_reversals']}</td><td>{v['n_comparisons']}</td>"
+                       f"<td>{pct(v['rate'], 2)}</td><td>{pct(v['share_of_reversals'])}</td></tr>"
+                       for k, v in list(d.items())[:30])
+        return (f"<div><table><tr><th class='l'>{_esc(label)}</th><th>reversals</th><th>comparisons</th>"
+                f"<th>rate</th><th>share of {denom}</th></tr>{rows}</table></div>")
+
+    cs, cr = rv["cross_source"], rv["cross_region"]
+    parts.append(_tab("region (cross-source)", cs["by_region"], f"the {cs['n_reversals']} cross-source"))
+    parts.append(_tab("source pair (cross-source)", cs["by_source_pair"], f"the {cs['n_reversals']} cross-source"))
+    parts.append(_tab("region pair (cross-region)", cr["by_region_pair"], f"the {cr['n_reversals']} cross-region"))
+    parts.append(_tab("source (cross-region)", cr["by_source"], f"the {cr['n_reversals']} cross-region"))
+    for key, label in (("by_scheduler_pair", "scheduler pair"), ("by_metric", "metric")):
         d = rv.get(key) or {}
-        if not d:
-            continue
-        rows = "".join(f"<tr><td class='l'>{_esc(k)}</td><td>{v}</td></tr>" for k, v in list(d.items())[:30])
-        parts.append(f"<div><table><tr><th class='l'>{_esc(label)}</th><th>reversals</th></tr>{rows}</table></div>")
-    return ("<div style='display:flex;gap:16px;flex-wrap:wrap'>" + "".join(parts) + "</div>"
+        if d:
+            rows = "".join(f"<tr><td class='l'>{_esc(k)}</td><td>{v}</td></tr>" for k, v in list(d.items())[:30])
+            parts.append(f"<div><table><tr><th class='l'>{_esc(label)}</th><th>reversals (of "
+                         f"{rv['n_significant_practical']})</th></tr>{rows}</table></div>")
+    return (f"<p>{rv['n_significant_practical']} reversals of {rv['n_comparisons']} comparisons "
+            f"({pct(rv['share'])}, Wilson interval [{pct(rv['share_ci_low'])}, {pct(rv['share_ci_high'])}], which "
+            f"treats comparisons as independent and so understates the uncertainty): "
+            f"{cs['n_reversals']} of {cs['n_comparisons']} cross-source, {cr['n_reversals']} of "
+            f"{cr['n_comparisons']} cross-region, over {len(res['parameters']['metrics'])} distinct metrics, BH over "
+            f"all {rv['n_tests']} tests.</p>"
+            "<div style='display:flex;gap:16px;flex-wrap:wrap'>" + "".join(parts) + "</div>"
             f"<p class='sub'>{_esc(rv['counting'])}.</p>")
 
 
@@ -605,6 +753,10 @@ def build_html(res: dict, validation: Optional[dict] = None) -> str:
                  "its complete block of windows (see <a href='#missing'>Missing cells</a>).</div>"
                  if res.get("missing_cells") else "")
     corpus = pv.get("corpus_sha256") or "n/a"
+    sub = res.get("subset") or {}
+    subset_title = f" (subset run: {', '.join(sub['reasons'])})" if sub.get("is_subset") else ""
+    subset_h1 = (f"<br><span class='subset'>Subset run: {_esc(', '.join(sub['reasons']))} &mdash; not the full "
+                 "study</span>" if sub.get("is_subset") else "")
     wl = res.get("workload") or {}
     wl_fig = fig_workload(res)
     if wl_fig:
@@ -632,20 +784,21 @@ def build_html(res: dict, validation: Optional[dict] = None) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>schedport portability report</title>
+<title>schedport portability report{_esc(subset_title)}</title>
 <style>{CSS}</style></head>
 <body><main>
-<h1>Do scheduler rankings carry over?</h1>
+<h1>Do scheduler rankings carry over?{subset_h1}</h1>
 <p class="sub">{len(p['schedulers'])} schedulers &middot; sources {_esc(', '.join(p['sources']))} &middot;
-{len(p['regions'])} regions &middot; {len(p['metrics'])} metrics &middot; corpus <code>{_esc(str(corpus)[:16])}</code>
-&middot; B = {p['n_boot']} &middot; q = {p['q']} &middot; practical threshold {_esc(pct(p['practical_threshold'], 0))}</p>
+{len(p['regions'])} regions &middot; {len(p['metrics'])} distinct metrics &middot; corpus <code>{_esc(str(corpus)[:16])}</code>
+&middot; B = {p['n_boot']} &middot; q = {p['q']} &middot; practical threshold {_esc(pct(p['practical_threshold'], 0))}
+relative, {_esc(pct(p.get('abs_threshold'), 0))} absolute for bounded metrics</p>
 {modeled_note}{miss_note}
 {_headline(res, n)}
 <h2 id="figures">Figures</h2>
 {fig_html}
 <h2 id="rankings">Rankings per source and region (main metrics)</h2>
 {_rank_tables(res)}
-<h2 id="reversals">Reversals</h2>
+<h2 id="pooled">Pooled reversals (secondary: every metric, cross-source and cross-region)</h2>
 {_breakdowns(res)}
 {_reversal_table(res)}
 <h2 id="missing">Missing cells</h2>
