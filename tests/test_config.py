@@ -72,8 +72,8 @@ def test_num_gpu_blocks_override():
 
 
 def test_direct_construction_validates():
-    cfg = EngineConfig(num_gpu_blocks=64, max_model_len=1024)
-    assert cfg.num_gpu_blocks == 64
+    cfg = EngineConfig(num_gpu_blocks=65, max_model_len=1024)
+    assert cfg.num_gpu_blocks == 65 and cfg.usable_gpu_blocks == 64
     with pytest.raises(ConfigError, match=r"^<EngineConfig>: \[engine\] max_num_seqs: must be a positive integer, got 0$"):
         EngineConfig(max_num_seqs=0)
     assert dataclasses.replace(cfg, max_num_seqs=8).max_num_seqs == 8
@@ -218,12 +218,16 @@ def test_linear_f_is_optional_and_checked(tmp_path):
         engine_config_from_dict({"latency": {"model": "calibrated", "f": 1e-5}})
 
 
-# Hashes of these configs before `e` and `request_overhead_s` existed: results stores and
-# capacity caches are keyed by them, so they must not change.
+# Hashes of these configs: results stores and capacity caches are keyed by them, so they must not
+# change by accident. `e`, `f` and `request_overhead_s` left them as they were (zero is left
+# out). The vLLM 0.32 rules (`reserve_full_prompt`, `null_block`, `priority_victim_ties`,
+# `over_length`) changed what the default engine does, so they are written always and moved every
+# hash once: a store made before them is refused as results of another engine config. The
+# hashes before them were 090cf7eb..., f03ed77f... and f8faaacaa... .
 PINNED_HASHES = [
-    ({}, "090cf7eba83eaaf68a5ad7e44d65b06de0828fcaa5e657ca75965332979d229c"),
-    ({"latency": {"model": "linear"}}, "f03ed77f3b1deee1e4399d3e24b71415cda9dc916c634561b701584e72546819"),
-    ({"latency": {"model": "linear", "a": 0.01}}, "f8faaacaa52a42fadff6dcf47cc8b239503f9853517eadcd434092b63fba83bb"),
+    ({}, "81128feb5e77dbefc020be0fb6794d226ed11e9b8a8c3f67b24aad6ea94405ae"),
+    ({"latency": {"model": "linear"}}, "45556c537bf4f14bf06614ae4374f717217c351ad3da8dfa0eceeec38f21230e"),
+    ({"latency": {"model": "linear", "a": 0.01}}, "5444451ff5ac75ba619c15563ee781da1747baca65bd3e914b27d121638a196c"),
 ]
 
 
@@ -279,7 +283,15 @@ BAD = [
     ({"engine": {"watermark": -0.01}}, "[engine] watermark: must be a fraction in [0, 0.5), got -0.01"),
     ({"engine": {"max_num_batched_tokens": 0}}, "[engine] max_num_batched_tokens: must be a positive integer, got 0"),
     ({"engine": {"num_gpu_blocks": 511}},
-     "[engine] num_gpu_blocks: must hold one max_model_len request (ceil(8192 / 16) = 512 blocks), got 511"),
+     "[engine] num_gpu_blocks: must hold one max_model_len request (ceil(8192 / 16) = 512 blocks plus the "
+     "null block), got 511"),
+    ({"engine": {"num_gpu_blocks": 512}}, "= 512 blocks plus the null block), got 512"),
+    ({"engine": {"num_gpu_blocks": 511, "null_block": False}}, "(ceil(8192 / 16) = 512 blocks), got 511"),
+    ({"engine": {"null_block": 1}}, "[engine] null_block: must be true or false, got 1"),
+    ({"engine": {"reserve_full_prompt": "yes"}}, '[engine] reserve_full_prompt: must be true or false, got "yes"'),
+    ({"engine": {"priority_victim_ties": "random"}},
+     '[engine] priority_victim_ties: must be "first-running" or "last-index", got "random"'),
+    ({"engine": {"over_length": "truncate"}}, '[engine] over_length: must be "reject" or "clamp", got "truncate"'),
     ({"engine": {"gpu_memory_gib": 18.5}}, "[engine] num_gpu_blocks (derived from the memory keys): must hold one"),
     ({"engine": {"gpu_memory_gib": 16}}, "[engine] num_gpu_blocks (derived): gpu_memory_gib x gpu_memory_utilization"),
     ({"engine": {"num_layers": 40}}, '[engine] num_layers: the calibrated latency model describes Llama-3-8B'),

@@ -254,6 +254,22 @@ def check_horizon(horizon_s) -> float | None:
     return float(horizon_s)
 
 
+def served_trace(trace: Trace, cfg: EngineConfig) -> Trace:
+    """The requests as the engine serves them: with ``[engine] over_length = "clamp"`` an output
+    that would run past max_model_len is cut to the context left (what vLLM's API server does
+    with max_tokens, `get_max_tokens` in vllm/entrypoints/serve/utils/api_utils.py); a prompt
+    that fills the context is still rejected. With the default "reject" the trace is unchanged
+    and such requests are rejected at arrival."""
+    if cfg.over_length != "clamp" or not len(trace):
+        return trace
+    room = cfg.max_model_len - trace.input_tokens
+    cut = (trace.output_tokens > room) & (room >= 1)
+    if not cut.any():
+        return trace
+    outs = np.where(cut, room, trace.output_tokens)
+    return Trace(trace.arrival_s, trace.input_tokens, outs, trace.client_id, trace.name)
+
+
 def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | str | Path | None = None,
              load: float | None = None, seed: int = 0, *, exact: bool = False,
              horizon_s: float | None = None, time_scale: float | None = None) -> SimulationResult:
@@ -284,6 +300,7 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
     cfg = _resolve_engine(engine)
     policy = get_policy(scheduler)
     trace, scale = scaled(trace, cfg, load=load, time_scale=time_scale)
+    trace = served_trace(trace, cfg)
     lat = make_latency_model(cfg)
     alone = lat.alone_time(trace.input_tokens, trace.output_tokens) if len(trace) else np.zeros(0)
     span = trace.span_s

@@ -49,6 +49,9 @@ def _register() -> None:
         pass
     else:
         app.command("analyze")(_checked_analyze(analyze_command))
+    from schedport.conformance import conformance_command
+
+    app.command("conformance")(conformance_command)
 
 
 def _checked_analyze(command):

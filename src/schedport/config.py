@@ -84,7 +84,13 @@ _ENGINE_KEYS = (
     "block_size", "num_gpu_blocks", "gpu_memory_gib", "gpu_memory_utilization",
     "activation_reserve_gib", "num_layers", "num_kv_heads", "head_dim", "dtype_bytes",
     "num_params", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "watermark",
+    "reserve_full_prompt", "null_block", "priority_victim_ties", "over_length",
 )
+#: `[engine] priority_victim_ties`: which of several equally ranked running requests a priority
+#: order preempts first. "first-running" is vLLM v1's `max(running, key=(priority, arrival))`.
+_VICTIM_TIES = ("first-running", "last-index")
+#: `[engine] over_length`: what happens to a request whose prompt + output exceeds max_model_len.
+_OVER_LENGTH = ("reject", "clamp")
 _LATENCY_KEYS = {
     "model": "latency_model",
     "cpu_overhead_s": "cpu_overhead_s",
@@ -184,6 +190,10 @@ class EngineConfig:
     max_num_batched_tokens: int | None = None
     max_model_len: int = 8192
     watermark: float | None = None
+    reserve_full_prompt: bool = True
+    null_block: bool = True
+    priority_victim_ties: str = "first-running"
+    over_length: str = "reject"
     # [latency]
     latency_model: str = "calibrated"
     cpu_overhead_s: float | None = None
@@ -224,6 +234,14 @@ class EngineConfig:
         if self.watermark is not None:
             put("watermark", chk.real("watermark", self.watermark, "must be a fraction in [0, 0.5)",
                                       lambda x: 0 <= x < 0.5))
+        for name in ("reserve_full_prompt", "null_block"):
+            if not isinstance(getattr(self, name), bool):
+                chk.fail("engine", name, "must be true or false", getattr(self, name))
+        if self.priority_victim_ties not in _VICTIM_TIES:
+            chk.fail("engine", "priority_victim_ties", 'must be "first-running" or "last-index"',
+                     self.priority_victim_ties)
+        if self.over_length not in _OVER_LENGTH:
+            chk.fail("engine", "over_length", 'must be "reject" or "clamp"', self.over_length)
         put("horizon_factor", chk.real("horizon_factor", self.horizon_factor, "must be a number > 0",
                                        lambda x: x > 0))
 
@@ -236,18 +254,18 @@ class EngineConfig:
                          f"gpu_memory_gib x gpu_memory_utilization - weights (num_params x dtype_bytes) - "
                          f"activation_reserve_gib must leave at least one {self.block_bytes}-byte block, "
                          f"got {blocks} blocks ({pool} bytes left)", show_value=False)
-            if blocks < need:
+            if blocks - self.null_block < need:
                 chk.fail("engine", "num_gpu_blocks (derived from the memory keys)",
                          f"must hold one max_model_len request (ceil({self.max_model_len} / "
-                         f"{self.block_size}) = {need} blocks)", blocks)
+                         f"{self.block_size}) = {need} blocks{_null_note(self.null_block)})", blocks)
             put("num_gpu_blocks", blocks)
             put("num_gpu_blocks_derived", True)
         else:
             put("num_gpu_blocks", chk.pos_int("num_gpu_blocks", self.num_gpu_blocks))
-            if self.num_gpu_blocks < need:
+            if self.num_gpu_blocks - self.null_block < need:
                 chk.fail("engine", "num_gpu_blocks",
                          f"must hold one max_model_len request (ceil({self.max_model_len} / "
-                         f"{self.block_size}) = {need} blocks)", self.num_gpu_blocks)
+                         f"{self.block_size}) = {need} blocks{_null_note(self.null_block)})", self.num_gpu_blocks)
 
         self._resolve_latency(chk, put)
         put("slo_profiles", self._check_slo(chk, self.slo_profiles))
@@ -348,6 +366,11 @@ class EngineConfig:
         return self.num_params * self.dtype_bytes
 
     @property
+    def usable_gpu_blocks(self) -> int:
+        """Blocks requests can hold: num_gpu_blocks less vLLM v1's null block when `null_block`."""
+        return self.num_gpu_blocks - self.null_block
+
+    @property
     def kv_capacity_tokens(self) -> int:
         """Tokens the KV pool holds (num_gpu_blocks x block_size)."""
         return self.num_gpu_blocks * self.block_size
@@ -396,6 +419,10 @@ class EngineConfig:
 
     def __hash__(self) -> int:
         return hash(self.config_hash())
+
+
+def _null_note(null_block: bool) -> str:
+    return " plus the null block" if null_block else ""
 
 
 def _check_json_value(chk: _Checker, where: str, v: Any) -> Any:

@@ -104,7 +104,8 @@ class StepRecord:
     tokens: int                 # tokens computed per step (max over the run)
     running: int                # running requests during the step
     blocks_used: int            # KV blocks in use at the end of the run
-    scheduled: list = field(default_factory=list)  # [(request idx, tokens)] for single steps
+    scheduled: list = field(default_factory=list)  # [(request idx, tokens)] of each step, in running order
+    ends: list = field(default_factory=list)       # end time of each step of the run
 
 
 @dataclass
@@ -328,8 +329,8 @@ class Simulator:
         sched = self.sched
         if n:
             self.now = reqs[0].arrival
-        while True:
         spin_at, spins = -1, 0
+        while True:
             now = self.now
             # arrivals up to now join the waiting queue (or are rejected at the door)
             i = self._next_arrival
@@ -342,21 +343,21 @@ class Simulator:
             if not self.running and not sched.has_waiting():
                 if i >= n:
                     break
-                self.now = reqs[i].arrival
                 if not reqs[i].arrival > now:   # NaN clock or arrivals: the jump would not advance time
                     raise _no_progress(now, f"the next arrival ({reqs[i].arrival!r} s) is not later")
+                self.now = reqs[i].arrival
                 continue
             plan = sched.plan(now)
             if not plan.items and not (plan.cohort and self.cohort_n):
                 if plan.preempted:
                     if self.bulk:
                         self.rebuild_cohort()
-                    continue        # only preemptions (as vLLM can): nothing runs, plan again now
                     if self.events != spin_at:
                         spin_at, spins = self.events, 0
                     spins += 1      # each such plan preempts someone: more than n in a row is a loop
                     if spins > n + 1:
                         raise _no_progress(now, f"{spins} plans in a row only preempted requests")
+                    continue        # only preemptions (as vLLM can): nothing runs, plan again now
                 if self.running:
                     raise RuntimeError("internal: running requests but the policy scheduled nothing")
                 # nothing can start (e.g. everything waiting was just rejected); wait for an arrival
@@ -405,6 +406,10 @@ class Simulator:
                 kv += req.computed + 1
             else:
                 chunks.append(plan.chunk_shape(req, k))
+        if self.observer is not None:
+            # the whole batch in running order (vLLM's order: running requests, then admissions)
+            ks = {r.idx: k for r, k in items}
+            batch = [(r.idx, ks.get(r.idx, 1)) for r in self.running if r.idx in ks or (bulk and r.sync >= 0)]
         dt = self.latency.iteration_time(chunks, n_dec, kv)
         if self.swap_bytes_pending:
             dt += self.swap_bytes_pending / self.pcie_bytes_per_s   # blocking swap-in/out copies
@@ -444,9 +449,8 @@ class Simulator:
             self._finish(req, end)
         self.now = end
         if self.observer is not None:
-            self.observer(StepRecord(start, end, 1, sum(k for _, k in items) + (self.cohort_n if bulk else 0),
-                                     len(self.running) + len(finished), self.cache.used,
-                                     [(r.idx, k) for r, k in items]))
+            self.observer(StepRecord(start, end, 1, sum(k for _, k in batch), len(self.running) + len(finished),
+                                     self.cache.used, batch, [end]))
 
     def _pop_cohort_done(self, finished: list) -> None:
         """Move cohort members whose last token is due by now into `finished`."""
@@ -581,11 +585,13 @@ class Simulator:
         self.iterations += k
         self.steps_fast_forwarded += k
         self.sched.after_fast_forward(plan, starts[:k], ends[:k], k)
+        if self.observer is not None:
+            batch = [(r.idx, 1) for r in running]
         for r in finished:
             self._finish(r, end)
         self.now = end
         if self.observer is not None:
-            self.observer(StepRecord(start, end, k, B, B, self.cache.used))
+            self.observer(StepRecord(start, end, k, B, B, self.cache.used, batch, ends[:k].tolist()))
         return True
 
     def _step_times(self, n: int, kv0: int, k_max: int, limit_t: float):
@@ -664,11 +670,13 @@ class Simulator:
         finished: list = []
         self._pop_cohort_done(finished)
         self.sched.after_fast_forward(plan, starts[:k], ends[:k], k)
+        if self.observer is not None:
+            batch = [(r.idx, 1) for r in self.running]
         for r in finished:
             self._finish(r, end)
         self.now = end
         if self.observer is not None:
-            self.observer(StepRecord(start, end, k, n, n, self.cache.used))
+            self.observer(StepRecord(start, end, k, n, n, self.cache.used, batch, ends[:k].tolist()))
         return True
 
     # ----------------------------------------------------------------- results

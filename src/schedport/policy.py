@@ -104,6 +104,11 @@ class Ordering:
     def key(self, req: Request, now: float) -> Any:
         return (req.arrival, req.idx)
 
+    def victim_key(self, req: Request, now: float) -> Any:
+        """The rank a memory-pressure victim is chosen by, without the final index tiebreak
+        (vLLM ranks victims by (priority, arrival_time) only)."""
+        return self.key(req, now)[:-1]
+
     # -- hooks
     def prepare(self, now: float) -> None:
         """Called at the start of every step, before the batch is formed (time-driven promotions)."""
@@ -269,6 +274,7 @@ class BatchingMode:
         self.budget = int(params.get("max_num_batched_tokens") or cfg.max_num_batched_tokens
                           or self.default_budget)
         wm = cfg.watermark if cfg.watermark is not None else params.get("watermark", self.default_watermark)
+        self.watermark = float(wm)
         self.watermark_blocks = int(math.floor(wm * sim.cache.num_blocks))
         self.max_num_seqs = int(params.get("max_num_seqs") or cfg.max_num_seqs)
         self.swap = params.get("preemption", "recompute") == "swap"
@@ -300,12 +306,22 @@ class BatchingMode:
         if left <= 0:
             return False
         m = min(r.num_tokens for r in sched.order)
-        return sim.cache.blocks_for(min(m, left)) <= sim.cache.free - self.watermark_blocks
+        if not (getattr(self, "reserve_full", False) and not sched.order.preemptive):
+            m = min(m, left)
+        return sim.cache.blocks_for(m) <= sim.cache.free - self.watermark_blocks
 
     def pick_victim(self, sched: "BoundPolicy", now: float) -> Request:
+        """The running request to preempt when blocks run out: the newest (vLLM's FCFS
+        `self.running[-1]`), or for a priority order the worst-ranked, as vLLM v1's
+        `max(self.running, key=lambda r: (r.priority, r.arrival_time))` (Scheduler.schedule,
+        vllm/v1/core/sched/scheduler.py, 0.32): ties go to the first in running order, or with
+        `[engine] priority_victim_ties = "last-index"` to the largest request index."""
         running = self.sim.running
-        if sched.order.victim == "worst":
-            return max(running, key=lambda r: sched.order.key(r, now))
+        order = sched.order
+        if order.victim == "worst":
+            if self.sim.config.priority_victim_ties == "first-running":
+                return max(running, key=lambda r: order.victim_key(r, now))
+            return max(running, key=lambda r: order.key(r, now))
         return running[-1]
 
 
@@ -320,7 +336,24 @@ class Continuous(BatchingMode):
     the request being scheduled, the running pass stops. Waiting requests are then admitted in
     the ordering's order while the budget, `max_num_seqs` and free blocks allow, stopping at
     the first that does not fit — and not at all in a step that preempted.
+
+    Three vLLM 0.32 rules are followed, each an `[engine]` key (docs/engine.md §1.1):
+    `reserve_full_prompt` — a waiting request starts only when the blocks for its whole known
+    sequence (prompt + tokens generated before a preemption) are free, not just its first chunk
+    (`scheduler_reserve_full_isl`, vllm/config/scheduler.py; the `full_sequence_must_fit` check of
+    `KVCacheManager.allocate_slots`, vllm/v1/core/kv_cache_manager.py), and the waiting pass stops
+    there; `null_block` — block 0 of the pool is vLLM's null block (`BlockPool.__init__`,
+    vllm/v1/core/block_pool.py), so num_gpu_blocks - 1 blocks are usable; and
+    `priority_victim_ties` (see `pick_victim`). The watermark, when set, applies to admissions
+    only while some request is running (`allocate_slots`' `has_scheduled_reqs`).
     """
+
+    def __init__(self, sim, params):
+        super().__init__(sim, params)
+        self.reserve_full = sim.config.reserve_full_prompt
+        if sim.config.null_block:
+            sim.cache.num_blocks -= 1
+            sim.cache.free -= 1
 
     def plan(self, sched: "BoundPolicy", now: float) -> Plan:
         if sched.order.preemptive:
@@ -341,12 +374,15 @@ class Continuous(BatchingMode):
                 return plan
         budget -= self.planned_tokens(plan)
         order = sched.order
-        wm = self.watermark_blocks
+        bs = cache.block_size
+        full = self.reserve_full
         while budget > 0 and len(running) < self.max_num_seqs and len(order):
             req = order.head(now)
-            k = min(req.prompt + req.generated, budget)
-            need = -(-k // cache.block_size)
-            if need > cache.free - wm:
+            n_tok = req.prompt + req.generated
+            k = min(n_tok, budget)
+            need = -(-k // bs)
+            wm = self.watermark_blocks if running else 0
+            if (-(-n_tok // bs) if full else need) > cache.free - wm:
                 break
             order.pop_head()
             sched.admit(req, now)

