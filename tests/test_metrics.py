@@ -137,31 +137,81 @@ def test_counts_and_throughput(table):
     assert s["output_tokens_per_s"] == pytest.approx(1.0)  # (3 + 1 + 2) / 6
 
 
-def test_latency_stats_with_ties(table):
+def test_latency_stats_count_every_request_censored_at_the_end_of_observation(table):
+    """horizon 5, last finish 6: T_end = 6. r2 (rejected, a=2) and r3 (unfinished, a=2, t1=4)
+    count as if what they lacked arrived at T_end."""
+    s = run(table)
+    # ttft: r0 1, r1 2, r2 6-2=4, r3 2 (it got one), r4 1 -> sorted [1, 1, 2, 2, 4]
+    assert s["ttft_mean_s"] == pytest.approx(2.0)
+    assert s["ttft_p50_s"] == pytest.approx(2.0)
+    assert s["ttft_p90_s"] == pytest.approx(3.2)   # index 3.6 between 2 and 4
+    assert s["ttft_p99_s"] == pytest.approx(3.92)
+    # tpot (N > 1): r0 1, r2 (6-2)/4 = 1 (stalled from arrival), r3 (6-4)/3, r4 2
+    assert s["tpot_mean_s"] == pytest.approx((1 + 1 + 2 / 3 + 2) / 4)
+    assert s["tpot_p50_s"] == pytest.approx(1.0)
+    assert s["tpot_p99_s"] == pytest.approx(1.97)
+    # e2e: [3, 2, 6-2, 6-2, 3]
+    assert s["e2e_mean_s"] == pytest.approx(16 / 5)
+    assert s["e2e_p99_s"] == pytest.approx(4.0)
+    # e2e / N = [1, 2, 0.8, 1, 1.5]
+    assert s["norm_latency_mean_s"] == pytest.approx(1.26)
+
+
+def test_completed_only_variants_keep_the_survivor_statistics(table):
     s = run(table)
     # ttft over completed = [1, 2, 1] (a tie), sorted [1, 1, 2]
-    assert s["ttft_mean_s"] == pytest.approx(4 / 3)
-    assert s["ttft_p50_s"] == pytest.approx(1.0)
-    assert s["ttft_p90_s"] == pytest.approx(1.8)   # index 1.8 between 1 and 2
-    assert s["ttft_p99_s"] == pytest.approx(1.98)
+    assert s["ttft_mean_completed_s"] == pytest.approx(4 / 3)
+    assert s["ttft_p50_completed_s"] == pytest.approx(1.0)
+    assert s["ttft_p90_completed_s"] == pytest.approx(1.8)   # index 1.8 between 1 and 2
+    assert s["ttft_p99_completed_s"] == pytest.approx(1.98)
     # tpot over completed with N > 1 = [1, 2]; the N == 1 request is left out
-    assert s["tpot_mean_s"] == pytest.approx(1.5)
-    assert s["tpot_p50_s"] == pytest.approx(1.5)
-    assert s["tpot_p99_s"] == pytest.approx(1.99)
+    assert s["tpot_mean_completed_s"] == pytest.approx(1.5)
+    assert s["tpot_p50_completed_s"] == pytest.approx(1.5)
+    assert s["tpot_p99_completed_s"] == pytest.approx(1.99)
     # e2e = [3, 2, 3]
-    assert s["e2e_mean_s"] == pytest.approx(8 / 3)
-    assert s["e2e_p99_s"] == pytest.approx(3.0)
+    assert s["e2e_mean_completed_s"] == pytest.approx(8 / 3)
+    assert s["e2e_p99_completed_s"] == pytest.approx(3.0)
     # e2e / N = [1, 2, 1.5]
-    assert s["norm_latency_mean_s"] == pytest.approx(1.5)
-
-
-def test_slowdown_and_fairness(table):
-    s = run(table)
+    assert s["norm_latency_mean_completed_s"] == pytest.approx(1.5)
     # slowdowns [3, 2, 2]: mean 7/3, Jain 49 / (3 * 17)
-    assert s["slowdown_mean"] == pytest.approx(7 / 3)
-    assert s["slowdown_jain"] == pytest.approx(49 / 51)
+    assert s["slowdown_mean_completed"] == pytest.approx(7 / 3)
+    assert s["slowdown_jain_completed"] == pytest.approx(49 / 51)
     # per-client mean slowdown: a -> 3, b -> (2 + 2) / 2 = 2; Jain 25 / (2 * 13)
-    assert s["client_jain"] == pytest.approx(25 / 26)
+    assert s["client_jain_completed"] == pytest.approx(25 / 26)
+
+
+def test_slowdown_and_fairness_count_every_request(table):
+    s = run(table)
+    # censored e2e [3, 2, 4, 4, 3] / alone [1, 1, 1, 1, 1.5] = [3, 2, 4, 4, 2]
+    assert s["slowdown_mean"] == pytest.approx(3.0)
+    assert s["slowdown_jain"] == pytest.approx(225 / 245)
+    # per-client mean slowdown: a -> (3 + 4) / 2, b -> 2 (r3 has no client id)
+    assert s["client_jain"] == pytest.approx(5.5 ** 2 / (2 * (3.5 ** 2 + 4)))
+
+
+def test_a_refused_request_counts_as_finishing_when_observation_ends():
+    """Refusing a request that would finish within observation never improves the counted
+    latencies: it counts as finishing at T_end, the end of observation."""
+    served = make([(0.0, 2, "completed", 1.0, 2.0), (1.0, 2, "completed", 2.0, 2.5)])
+    refused = make([(0.0, 2, "completed", 1.0, 2.0), (1.0, 2, "rejected", NAN, NAN)])
+    alone = np.array([1.0, 1.0])
+    a, b = run(served, horizon=3.0, alone=alone), run(refused, horizon=3.0, alone=alone)
+    for key in ("ttft_mean_s", "ttft_p99_s", "tpot_p99_s", "e2e_mean_s", "e2e_p99_s", "slowdown_mean",
+                "norm_latency_mean_s"):
+        assert b[key] > a[key], key
+    # T_end = max(0 + 3, last finish 2) = 3: the refused request's e2e and ttft are 3 - 1 = 2
+    assert b["e2e_mean_s"] == pytest.approx((2.0 + 2.0) / 2)
+    assert b["ttft_mean_s"] == pytest.approx((1.0 + 2.0) / 2)
+    assert b["tpot_mean_s"] == pytest.approx((1.0 + 2.0) / 2)   # stalled from arrival: (3 - 1) / 1
+
+
+def test_end_of_observation_covers_late_completions():
+    """T_end is the later of the horizon and the run's last event, so a request still waiting
+    counts at least as late as the last one served."""
+    t = make([(0.0, 2, "completed", 1.0, 8.0), (1.0, 2, "unfinished", NAN, NAN)])
+    s = run(t, horizon=3.0, alone=np.array([1.0, 1.0]))
+    assert s["e2e_mean_s"] == pytest.approx((8.0 + 7.0) / 2)   # T_end = 8, not 3
+    assert s["e2e_mean_completed_s"] == pytest.approx(8.0)
 
 
 def test_horizon_and_slo(table):
@@ -247,10 +297,14 @@ def test_empty_trace():
 
 def test_all_rejected():
     t = make([(0.0, 3, "rejected", NAN, NAN), (1.0, 2, "rejected", NAN, NAN)], ["a", "b"])
-    s = run(t, alone=np.array([NAN, NAN]))  # alone_s is not used for non-completed requests
+    s = run(t, alone=np.array([1.0, 2.0]))
     assert (s["n_completed"], s["n_rejected"], s["n_unfinished"]) == (0, 2, 0)
     assert s["makespan_s"] == 0.0 and s["throughput_rps"] == 0.0
-    assert s["ttft_p50_s"] is None and s["slowdown_jain"] is None and s["client_jain"] is None
+    # censored at T_end = 0 + horizon 5: ttft [5, 4], e2e [5, 4], slowdowns [5, 2]
+    assert s["ttft_p50_s"] == pytest.approx(4.5) and s["e2e_mean_s"] == pytest.approx(4.5)
+    assert s["slowdown_jain"] == pytest.approx(49 / 58) and s["client_jain"] == pytest.approx(49 / 58)
+    assert s["ttft_p50_completed_s"] is None and s["slowdown_jain_completed"] is None
+    assert s["client_jain_completed"] is None
     assert s["slo_attainment_loose"] == 0.0 and s["goodput_loose_rps"] == 0.0
     json.dumps(s, allow_nan=False)
 
@@ -270,14 +324,18 @@ def test_zero_makespan_throughput_is_none():
     assert s["makespan_s"] == 0.0 and s["throughput_rps"] is None and s["output_tokens_per_s"] is None
 
 
-def test_client_jain_needs_two_served_clients():
+def test_client_jain_needs_two_clients_and_its_completed_variant_two_served():
     rows = [(0.0, 2, "completed", 1.0, 2.0), (0.0, 2, "unfinished", 1.0, NAN)]
     alone = np.array([1.0, 1.0])
-    assert run(make(rows, ["a", "a"]), alone=alone)["client_jain"] is None  # one client id
-    assert run(make(rows), alone=alone)["client_jain"] is None              # no client ids
-    assert run(make(rows, ["a", "b"]), alone=alone)["client_jain"] is None  # b got nothing
+    for key in ("client_jain", "client_jain_completed"):
+        assert run(make(rows, ["a", "a"]), alone=alone)[key] is None  # one client id
+        assert run(make(rows), alone=alone)[key] is None              # no client ids
+    assert run(make(rows, ["a", "b"]), alone=alone)["client_jain_completed"] is None  # b got nothing
+    # every request: a's slowdown 2, b's censored at T_end = 5: 5 -> Jain 49 / (2 * 29)
+    assert run(make(rows, ["a", "b"]), alone=alone)["client_jain"] == pytest.approx(49 / 58)
     both = rows[:1] * 2
     assert run(make(both, ["a", "b"]), alone=alone)["client_jain"] == 1.0
+    assert run(make(both, ["a", "b"]), alone=alone)["client_jain_completed"] == 1.0
 
 
 def test_bad_arguments():
@@ -293,6 +351,8 @@ def test_bad_arguments():
         run(t, alone=np.ones(4))
     with pytest.raises(ValueError, match="alone_s"):
         run(t, alone=np.array([1.0, 0.0, 1.0, 1.0, 1.0]))
+    with pytest.raises(ValueError, match="alone_s"):          # a rejected request's counts too
+        run(t, alone=np.array([1.0, 1.0, NAN, 1.0, 1.0]))
 
 
 def test_json_valid_with_nan_values(table):
@@ -382,8 +442,18 @@ def test_summary_invariants(case):
     for key in ("slowdown_jain", "client_jain"):
         if s[key] is not None:
             assert 0.0 < s[key] <= 1.0
-    if s["ttft_p50_s"] is not None:
-        assert s["ttft_p50_s"] <= s["ttft_p90_s"] <= s["ttft_p99_s"]
+    for tag in ("", "_completed"):
+        if s[f"ttft_p50{tag}_s"] is not None:
+            assert s[f"ttft_p50{tag}_s"] <= s[f"ttft_p90{tag}_s"] <= s[f"ttft_p99{tag}_s"]
+        if s[f"slowdown_jain{tag}"] is not None:
+            assert 0.0 < s[f"slowdown_jain{tag}"] <= 1.0
+    # every offered request has a counted latency; survivors only where some completed
+    assert (s["e2e_mean_s"] is None) == (n == 0)
+    assert (s["e2e_mean_completed_s"] is None) == (s["n_completed"] == 0)
+    if s["n_completed"] == n and n:
+        for k in ("ttft_mean_s", "e2e_mean_s", "e2e_p99_s", "norm_latency_mean_s"):
+            assert s[k] == s[k[:-2] + "_completed_s"], k
+        assert s["slowdown_jain"] == s["slowdown_jain_completed"]
 
 
 # ----------------------------------------------------------------- performance

@@ -22,28 +22,44 @@ Per-request columns (``request_table``)
 
 Run metrics (``summarize``)
 ---------------------------
-Survivorship: every latency and fairness statistic below is over *completed* requests only.
-Rejected and unfinished requests show up in the counts, in ``slo_attainment_*`` (as misses)
-and in ``goodput_*`` (as not good); a scheduler that starves requests is penalised there,
-not in the latency percentiles.
+Every offered request counts. The latency and fairness statistics used for ranking are over
+*all* requests: a request that was rejected or did not finish is *censored at the end of
+observation*, T_end = max(t0 + horizon_s, the last first-token or finish time of the run):
+whatever it had not received by then is taken to arrive at T_end. So its
+
+- TTFT is t1 - a if it got a first token, else T_end - a;
+- E2E is f - a if it completed, else T_end - a;
+- TPOT (N > 1) is the completed value, else (T_end - s) / (N - 1), s = t1 if it got a first
+  token, else its arrival a (the stream stalled from s to the end of observation).
+
+Censoring at T_end instead of counting +infinity keeps means and effect sizes finite (a mean
+over a single infinite value would be infinite and every paired comparison degenerate), and
+T_end is at least the last completion, so a rejected request never counts better than one
+served last: a scheduler cannot improve these statistics by refusing requests. Rejected and
+unfinished requests are also misses in ``slo_attainment_*`` and not good in ``goodput_*``.
+The completed-only statistics stay as separately named columns, ``*_completed``.
 
 - ``n_requests, n_completed, n_rejected, n_unfinished``: counts by status.
 - ``makespan_s`` = max over completed f - t0; 0 if nothing completed.
 - ``throughput_rps`` = n_completed / makespan_s; ``output_tokens_per_s`` = sum of N over
   completed / makespan_s. Both are 0 when nothing completed and None (undefined) in the
   degenerate case of completions with a zero makespan.
-- ``ttft_{mean,p50,p90,p99}_s``, ``e2e_{mean,p99}_s``: over completed requests.
-  ``tpot_{mean,p50,p99}_s``: over completed requests with N > 1. Percentiles use numpy's
+- ``ttft_{mean,p50,p90,p99}_s``, ``e2e_{mean,p99}_s``: over every request, censored as above.
+  ``tpot_{mean,p50,p99}_s``: over every request with N > 1, censored. Percentiles use numpy's
   default (linear interpolation between order statistics, NumPy's method 7, as in
   Hyndman & Fan 1996). None when the population is empty.
-- ``norm_latency_mean_s`` = mean over completed of (f - a) / N, seconds per output token
-  (the normalized latency of Orca and vLLM).
-- ``slowdown_mean`` = mean over completed of (f - a) / T; ``slowdown_jain`` = Jain's
-  fairness index of those per-request slowdowns.
-- ``client_jain``: Jain's index over the per-client *mean* slowdown, one value per client
-  id that has at least one completed request. Requests without a client id are left out.
-  None when the trace has fewer than two distinct client ids, or fewer than two of its
-  clients completed anything (a single value would read as perfectly fair).
+- ``norm_latency_mean_s`` = mean over every request of E2E / N, seconds per output token
+  (the normalized latency of Orca and vLLM), censored E2E.
+- ``slowdown_mean`` = mean over every request of E2E / T (censored E2E); ``slowdown_jain`` =
+  Jain's fairness index of those per-request slowdowns.
+- ``client_jain``: Jain's index over the per-client *mean* slowdown (censored), one value per
+  client id. Requests without a client id are left out. None when the trace has fewer than
+  two distinct client ids.
+- ``*_completed`` (``ttft_{mean,p50,p90,p99}_completed_s``, ``tpot_{mean,p50,p99}_completed_s``,
+  ``e2e_{mean,p99}_completed_s``, ``norm_latency_mean_completed_s``, ``slowdown_mean_completed``,
+  ``slowdown_jain_completed``, ``client_jain_completed``): the same statistics over completed
+  requests only (the study's metrics before censoring); ``client_jain_completed`` is None when
+  fewer than two clients completed anything (a single value would read as perfectly fair).
 - Jain's index (Jain, Chiu, Hawe, DEC-TR-301, 1984): J(x) = (sum x)^2 / (n * sum x^2), which
   lies in [1/n, 1] for non-negative x not all zero; 1 means all equal. Undefined (None) for
   an empty set or all zeros.
@@ -126,6 +142,19 @@ BASE_SUMMARY_KEYS = (
     "client_jain",
     "horizon_s",
     "completed_within_horizon",
+    "ttft_mean_completed_s",
+    "ttft_p50_completed_s",
+    "ttft_p90_completed_s",
+    "ttft_p99_completed_s",
+    "tpot_mean_completed_s",
+    "tpot_p50_completed_s",
+    "tpot_p99_completed_s",
+    "e2e_mean_completed_s",
+    "e2e_p99_completed_s",
+    "norm_latency_mean_completed_s",
+    "slowdown_mean_completed",
+    "slowdown_jain_completed",
+    "client_jain_completed",
 )
 
 COUNTER_KEYS = ("preemptions", "iterations")
@@ -365,7 +394,8 @@ def summarize(
     ``table`` is a `request_table` result (or the same table read back from Parquet).
     ``horizon_s`` is the observation horizon measured from the first arrival (finite, > 0).
     ``slo_profiles`` maps a profile name to (ttft_slo_s, tpot_slo_s). ``alone_s[i]`` is
-    request i's latency alone on an empty engine (must be > 0 where the request completed).
+    request i's latency alone on an empty engine (finite and > 0 for every request: the slowdowns
+    count every request).
     ``counters`` holds engine totals (``preemptions``, ``iterations``, extras).
     Definitions, the NaN -> None rule and the key order are in the module docstring.
     """
@@ -386,6 +416,7 @@ def summarize(
     n_unfinished = n - n_completed - n_rejected
 
     arrival = table["arrival_s"].to_numpy(dtype=np.float64)
+    first = table["first_token_s"].to_numpy(dtype=np.float64)
     finish = table["finish_s"].to_numpy(dtype=np.float64)
     n_out = table["output_tokens"].to_numpy()
     ttft_all = table["ttft_s"].to_numpy(dtype=np.float64)
@@ -393,42 +424,41 @@ def summarize(
     e2e_all = table["e2e_s"].to_numpy(dtype=np.float64)
 
     t0 = float(arrival.min()) if n else 0.0
-    fin_c = finish[completed] - t0
-    ttft = ttft_all[completed]
-    e2e = e2e_all[completed]
-    n_out_c = n_out[completed]
-    tpot = tpot_all[completed & (n_out > 1)]
-
+    if n and not (np.isfinite(alone) & (alone > 0)).all():
+        raise ValueError("alone_s must be finite and > 0 for every request")
     nan = math.nan
+    multi = n_out > 1
+
+    # Every offered request, censored at the end of observation (module docstring).
+    t_end = t0 + horizon
+    for times in (finish, first):
+        seen = times[np.isfinite(times)]
+        if seen.size:
+            t_end = max(t_end, float(seen.max()))
+    has_first = np.isfinite(first)
+    ttft_c = np.where(has_first, ttft_all, np.maximum(t_end - arrival, 0.0))
+    e2e_c = np.where(completed, e2e_all, np.maximum(t_end - arrival, 0.0))
+    stall_from = np.where(has_first, first, arrival)
+    tpot_c = np.where(completed, tpot_all,
+                      np.maximum(t_end - stall_from, 0.0) / np.maximum(n_out - 1, 1))[multi]
+    everyone = _latency_stats(ttft_c, tpot_c, e2e_c, n_out, alone)
+    client_j = _client_jain(table, np.ones(n, dtype=bool), everyone["slow"])
+
+    # Completed requests only.
+    tpot_done = tpot_all[completed & multi]
+    done = _latency_stats(ttft_all[completed], tpot_done, e2e_all[completed], n_out[completed],
+                          alone[completed])
+    client_jc = _client_jain(table, completed, done["slow"])
+
     if n_completed:
-        makespan = float(fin_c.max())
-        tokens_c = float(n_out_c.sum())
+        makespan = float((finish[completed] - t0).max())
+        tokens_c = float(n_out[completed].sum())
         if makespan > 0:
             thr, tok_thr = n_completed / makespan, tokens_c / makespan
         else:
             thr = tok_thr = nan
-        ttft_p = percentiles(ttft, (50.0, 90.0, 99.0))
-        (e2e_p99,) = percentiles(e2e, (99.0,))
-        ttft_mean, e2e_mean = float(ttft.mean()), float(e2e.mean())
-        norm_lat = float((e2e / n_out_c).mean())
-        alone_c = alone[completed]
-        if not (alone_c > 0).all() or not np.isfinite(alone_c).all():
-            raise ValueError("alone_s must be finite and > 0 for every completed request")
-        slow = e2e / alone_c
-        slow_mean = float(slow.mean())
-        slow_jain = jain_index(slow)
     else:
         makespan, thr, tok_thr = 0.0, 0.0, 0.0
-        ttft_p = (nan, nan, nan)
-        ttft_mean = e2e_mean = e2e_p99 = norm_lat = slow_mean = slow_jain = nan
-        slow = np.empty(0)
-    if tpot.size:
-        tpot_mean = float(tpot.mean())
-        tpot_p50, tpot_p99 = percentiles(tpot, (50.0, 99.0))
-    else:
-        tpot_mean = tpot_p50 = tpot_p99 = nan
-
-    client_j = _client_jain(table, completed, slow)
 
     within = completed & (finish - t0 <= horizon)
     out = {
@@ -439,22 +469,27 @@ def summarize(
         "makespan_s": makespan,
         "throughput_rps": thr,
         "output_tokens_per_s": tok_thr,
-        "ttft_mean_s": ttft_mean,
-        "ttft_p50_s": ttft_p[0],
-        "ttft_p90_s": ttft_p[1],
-        "ttft_p99_s": ttft_p[2],
-        "tpot_mean_s": tpot_mean,
-        "tpot_p50_s": tpot_p50,
-        "tpot_p99_s": tpot_p99,
-        "e2e_mean_s": e2e_mean,
-        "e2e_p99_s": e2e_p99,
-        "norm_latency_mean_s": norm_lat,
-        "slowdown_mean": slow_mean,
-        "slowdown_jain": slow_jain,
-        "client_jain": client_j,
-        "horizon_s": horizon,
-        "completed_within_horizon": int(np.count_nonzero(within)),
     }
+    for tag, st in (("", everyone), ("_completed", done)):
+        out.update({
+            f"ttft_mean{tag}_s": st["ttft_mean"],
+            f"ttft_p50{tag}_s": st["ttft_p"][0],
+            f"ttft_p90{tag}_s": st["ttft_p"][1],
+            f"ttft_p99{tag}_s": st["ttft_p"][2],
+            f"tpot_mean{tag}_s": st["tpot_mean"],
+            f"tpot_p50{tag}_s": st["tpot_p"][0],
+            f"tpot_p99{tag}_s": st["tpot_p"][1],
+            f"e2e_mean{tag}_s": st["e2e_mean"],
+            f"e2e_p99{tag}_s": st["e2e_p99"],
+            f"norm_latency_mean{tag}_s": st["norm_lat"],
+            f"slowdown_mean{tag}": st["slow_mean"],
+            f"slowdown_jain{tag}": st["slow_jain"],
+        })
+    out["client_jain"] = client_j
+    out["client_jain_completed"] = client_jc
+    out["horizon_s"] = horizon
+    out["completed_within_horizon"] = int(np.count_nonzero(within))
+    out = {k: out[k] for k in BASE_SUMMARY_KEYS}
 
     single = n_out == 1
     for name, ttft_slo, tpot_slo in profiles:
@@ -476,6 +511,31 @@ def summarize(
         out[key] = value
 
     return {k: _clean(v) for k, v in out.items()}
+
+
+def _latency_stats(ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray, n_out: np.ndarray,
+                   alone: np.ndarray) -> dict:
+    """Means, percentiles, normalized latency and slowdowns of one population of requests.
+
+    `ttft`, `e2e`, `n_out`, `alone` are per request of the population; `tpot` holds its
+    requests with more than one output token. Empty populations give NaN.
+    """
+    nan = math.nan
+    st = {"ttft_p": (nan, nan, nan), "ttft_mean": nan, "e2e_mean": nan, "e2e_p99": nan, "norm_lat": nan,
+          "slow_mean": nan, "slow_jain": nan, "slow": np.empty(0), "tpot_mean": nan, "tpot_p": (nan, nan)}
+    if e2e.size:
+        st["ttft_p"] = percentiles(ttft, (50.0, 90.0, 99.0))
+        (st["e2e_p99"],) = percentiles(e2e, (99.0,))
+        st["ttft_mean"], st["e2e_mean"] = float(ttft.mean()), float(e2e.mean())
+        st["norm_lat"] = float((e2e / n_out).mean())
+        slow = e2e / alone
+        st["slow"] = slow
+        st["slow_mean"] = float(slow.mean())
+        st["slow_jain"] = jain_index(slow)
+    if tpot.size:
+        st["tpot_mean"] = float(tpot.mean())
+        st["tpot_p"] = tuple(percentiles(tpot, (50.0, 99.0)))
+    return st
 
 
 def _client_jain(table: pd.DataFrame, completed: np.ndarray, slow: np.ndarray) -> float:
