@@ -320,34 +320,6 @@ def test_slo_admission_rejects_only_requests_that_would_miss():
     assert (gated.ttft_s[gated.status == "completed"] <= ttft_slo).mean() > (fcfs.ttft_s <= ttft_slo).mean()
 
 
-def test_ltr_predictor_hits_the_requested_tau():
-    from scipy.stats import kendalltau
-
-    from schedport.schedulers import predicted_scores
-
-    out = np.random.default_rng(2).lognormal(4, 1, 2000).astype(np.int64) + 1
-    for tau in (0.3, 0.52, 0.8):
-        s = predicted_scores(out, tau, seed=1)
-        assert kendalltau(out, s).statistic == pytest.approx(tau, abs=0.01)
-
-
-def test_ltr_scores_are_reused_only_for_the_same_lengths_tau_and_seed():
-    """The bisection's result is kept between runs of one window; a changed input recomputes,
-    and a caller cannot alter the kept scores."""
-    from schedport.schedulers import _predicted_scores, predicted_scores
-
-    out = np.random.default_rng(3).lognormal(4, 1, 500).astype(np.int64) + 1
-    a = predicted_scores(out, 0.52, seed=1)
-    assert np.array_equal(a, _predicted_scores(out, 0.52, 1))
-    a[:] = 0.0
-    assert np.array_equal(predicted_scores(out, 0.52, seed=1), _predicted_scores(out, 0.52, 1))
-    other = out.copy()
-    other[0] += 1
-    for args in ((other, 0.52, 1), (out, 0.6, 1), (out, 0.52, 2), (out.astype(np.int32), 0.52, 1)):
-        assert np.array_equal(predicted_scores(*args), _predicted_scores(*args))
-    assert not np.array_equal(predicted_scores(out, 0.52, 2), predicted_scores(out, 0.52, 1))
-
-
 def test_ltr_starvation_guard_serves_a_starved_job_for_a_quantum():
     """Fu et al.'s guard: a job not scheduled for `starvation_threshold` consecutive steps is
     promoted and served for `starvation_quantum` steps. One sequence slot, exact ranks, and an

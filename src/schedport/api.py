@@ -43,7 +43,7 @@ from schedport.engine import Simulator
 from schedport.errors import SchedportError, TraceError
 from schedport.latency import make_latency_model
 from schedport.metrics import request_table, summarize
-from schedport.schedulers import get_policy
+from schedport.schedulers import get_policy, run_counters
 from schedport.outputs import file_mode, io_error
 from schedport.trace import MAX_ARRIVAL_S, Trace
 
@@ -315,7 +315,8 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
     if overhead:
         engine_trace = Trace(trace.arrival_s + overhead, trace.input_tokens, trace.output_tokens,
                              trace.client_id, trace.name)
-    out = Simulator(engine_trace, policy, cfg, lat, seed=seed, exact=exact, horizon_s=horizon_s).run()
+    sim = Simulator(engine_trace, policy, cfg, lat, seed=seed, exact=exact, horizon_s=horizon_s)
+    out = sim.run()
     cid = trace.client_id if trace.client_id is not None else np.full(len(trace), None, dtype=object)
     table = request_table(
         arrival_s=trace.arrival_s, input_tokens=trace.input_tokens, output_tokens=trace.output_tokens,
@@ -332,5 +333,5 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
                         counters={"preemptions": out.preemptions_total, "iterations": out.iterations,
                                   "recomputed_tokens": out.recomputed_tokens,
                                   "swapped_bytes": out.swapped_blocks * cfg.block_bytes,
-                                  "load_scale": scale})
+                                  "load_scale": scale, **run_counters(sim)})
     return SimulationResult(table, summary, scale)

@@ -959,13 +959,11 @@ class Policy:
 
     def bind(self, sim) -> "BoundPolicy":
         """Instantiate the parts for one simulation (fresh state each run)."""
+        from schedport.schedulers import validate_for
+
+        validate_for(self, sim.config)    # every [scheduler.*] table: names, keys, types, ranges
         params = dict(self.params)
         params.update(sim.config.scheduler_params.get(self.name, {}))
-        unknown = set(params) - set(self.params) - _MODE_KEYS
-        if unknown:
-            from schedport.errors import ConfigError
-            raise ConfigError(f"[scheduler.{self.name}] unknown parameter '{sorted(unknown)[0]}' "
-                              f"(known: {', '.join(sorted(set(self.params) | _MODE_KEYS))})")
         return BoundPolicy(self, sim, params)
 
 

@@ -77,21 +77,23 @@ def request_priorities(trace: Trace, scheduler: str, engine: EngineConfig | None
     """Per-request priorities (lower = served first) that make a vLLM priority server run `scheduler`.
 
     ``vllm-fcfs``: None (no priority, the server's FCFS). ``sjf``: the true output length.
-    ``spf``: the prompt length. ``edf``: the TTFT deadline, arrival + the TTFT SLO of the
-    profile edf is configured with, in integer milliseconds of the trace's time frame.
-    ``ltr``: the rank of the predicted score the simulator's ltr uses for this trace and seed
-    (same tau). The server orders its waiting queue by (priority, arrival) and never preempts
+    ``spf``: the prompt length. ``edf``: the deadline the simulator's edf orders by
+    (`schedulers.request_deadlines` under its `slo_profile` and `deadline` rule; by default
+    arrival + TTFT SLO + TPOT SLO x (output tokens - 1)), in integer milliseconds of the
+    trace's time frame. ``ltr``: the rank of the predicted score the simulator's ltr uses for
+    this trace and seed (same tau, same calibrated noise). The server orders its waiting queue by (priority, arrival) and never preempts
     for priority, so preemptive or guarded policies (ltr's swap preemption and starvation guard)
     are expressed only through their ranking; docs/validation.md says what that leaves out.
     Any other scheduler is a one-line error listing the expressible ones.
     """
-    from schedport.schedulers import REGISTRY, predicted_scores
+    from schedport.schedulers import REGISTRY, predicted_scores, request_deadlines, validate_scheduler_params
 
     if scheduler not in EXPRESSIBLE:
         known = f" (known to the simulator, but not expressible as priorities)" if scheduler in REGISTRY else ""
         raise SchedportError(f"scheduler '{scheduler}' cannot be replayed on a vLLM server{known}; "
                              f"expressible: {', '.join(EXPRESSIBLE)}")
     cfg = engine if engine is not None else _resolve_engine(None)
+    validate_scheduler_params(cfg)
     params = dict(REGISTRY[scheduler].params)
     params.update(cfg.scheduler_params.get(scheduler, {}))
     if scheduler == "vllm-fcfs":
@@ -104,10 +106,8 @@ def request_priorities(trace: Trace, scheduler: str, engine: EngineConfig | None
                                  "a vLLM server cannot express it")
         return trace.input_tokens.astype(np.int64)
     if scheduler == "edf":
-        prof = params["slo_profile"]
-        if prof not in cfg.slo_profiles:
-            raise SchedportError(f"[scheduler.edf] slo_profile: unknown profile {prof!r}")
-        deadline = trace.arrival_s + float(cfg.slo_profiles[prof][0])
+        ttft, tpot = cfg.slo_profiles[params["slo_profile"]]
+        deadline = request_deadlines(trace.arrival_s, trace.output_tokens, ttft, tpot, params["deadline"])
         return np.round(deadline * 1000.0).astype(np.int64)
     # ltr: ranks of the simulator's predicted scores (same seed and tau), ties by arrival.
     scores = predicted_scores(trace.output_tokens, float(params["tau"]), seed)

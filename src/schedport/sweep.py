@@ -63,7 +63,7 @@ FLUSH_CELLS = 1000
 DEFAULT_CORPUS = Path("corpus")
 DEFAULT_OUT = Path("results")
 #: Extra counters `schedport.api.simulate` adds to every summary (after the SLO metrics).
-SUMMARY_COUNTERS = ("recomputed_tokens", "swapped_bytes", "load_scale")
+SUMMARY_COUNTERS = ("recomputed_tokens", "swapped_bytes", "load_scale", "predictor_tau")
 #: The ``--quick`` subset (documented in the module docstring and the CLI help).
 QUICK = {"schedulers": ("vllm-fcfs", "sarathi", "sjf", "vtc", "slo-admission"), "windows": 4,
          "regions": ("moderate", "near-saturation", "overload")}
@@ -582,6 +582,8 @@ def run_sweep(corpus_dir: str | os.PathLike[str], out: str | os.PathLike[str], *
     t_start = time.perf_counter()
     out = Path(out)
     cfg = _engine_config(engine)
+    from schedport.schedulers import validate_scheduler_params
+    validate_scheduler_params(cfg)      # every [scheduler.*] table, before any worker starts
     workers = int(workers) if workers is not None else (os.cpu_count() or 1)
     if workers < 1:
         raise SchedportError(f"--workers must be at least 1, got {workers}")
@@ -829,6 +831,8 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
     from rich.console import Console
 
     con = Console()
+    from schedport.schedulers import validate_scheduler_params
+    validate_scheduler_params(_engine_config(engine))     # before a corpus build or any worker
     if not corpus.exists():
         from schedport.corpus import build_corpus
 
