@@ -500,17 +500,12 @@ def _metrics_card(res: dict, n: _Nums) -> str:
              f"{n('study_form.best_changes_with_metric.pairwise.ci_high', 'pct')}]</span> of (cell, metric pair).</p>")
     c.append(f"<p class='sub'>{_esc(b['definition'])}; pairwise: {_esc(b['pairwise']['definition'])}; 95% "
              "percentile bootstrap over windows.</p>")
-    if b.get("forced_by"):
-        f = b["forced_by"]
-        txt = "; ".join(f"{x['scheduler']} is the sole best on {x['metric']} in every window" for x in f)
-        extra = ""
-        if b.get("share_without_forced"):
-            extra = (f" Without {_esc(', '.join(x['metric'] for x in f))}: "
-                     f"{n('study_form.best_changes_with_metric.share_without_forced.share', 'pct')} <span class='ci'>["
-                     f"{n('study_form.best_changes_with_metric.share_without_forced.ci_low', 'pct')}, "
-                     f"{n('study_form.best_changes_with_metric.share_without_forced.ci_high', 'pct')}]</span>.")
-        c.append(f"<div class='note'>By construction: {_esc(txt)}, so the share only asks whether that scheduler "
-                 f"also wins every other main metric.{extra}</div>")
+    for i, f in enumerate(b.get("forced_by") or []):
+        k = f"study_form.best_changes_with_metric.forced_by.{i}"
+        c.append(f"<div class='note'>By construction: {_esc(f['scheduler'])} is the sole best on {_esc(f['metric'])} "
+                 "in every window and never best on all the other main metrics, so every cell counts as changed. "
+                 f"Without {_esc(f['metric'])}: {n(k + '.share_without', 'pct')} <span class='ci'>["
+                 f"{n(k + '.share_without_ci_low', 'pct')}, {n(k + '.share_without_ci_high', 'pct')}]</span>.</div>")
     c.append(_img(fig_metric_matrix(res, only=h["main_metrics"], title="Main-metric rank agreement"),
                   "metric concordance (main metrics)", "small"))
     c.append("</div>")
