@@ -466,7 +466,8 @@ def test_analyze_command_prints_summary_and_report_path(tmp_path):
     out = tmp_path / "out"
     r = CliRunner().invoke(app, ["analyze", "--results", str(d), "--out", str(out), "--boot", "50"])
     assert r.exit_code == 0, r.output
-    assert "reversals:" in r.output and f"report: {out / 'report.html'}" in r.output
+    assert "reversals on ttft_p99_s:" in r.output and "pooled reversals" in r.output
+    assert f"report: {out / 'report.html'}" in r.output
     assert (out / "portability.json").is_file() and (out / "report.html").is_file()
     r = CliRunner().invoke(app, ["analyze", "--results", str(tmp_path / "absent")])
     assert r.exit_code != 0 and isinstance(r.exception, SchedportError)

@@ -1702,21 +1702,38 @@ def analyze_command(
 
 
 def summary_lines(res: dict) -> list[str]:
-    """A few plain-text lines with the headline numbers (for the terminal)."""
+    """A few plain-text lines with the headline numbers in the study's form (for the terminal)."""
     from schedport.report import fmt, pct
 
     h = res["headline"]
+    sf = res["study_form"]
     lines = []
+    if res.get("subset", {}).get("is_subset"):
+        lines.append("subset run: " + ", ".join(res["subset"]["reasons"]))
     cs = h["cross_source"]
+    half = {(d["source_a"], d["source_b"]): d for d in sf["cross_source_half"]["by_pair"]}
     for d in cs["by_pair"]:
+        adj = half.get((d["source_a"], d["source_b"]), {}).get("adjusted")
         lines.append(f"tau {d['source_a']} vs {d['source_b']}: {fmt(d['value'])} "
-                     f"[{fmt(d['ci_low'])}, {fmt(d['ci_high'])}] (main metrics, all regions)")
+                     f"[{fmt(d['ci_low'])}, {fmt(d['ci_high'])}] (main metrics, all regions; ceiling-adjusted "
+                     f"{fmt(adj, 2)})")
+    for e in sf["reversals"]:
+        lines.append(f"reversals on {e['metric']}: {e['n_reversals']} of {e['n_comparisons']} cross-source "
+                     f"comparisons ({pct(e['share'])} [{pct(e['ci_low'])}, {pct(e['ci_high'])}])")
+    bc = sf["best_changes_with_metric"]
+    lines.append(f"best scheduler changes with the metric in {pct(bc['share'])} [{pct(bc['ci_low'])}, "
+                 f"{pct(bc['ci_high'])}] of {bc['n_conditions']} window x region cells"
+                 + ("; forced by " + ", ".join(f"{f['scheduler']} on {f['metric']}" for f in bc["forced_by"])
+                    if bc.get("forced_by") else ""))
+    lines.append(f"mean metric tau {fmt(h['metrics']['mean_pairwise_tau']['value'])}")
+    if sf["split_half"]:
+        vals = [d["value"] for d in sf["split_half"] if d["value"] is not None]
+        lines.append(f"split-half reliability {fmt(min(vals))}-{fmt(max(vals))} over source x region")
     rv = h["reversals"]
-    lines.append(f"reversals: {rv['n_significant_practical']} of {rv['n_comparisons']} comparisons "
-                 f"({pct(rv['share'])})")
-    bc = h["metrics"]["best_changes_with_metric"]
-    lines.append(f"best scheduler changes with the metric in {pct(bc['value'])} of conditions; "
-                 f"mean metric tau {fmt(h['metrics']['mean_pairwise_tau']['value'])}")
+    lines.append(f"pooled reversals (all metrics, cross-source and cross-region): {rv['n_significant_practical']} "
+                 f"of {rv['n_comparisons']} comparisons ({pct(rv['share'])})")
+    for c in sf["claims"]:
+        lines.append(f"claim '{c['study'][:60]}': {c['verdict']}")
     if res.get("missing_cells"):
         lines.append(f"{len(res['missing_cells'])} missing cell(s): analysed on complete blocks")
     return lines
