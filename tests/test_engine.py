@@ -57,9 +57,13 @@ def test_invariants_and_fast_equals_exact(name, trace, blocks, seqs, budget):
     budget = sim.sched.mode.budget
     # Orca's budget caps a step's prompt tokens; its decodes (one per running request) come on top.
     slack = (lambda s: s.running) if name == "orca" else (lambda s: 0)
+    ranked = sim.sched.order.preemptive
     for s in steps:
         assert s.blocks_used <= cfg.num_gpu_blocks
-        assert s.running <= cfg.max_num_seqs
+        assert len(s.scheduled) <= cfg.max_num_seqs
+        # a ranked (vllm-ltr) fill caps the requests scheduled per step; those ranked past the cap
+        # stay resident and sit out, so only the other policies cap the resident requests too
+        assert ranked or s.running <= cfg.max_num_seqs
         assert s.tokens <= budget + slack(s)
         assert s.end > s.start
     done = out.status == "completed"
@@ -149,7 +153,7 @@ def test_requests_that_can_never_fit_are_rejected_at_arrival():
     assert list(out.status) == ["completed", "rejected", "completed"]
     assert "max_model_len" in out.reject_reason[1]
     # Sarathi keeps a watermark of free blocks, so a request needing (almost) all of them never fits
-    cfg = small_engine(blocks=32, extra={"engine": {"num_gpu_blocks": 32, "max_model_len": 512,
+    cfg = small_engine(blocks=33, extra={"engine": {"num_gpu_blocks": 33, "max_model_len": 512,
                                                     "watermark": 0.1, "max_num_seqs": 8}})
     _, out = run(t, "sarathi", cfg, exact=False)
     assert list(out.status) == ["completed", "rejected", "rejected"]
@@ -428,9 +432,29 @@ def test_fastserve_demotes_by_attained_service_and_new_jobs_preempt():
     # 10 ms steps: quanta 0.05 + 0.1 + 0.2 s are used up after ~35 steps; the last level keeps it
     assert long.aux[0] == 3
     assert short.aux[0] == 0
-    # the short job arrived mid-run and finished first: it preempted the demoted long job
+    # the short job arrived mid-run and finished first: the demoted long job sat out its steps
+    # but kept its KV (vllm-ltr's ranked fill: blocks are plentiful, so nothing is swapped)
     assert out.finish_s[1] < out.finish_s[0]
-    assert out.preemptions[0] >= 1 and out.preemptions[1] == 0
+    assert out.preemptions.sum() == 0 and out.swapped_blocks == 0
+
+
+def test_ranked_fill_sits_out_at_the_sequence_cap_and_swaps_only_when_blocks_run_short():
+    """Past max_num_seqs a running request keeps its KV and sits the step out; it is swapped
+    out (worst-ranked first) only when a better-ranked request needs blocks that are not free."""
+    t = Trace(np.array([0.0, 0.5, 0.5]), np.array([10, 10, 10]), np.array([300, 5, 5]))
+    steps = []
+    sim, out = run(t, "srpt", small_engine(blocks=200, seqs=1), exact=True, observer=steps.append)
+    assert out.preemptions.sum() == 0 and out.swapped_blocks == 0
+    during = [s for s in steps if out.first_token_s[1] <= s.start < out.finish_s[2]]
+    assert during and all(0 not in [i for i, _ in s.scheduled] for s in during)
+    assert max(s.running for s in steps) == 2                  # two hold KV, one runs
+    # 24 usable blocks: at 0.5 s the long job's ~300-token context (19 blocks) leaves too few for
+    # a 96-token newcomer (6 blocks), so it is swapped out, and swapped back in later
+    t2 = Trace(np.array([0.0, 0.5, 0.5]), np.array([250, 96, 96]), np.array([100, 5, 5]))
+    cfg = small_engine(extra={"engine": {"num_gpu_blocks": 25, "max_num_seqs": 4, "max_model_len": 384}})
+    sim, out = run(t2, "srpt", cfg, exact=True)
+    assert out.preemptions[0] >= 1 and out.preemptions[1:].sum() == 0 and out.swapped_blocks > 0
+    assert (out.status == "completed").all()
 
 
 @pytest.mark.parametrize("blocks,seqs", [(4000, 64), (60, 8)])

@@ -84,7 +84,7 @@ _ENGINE_KEYS = (
     "block_size", "num_gpu_blocks", "gpu_memory_gib", "gpu_memory_utilization",
     "activation_reserve_gib", "num_layers", "num_kv_heads", "head_dim", "dtype_bytes",
     "num_params", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "watermark",
-    "reserve_full_prompt", "null_block", "priority_victim_ties", "over_length",
+    "reserve_full_prompt", "null_block", "priority_victim_ties", "over_length", "swap_space_gib", "pcie_gb_s",
 )
 #: `[engine] priority_victim_ties`: which of several equally ranked running requests a priority
 #: order preempts first. "first-running" is vLLM v1's `max(running, key=(priority, arrival))`.
@@ -194,6 +194,8 @@ class EngineConfig:
     null_block: bool = True
     priority_victim_ties: str = "first-running"
     over_length: str = "reject"
+    swap_space_gib: float = 16.0
+    pcie_gb_s: float = 25.0
     # [latency]
     latency_model: str = "calibrated"
     cpu_overhead_s: float | None = None
@@ -242,6 +244,9 @@ class EngineConfig:
                      self.priority_victim_ties)
         if self.over_length not in _OVER_LENGTH:
             chk.fail("engine", "over_length", 'must be "reject" or "clamp"', self.over_length)
+        put("swap_space_gib", chk.real("swap_space_gib", self.swap_space_gib,
+                                       "must be a number >= 0 (GiB of host memory)", lambda x: x >= 0))
+        put("pcie_gb_s", chk.real("pcie_gb_s", self.pcie_gb_s, "must be a number > 0 (GB/s)", lambda x: x > 0))
         put("horizon_factor", chk.real("horizon_factor", self.horizon_factor, "must be a number > 0",
                                        lambda x: x > 0))
 

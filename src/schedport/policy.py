@@ -282,8 +282,10 @@ class BatchingMode:
             from schedport.errors import ConfigError
             raise ConfigError(f"preemption: must be 'recompute' or 'swap', got {params['preemption']!r}")
         if self.swap:
-            sim.host_blocks = int(float(params.get("swap_space_gib", 4.0)) * 2**30 // sim.block_bytes)
-            sim.pcie_bytes_per_s = float(params.get("pcie_gb_s", 25.0)) * 1e9
+            # one host swap space for every swapping policy ([engine] swap_space_gib, docs/engine.md)
+            sim.host_blocks = int(cfg.swap_space_gib * 2**30 // sim.block_bytes)
+            sim.pcie_bytes_per_s = cfg.pcie_gb_s * 1e9
+            sim.swap_overlap = bool(params.get("swap_overlap", False))
 
     def never_fits(self, req: Request) -> str:
         """Why `req` can never be served in this mode ('' if it can)."""
@@ -532,17 +534,22 @@ class Continuous(BatchingMode):
     def _plan_ranked(self, sched: "BoundPolicy", now: float) -> Plan:
         """Preemptive orderings: rank running and waiting together and fill the batch in rank order.
 
-        This is vllm-ltr's global ordering (Fu et al., NeurIPS 2024): running requests ranked
-        outside the first `max_num_seqs`, or displaced to free KV blocks for a better-ranked
-        request, are preempted — by swap when the policy's `preemption = "swap"` and the host swap
-        space has room (the reference mechanism of vllm-ltr and FastServe), else by recompute.
-        A request not reached before the token budget runs out keeps its place but skips the step.
+        This is vllm-ltr's global ordering (Fu et al., NeurIPS 2024; hao-ai-lab/vllm-ltr,
+        vllm/core/scheduler.py, `Scheduler._general_schedule` and `reserve_free_blocks`): requests
+        are taken in rank order while the token budget and `max_num_seqs` (counted over the
+        requests *scheduled* this step) allow. A running request that does not make this step's
+        batch — ranked past the first `max_num_seqs`, or reached after the budget ran out — keeps
+        its KV blocks and sits the step out. Only when blocks are short for a better-ranked
+        request is a running one preempted, the worst-ranked first (`reserve_free_blocks` swaps
+        out "from the lowest priority request"): by swap when the policy's `preemption = "swap"`
+        and the host swap space (`[engine] swap_space_gib`) has room, else by recompute. So more
+        than `max_num_seqs` requests may hold KV at once, as in the reference.
         """
         sim = self.sim
         cache = sim.cache
         bs = cache.block_size
         order = sched.order
-        if not len(order):
+        if not len(order) and len(sim.running) <= self.max_num_seqs:
             # nothing waiting: if every running request gets its full need, rank order is moot
             if sim.bulk:
                 plan = self._plan_cohort(sim, self.budget, in_order=False)
@@ -580,15 +587,11 @@ class Continuous(BatchingMode):
                     pending.popleft()
                 elif req in pending:
                     pending.remove(req)
-                if selected >= self.max_num_seqs:
-                    sim.preempt(req, swap)
-                    plan.preempted += 1
-                    continue
-                selected += 1
-                if budget <= 0:
+                if selected >= self.max_num_seqs or budget <= 0:
                     if req.sync >= 0:                   # a cohort member sits this step out
                         members_sit.append(req)
                     continue
+                selected += 1
                 k = min(req.prompt + req.generated - req.computed, budget)
                 need = -(-(req.computed + k) // bs) - req.blocks
                 while need > cache.free and pending:
@@ -611,13 +614,10 @@ class Continuous(BatchingMode):
                     continue
                 k = min(req.prompt + req.generated - req.computed, budget)
                 need = -(-(req.computed + k) // bs)
-                while len(sim.running) >= self.max_num_seqs and pending:
-                    sim.preempt(pending.pop(), swap)
-                    plan.preempted += 1
                 while need > cache.free - wm and pending:
                     sim.preempt(pending.pop(), swap)
                     plan.preempted += 1
-                if need > cache.free - wm or len(sim.running) >= self.max_num_seqs:
+                if need > cache.free - wm:
                     admitting = False                   # head-of-line: nothing ranked below it starts
                     continue
                 order.remove(req)
