@@ -311,16 +311,16 @@ def test_priorities_fcfs_sjf_spf(mix):
     assert spf.dtype == np.int64 and np.array_equal(spf, mix.input_tokens)
 
 
-def test_priorities_edf_are_the_simulator_deadlines_in_ms(mix, tmp_path):
+def test_priorities_edf_are_the_simulator_deadlines_in_us(mix, tmp_path):
     """The last-token deadline arrival + TTFT SLO + TPOT SLO x (N - 1) of the configured profile."""
     edf = request_priorities(mix, "edf", load_engine_config(None))
     assert edf.dtype == np.int64
     n1 = mix.output_tokens - 1
-    assert np.array_equal(edf, np.round((mix.arrival_s + 2.0 + 0.1 * n1) * 1000).astype(np.int64))
+    assert np.array_equal(edf, np.round((mix.arrival_s + 2.0 + 0.1 * n1) * 1e6).astype(np.int64))
     strict = request_priorities(mix, "edf", engine_toml(tmp_path, '[scheduler.edf]\nslo_profile = "strict"\n'))
-    assert np.array_equal(strict, np.round((mix.arrival_s + 0.5 + 0.05 * n1) * 1000).astype(np.int64))
+    assert np.array_equal(strict, np.round((mix.arrival_s + 0.5 + 0.05 * n1) * 1e6).astype(np.int64))
     first = request_priorities(mix, "edf", engine_toml(tmp_path, '[scheduler.edf]\ndeadline = "first-token"\n'))
-    assert np.array_equal(first, np.round((mix.arrival_s + 2.0) * 1000).astype(np.int64))
+    assert np.array_equal(first, np.round((mix.arrival_s + 2.0) * 1e6).astype(np.int64))
     with pytest.raises(SchedportError, match=r"\[scheduler\.edf\] deadline: must be"):
         request_priorities(mix, "edf", engine_toml(tmp_path, '[scheduler.edf]\ndeadline = "soon"\n'))
 

@@ -79,14 +79,15 @@ def request_priorities(trace: Trace, scheduler: str, engine: EngineConfig | None
     ``vllm-fcfs``: None (no priority, the server's FCFS). ``sjf``: the true output length.
     ``spf``: the prompt length. ``edf``: the deadline the simulator's edf orders by
     (`schedulers.request_deadlines` under its `slo_profile` and `deadline` rule; by default
-    arrival + TTFT SLO + TPOT SLO x (output tokens - 1)), in integer milliseconds of the
-    trace's time frame. ``ltr``: the rank of the predicted score the simulator's ltr uses for
+    arrival + TTFT SLO + TPOT SLO x (output tokens - 1)), in integer microseconds of the
+    trace's time frame (`schedulers.deadline_priorities`, the integers the simulator's edf ranks by). ``ltr``: the rank of the predicted score the simulator's ltr uses for
     this trace and seed (same tau, same calibrated noise). The server orders its waiting queue by (priority, arrival) and never preempts
     for priority, so preemptive or guarded policies (ltr's swap preemption and starvation guard)
     are expressed only through their ranking; docs/validation.md says what that leaves out.
     Any other scheduler is a one-line error listing the expressible ones.
     """
-    from schedport.schedulers import REGISTRY, predicted_scores, request_deadlines, validate_scheduler_params
+    from schedport.schedulers import (REGISTRY, deadline_priorities, predicted_scores, request_deadlines,
+                                      validate_scheduler_params)
 
     if scheduler not in EXPRESSIBLE:
         known = f" (known to the simulator, but not expressible as priorities)" if scheduler in REGISTRY else ""
@@ -108,7 +109,7 @@ def request_priorities(trace: Trace, scheduler: str, engine: EngineConfig | None
     if scheduler == "edf":
         ttft, tpot = cfg.slo_profiles[params["slo_profile"]]
         deadline = request_deadlines(trace.arrival_s, trace.output_tokens, ttft, tpot, params["deadline"])
-        return np.round(deadline * 1000.0).astype(np.int64)
+        return deadline_priorities(deadline)
     # ltr: ranks of the simulator's predicted scores (same seed and tau), ties by arrival.
     scores = predicted_scores(trace.output_tokens, float(params["tau"]), seed)
     order = np.lexsort((np.arange(len(trace)), scores))

@@ -694,13 +694,24 @@ def _by_prompt(r: Request):
     return r.prompt
 
 
+def deadline_priorities(deadlines_s: np.ndarray) -> np.ndarray:
+    """Deadlines as the integer priorities a vLLM server orders by: whole microseconds.
+
+    edf ranks by these same integers, so the simulator and a replay (or `schedport conformance`)
+    break every tie alike: by arrival, then request. Milliseconds were too coarse: two deadlines
+    within 1 ms tied on the server but not in the simulator."""
+    return np.round(np.asarray(deadlines_s, dtype=np.float64) * 1e6).astype(np.int64)
+
+
 class _Deadline(StaticKey):
-    """EDF: waiting order by deadline (`request_deadlines` under `slo_profile` and `deadline`)."""
+    """EDF: waiting order by deadline (`request_deadlines` under `slo_profile` and `deadline`),
+    in whole microseconds (`deadline_priorities`)."""
 
     def __init__(self, sim, params):
         ttft, tpot = sim.config.slo_profiles[params["slo_profile"]]
         t = sim.trace
-        dl = request_deadlines(t.arrival_s, t.output_tokens, ttft, tpot, params["deadline"]).tolist()
+        dl = deadline_priorities(request_deadlines(t.arrival_s, t.output_tokens, ttft, tpot,
+                                                   params["deadline"])).tolist()
         super().__init__(sim, params, lambda r: dl[r.idx])
 
 
