@@ -16,9 +16,28 @@ Metrics and directions
     ``completed_within_horizon``. Bookkeeping columns (counts, makespan, horizon, iterations)
     are not ranked; any other column is ignored with a note. A metric that is NaN everywhere
     is dropped with a note. The *main metrics* (`MAIN_METRICS`: tail TTFT, tail TPOT, mean
-    E2E, standard-SLO goodput and attainment, slowdown fairness) are those of the tables and
-    of the headline averages; the study's redundant variants (p50/p90/mean of the same
-    latency) would otherwise inflate metric agreement.
+    E2E, standard-SLO attainment, slowdown fairness: one per family) are those of the tables,
+    of the headline averages and of the study's form; the redundant variants (p50/p90/mean of
+    the same latency) would otherwise inflate metric agreement.
+
+Metric families (one ranking counted once)
+    Two metrics whose within-window ranks agree in every window of every condition (and are
+    defined in the same windows) measure one ranking twice: goodput_p = attainment_p x
+    n_requests / horizon is the case in the default store. `metric_families` finds such groups
+    and only the first member is analysed (a main metric first, else the first column); the
+    rest are dropped from every statistic with a note. A pair of main metrics is thus never
+    used together. ``metric_families`` = {"groups": [[kept, dropped...]], "dropped": [...]}.
+
+Duplicate schedulers (one scheduler counted once)
+    Two schedulers whose every analysed metric is bit-identical in every window of a condition
+    (source x region) are duplicates there; in every condition of a source, duplicates of that
+    source. ``duplicates`` = {"by_source": {source: [[names...]]}, "by_condition": {source:
+    {region: [[names...]]}}} (conditions listed only where they add classes). Rankings keep
+    every scheduler (ties averaged) but the report shows one row "a = b" per source. A test is
+    made once per class pair (a pair of twins is no test, a pair that repeats another through
+    a duplicate is that test); a comparison of two conditions counts once per pair of joint
+    classes (schedulers identical in both conditions compared), so a reversal between a
+    duplicate and a third scheduler counts once, and so does its comparison.
 
 Unit of replication: the window
     Seeds are averaged within (source, window, region, scheduler) first (NaN seeds skipped).
@@ -67,19 +86,25 @@ Concordance
 
 Headlines
     Cross-source tau per source pair and region is the mean over the main metrics; per pair
-    it is the mean over regions and main metrics; the minimum over pairs (and over pair x
-    region cells) is reported with the bootstrap CI of the minimum. Metric concordance is the
+    it is the mean over regions and main metrics; the minimum over pairs is reported with that
+    pair's own interval, the minimum over pair x region cells with the bootstrap CI of the
+    minimum. Metric concordance is the
     mean tau over all pairs of main metrics and all conditions. ``best_changes_with_metric_
     share`` is the share of conditions (source x region with all main metrics defined) where
     no scheduler is tied-best on every main metric, i.e. the intersection over main metrics
     of the sets of best schedulers is empty; the pairwise variant counts (condition, metric
-    pair) whose best sets are disjoint.
+    pair) whose best sets are disjoint. (The study's form counts it per window x region cell,
+    see below: 18 conditions can only give multiples of 1/18.)
 
 Reversals
     For scheduler pair (A, B), metric m and condition c, the per-window relative effect is
     e = d_m * (A - B) / ((|A| + |B|) / 2) with d_m = +1 if higher is better and -1 otherwise,
     so e > 0 means A is better, e is scale-free (windows differ in size) and bounded in
-    [-2, 2]; e = 0 when A = B = 0, and the window is left out when either value is NaN. The
+    [-2, 2]; e = 0 when A = B = 0, and the window is left out when either value is NaN.
+    Bounded metrics (`metric_is_bounded`: SLO attainment, Jain indices, shares, all in [0, 1])
+    use the absolute difference e = d_m * (A - B) instead, judged against the absolute
+    threshold (``abs_threshold``, default 0.02 = 2 percentage points): a relative effect of
+    two small shares is large for a negligible change (0.001 vs 0 gives 2). The
     condition's effect is the median over windows. Its p-value is the two-sided Wilcoxon
     signed-rank test of the per-window effects against 0 (``scipy.stats.wilcoxon``: paired,
     makes no normality assumption about ratios of latencies, and is exact and deterministic
@@ -95,8 +120,73 @@ Reversals
     cases examined, i.e. where both conditions were tested; ``share`` is reversals / that.
     Its 95% interval is Wilson's score interval, which treats comparisons as independent and
     so understates the uncertainty (comparisons share windows); it is labelled as such.
-    Breakdowns: a cross-source reversal counts under its region and its source pair; a
-    cross-region reversal counts under both of its regions and under its source.
+    This pooled analysis (every metric, cross-source and cross-region, ``reversals``) is the
+    secondary one. Its breakdowns divide by their own kind: ``cross_source`` {n_comparisons,
+    n_reversals, by_region, by_source_pair} and ``cross_region`` {..., by_region_pair,
+    by_source}, each entry {n_reversals, n_comparisons, share_of_reversals (of that kind's
+    reversals), rate (of its comparisons)}, so every breakdown adds up to its total;
+    ``by_scheduler_pair`` and ``by_metric`` count every reversal once.
+
+The study's form (``study_form``, shown first)
+    The original study's statements, computed the way it made them.
+    ``main_metrics``: the main metrics analysed. ``metric_families``: as above.
+    ``reversals``: one entry per main metric, cross-source comparisons only, with BH run
+        within that metric's tests (every distinct scheduler pair x condition): ``metric``,
+        ``effect_scale`` (relative | absolute), ``practical_threshold``, ``n_tests``,
+        ``n_comparisons`` (distinct pair x source pair x region cases where both sources were
+        tested: 78 x 3 x 6 = 1,404 for 13 distinct schedulers), ``n_reversals``, ``share``,
+        ``ci_low``/``ci_high`` (95% percentile bootstrap over windows: on each resample the
+        medians, Wilcoxon p-values, BH and reversal count are redone, `schedport.studyform`),
+        ``boot_mean`` (mean of the replicates: resamples repeat windows, which makes their
+        tests a little more significant, so it sits above ``share``), ``by_region``,
+        ``by_source_pair`` (entries {n_reversals, n_comparisons, share_of_reversals, rate}),
+        ``by_scheduler_pair`` {pair: n_reversals} (duplicates joined: "edf = vllm-fcfs vs
+        orca"), ``one_scheduler_pair`` (all reversals share one pair; null without reversals),
+        ``sources_on_every_reversal`` and ``one_source`` (a source on one side of every
+        reversal), ``high_load`` {rho_min 0.8, regions, n_reversals, n_comparisons,
+        share_of_reversals, rate, rate_elsewhere} and ``items`` (each reversal).
+    ``best_changes_with_metric``: ``condition`` = "window x region"; ``n_conditions`` (window
+        x region cells with every main metric defined), ``n_changed``, ``share`` with
+        ``ci_low``/``ci_high`` (percentile bootstrap over windows), ``by_source``,
+        ``pairwise`` {n_pairs, n_disjoint, share, ci_low, ci_high, definition} (cell x
+        main-metric pair whose best sets are disjoint), ``definition``, and ``forced_by``:
+        [{metric, scheduler, n_cells, share_without, share_without_ci_low/high}] where one
+        scheduler is the sole best on a metric in every cell and never best on all the others,
+        so the share is 100% by construction (``share_without``: the share without it).
+    ``cross_source_tau``: per source pair and main metric: ``value`` (mean over regions of
+        tau-b between the two sources' mean-rank vectors), ``ci_low``/``ci_high`` (basic
+        bootstrap), ``boot_bias``, ``n_regions``, ``n_tied_regions`` (regions where a vector
+        has <= 3 distinct values, see ``tied`` below), ``by_region`` {region: tau}.
+    ``duplicates`` {source: [[names]]} and ``duplicates_by_condition``: as above.
+    ``split_half``: per source and region, the noise ceiling: ``value`` (mean over
+        ``n_splits`` random splits of the source's windows into two disjoint halves of
+        floor(W/2) windows of the tau-b between the halves' mean-rank vectors, averaged over
+        the main metrics), ``ci_low``/``ci_high`` (2.5-97.5 percentiles over the splits: the
+        spread of one split's estimate), ``n_windows_half``; ``split_half_by_metric`` per
+        metric; ``split_half_info`` {n_splits, ci_method, definition, adjusted_definition}.
+    ``cross_source_half``: cross-source tau at the same window count (mean of the four
+        half-vs-half taus under independent splits) and the reliability-adjusted portability
+        ``adjusted`` = tau_ab(half) / sqrt(rel_a(half) rel_b(half)) (1: the sources agree as
+        well as each agrees with itself; below 1: rankings do not carry over beyond noise;
+        null when a reliability is <= 0): ``by_pair`` {tau_half, adjusted, n_regions},
+        ``by_pair_region`` {tau_half with its split range, rel_a, rel_b, adjusted with its
+        split range}, ``by_pair_metric``.
+    ``claims``: one entry per finding of the original study (`schedport.studyform.
+        STUDY_FINDINGS`): ``id``, ``study`` (its statement), ``here`` (this run's figure in the
+        same form, with its interval), ``verdict`` (holds | does not hold | partly holds |
+        inconclusive | not comparable), ``rule`` (how the verdict follows from the numbers),
+        ``value``/``ci_low``/``ci_high`` where one number decides, ``per_metric`` for the
+        reversal finding. ``definitions``: the reversal and comparison definitions used.
+
+Other fields
+    ``subset`` {is_subset, reasons, n_schedulers, n_windows, n_regions}: a --quick or partial
+    store (fewer schedulers than the registry, a subset of the default regions, fewer windows
+    than the corpus); the report's title says so. Every concordance entry carries
+    ``n_distinct_a``/``n_distinct_b`` and ``tied`` (a vector with 3 or fewer distinct values:
+    its tau rests on a near-constant ranking and is flagged). ``headline.cross_source.
+    min_pair`` carries the lowest pair's own interval (one interval per number) and, apart,
+    ``min_over_pairs_ci_low/high``. ``parameters`` gains ``abs_threshold``, ``n_splits``,
+    ``bounded_metrics`` and ``threshold_rule``.
 
 Provenance and refusal
     The manifest's corpus hash, engine config and hash, package version and git commit are
@@ -105,9 +195,10 @@ Provenance and refusal
     `SchedportError`, as is one whose hash differs from ``expect_corpus`` / ``expect_engine``
     or from the corpus directory given for the workload figure.
 
-Performance: the full study (13 schedulers, 3 sources x 40 windows, 6 regions, 24 metrics,
-B = 1000, ~34,000 Wilcoxon tests) takes about 5 s for the statistics and about 13 s in all
-with the report's figures, on 2 cores (synthetic store; ``run_info.elapsed_s`` records it).
+Performance: the full default study (13 schedulers, 3 sources x 40 windows, 6 regions, 21
+distinct metrics, B = 1000, ~23,000 Wilcoxon tests, the study form's 5 x 1,404 tests redone
+on 1,000 resamples, 1,000 random splits) takes about 20 s for the statistics and about 40 s in
+all with the report's figures on a busy 2-core machine (``run_info.elapsed_s`` records it).
 """
 
 from __future__ import annotations
@@ -1159,7 +1250,9 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         "ci_level": CI_LEVEL,
         "ci_method": "bootstrap over windows (sources resampled independently, one resample of window ids "
                      "shared by all regions and metrics of a source); percentile intervals for mean ranks, basic "
-                     "(bias-correcting, reverse-percentile) intervals for concordance statistics and shares",
+                     "(reverse-percentile) intervals for concordance statistics and pooled shares; percentile intervals "
+                     "for the study form's reversal and best-changes shares; the estimates themselves are not "
+                     "bias-corrected",
         "min_windows": MIN_WINDOWS,
         "main_metrics": main,
         "metrics": st.metrics,

@@ -126,18 +126,24 @@ def fig_tau_heatmap(res: dict) -> Optional[str]:
     im = None
     for ax, (a, b) in zip(axes[0], pairs):
         mat = np.full((len(metrics), len(regions)), np.nan)
+        tied = np.zeros(mat.shape, dtype=bool)
         for d in items:
             if (d["source_a"], d["source_b"]) == (a, b) and d["tau"] is not None:
                 mat[metrics.index(d["metric"]), regions.index(d["region"])] = d["tau"]
+                tied[metrics.index(d["metric"]), regions.index(d["region"])] = bool(d.get("tied"))
         im = ax.imshow(mat, cmap="cividis", vmin=-1, vmax=1, aspect="auto")
-        _annotate(ax, mat, fontsize=6)
+        for (i, j), v in np.ndenumerate(mat):
+            if np.isfinite(v):
+                ax.text(j, i, f"{v:.2f}{'*' if tied[i, j] else ''}", ha="center", va="center", fontsize=6,
+                        color="white" if v < 0.35 else "black")
         ax.set_xticks(range(len(regions)), regions, rotation=45, ha="right", fontsize=7)
         ax.set_yticks(range(len(metrics)), metrics if ax is axes[0][0] else [""] * len(metrics), fontsize=7)
         ax.set_title(f"{a} vs {b}", fontsize=9)
         ax.set_xlabel("operating region (increasing load)", fontsize=8)
     axes[0][0].set_ylabel("metric", fontsize=8)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="Kendall tau-b (blank: undefined)")
-    fig.suptitle("Cross-source rank agreement by region and metric", fontsize=10)
+    fig.suptitle("Cross-source rank agreement by region and metric (*: a mean-rank vector with 3 or fewer "
+                 "distinct values)", fontsize=10)
     return _png(fig)
 
 
@@ -652,25 +658,70 @@ def _methodology(res: dict) -> str:
         f"&ndash;{p['seeds_per_cell']['max']}, averaged within each window first. The window is the unit of "
         "replication.",
         f"Metrics ({len(p['metrics'])}): lower is better for {_esc(', '.join(dirs_lo))}; higher is better for "
-        f"{_esc(', '.join(dirs_hi))}. Each SLO profile's attainment and goodput is a metric of its own. Main "
-        f"metrics (tables and headline averages): {_esc(', '.join(p['main_metrics']))}.",
+        f"{_esc(', '.join(dirs_hi))}. Each SLO profile's attainment and goodput is a metric of its own unless "
+        f"they rank identically (metric families, below). Main metrics (one per family; tables, headline "
+        f"averages and the study form): {_esc(', '.join(p['main_metrics']))}.",
         f"Ranks: {_esc(p['rank_method'])}. A condition (source x region) uses its complete block: the windows in "
         f"which every scheduler has a result (at least {p['min_windows']}).",
         f"Uncertainty: {_esc(p['ci_method'])}; B = {p['n_boot']} replicates, seed {p['seed']}, "
         f"{int(100 * p['ci_level'])}% intervals. Every concordance, average, minimum and share is recomputed on "
         "each replicate. Why basic intervals for concordance: tau between estimated mean-rank vectors is biased "
         "towards 0 by sampling noise and a resample adds that noise again, so the replicates sit below the "
-        "estimate; the basic interval [2t - q97.5, 2t - q2.5] corrects for the shift (each headline's "
-        "boot_bias in portability.json gives its size).",
+        "estimate; the basic interval [2t - q97.5, 2t - q2.5] reflects that shift around the estimate, which "
+        "is itself left uncorrected (each headline's boot_bias in portability.json gives the shift's size).",
         "Concordance: Kendall's tau-b (the statistic of scipy.stats.kendalltau, computed vectorised and checked "
         "against scipy in the test suite) between mean-rank vectors of two sources (same "
         "region and metric), two regions (same source and metric) and two metrics (same source and region), plus "
         "Spearman's rho and top-1 agreement (the sets of tied-best schedulers intersect). tau is undefined when "
         "all schedulers tie; averages skip undefined values.",
-        f"Best-changes share: {_esc(res['headline']['metrics']['best_changes_with_metric']['definition'])}.",
-        f"Reversals: effect = {_esc(p['effect'])}. Test: {_esc(p['test'])}. Multiplicity: {_esc(p['multiplicity'])}"
-        f", at q = {p['q']}. Rule: {_esc(p['reversal_rule'])}, threshold {_esc(pct(p['practical_threshold'], 1))}. "
-        "n_comparisons counts (scheduler pair, metric, condition pair) cases where both conditions were tested.",
+        f"Best-changes share (pooled, per source x region): "
+        f"{_esc(res['headline']['metrics']['best_changes_with_metric']['definition'])}.",
+        "Metric families: two metrics whose within-window ranks agree in every window of every condition measure "
+        "one ranking twice (e.g. goodput = attainment x n_requests / horizon); only the first of each group is "
+        "analysed (a main metric first) and the others are dropped from every statistic "
+        "(portability.json <code>metric_families</code>).",
+        "Duplicate schedulers: schedulers whose every metric is bit-identical in every window of a condition are "
+        "one scheduler there (<code>duplicates</code>, per source and per condition). Their tests and comparisons "
+        "count once: a comparison between two conditions is one per pair of schedulers that are distinct in the "
+        "conditions compared, and a reversal between a duplicate and a third scheduler counts once.",
+        f"Bounded metrics ({_esc(', '.join(p.get('bounded_metrics', [])))}): per-window effect = absolute "
+        f"difference, practical threshold {_esc(pct(p.get('abs_threshold'), 0))} (percentage points); other "
+        f"metrics: relative difference, threshold {_esc(pct(p['practical_threshold'], 0))}.",
+        "Study form (first screen, <code>study_form</code>): per main metric, cross-source reversals only, BH "
+        "within that metric's tests; n_comparisons = distinct scheduler pairs x source pairs x regions tested in "
+        "both sources; the share's 95% interval is the percentile bootstrap over windows with medians, Wilcoxon "
+        "p-values (normal approximation with tie correction, as scipy uses for tied data), BH and the reversal "
+        "count redone on each of the B resamples (<code>boot_mean</code> gives the replicates' mean: resamples "
+        "repeat windows, which makes their tests slightly more significant). Concentration: by region, source "
+        "pair and scheduler pair, each adding up to the metric's reversals; whether all share one scheduler pair "
+        "and a source. Best changes: per window x region cell (definition beside the figure) and per cell x "
+        "metric pair; <code>forced_by</code> names a metric whose sole best scheduler in every cell never wins "
+        "all the others (100% by construction), with the share without it. Cross-source tau per source pair and "
+        "main metric: mean over regions, basic bootstrap interval.",
+        f"Noise ceiling: split-half reliability per source and region = Kendall tau-b between the mean-rank "
+        f"vectors of two random disjoint halves of the source's windows, averaged over main metrics and "
+        f"{p.get('n_splits')} random splits; range = 2.5-97.5 percentiles over splits. Ceiling-adjusted "
+        "portability = tau between two sources at the same half window count / sqrt(rel_a x rel_b): near 1, the "
+        "sources agree as well as each agrees with itself (rankings noisy, not different); well below 1, "
+        "rankings do not carry over.",
+        "Claims: each finding of the original study is set beside this run's figure in the same form; the "
+        "verdict is computed by the rule printed beside it (holds / does not hold / partly holds / inconclusive "
+        "when the interval straddles the criterion / not comparable), from <code>study_form.claims</code>.",
+        "Tied vectors: a concordance whose mean-rank vector has 3 or fewer distinct values is flagged "
+        "(<code>tied</code>; &dagger; and * in the report): its tau rests on a near-constant ranking.",
+        "Fields of <code>study_form</code>: reversals[metric, effect_scale, practical_threshold, n_tests, "
+        "n_comparisons, n_reversals, share, ci_low, ci_high, boot_mean, by_region, by_source_pair, "
+        "by_scheduler_pair, one_scheduler_pair, sources_on_every_reversal, one_source, high_load, items]; "
+        "best_changes_with_metric[condition, n_conditions, n_changed, share, ci_low, ci_high, pairwise, "
+        "forced_by, by_source, definition]; cross_source_tau[source_a, source_b, metric, value, ci_low, "
+        "ci_high, n_tied_regions, by_region]; duplicates {source: [[names]]}; split_half[source, region, value, "
+        "ci_low, ci_high]; cross_source_half[by_pair, by_pair_region, by_pair_metric]; claims[study, here, "
+        "verdict, rule]; the analysis module's docstring defines each.",
+        f"Pooled reversals (secondary): effect = {_esc(p['effect'])} (absolute difference for bounded metrics). "
+        f"Test: {_esc(p['test'])}. Multiplicity: {_esc(p['multiplicity'])}, at q = {p['q']}. Rule: "
+        f"{_esc(p['reversal_rule'])}, {_esc(p.get('threshold_rule', ''))}. n_comparisons counts (scheduler pair, "
+        "metric, condition pair) cases where both conditions were tested; breakdowns of cross-source reversals "
+        "divide by the cross-source count, of cross-region ones by the cross-region count.",
         "NaN metrics (e.g. no completed request): rank worst in their window; windows where every scheduler is "
         "NaN carry no ordering and are left out for that metric; effects leave out windows where either "
         "scheduler is NaN.",
