@@ -15,16 +15,19 @@ import pytest
 
 from schedport.errors import SchedportError
 from schedport.regions import REGIONS, capacity_cache, parse_regions, time_scale
-from schedport.store import (KEY_COLUMNS, StoreError, StoreMismatch, open_store, read_results,
-                             run_schema)
+from schedport.store import (KEY_COLUMNS, StoreError, StoreMismatch, engine_config_hash, open_store,
+                             read_results, run_schema)
 
 METRICS = ["n_requests", "ttft_p99_s", "client_jain", "iterations"]
 CORPUS = "c" * 64
-ENGINE = "e" * 64
+ENGINE_CONFIG = {"engine": {}}
+ENGINE = engine_config_hash(ENGINE_CONFIG)
+OTHER_CONFIG = {"engine": {"max_num_seqs": 8}}
+OTHER = engine_config_hash(OTHER_CONFIG)
 
 
 def _open(root, **kw):
-    args = dict(corpus_sha256=CORPUS, engine_config={"engine": {}}, engine_hash=ENGINE,
+    args = dict(corpus_sha256=CORPUS, engine_config=ENGINE_CONFIG, engine_hash=ENGINE,
                 metric_columns=METRICS)
     args.update(kw)
     return open_store(root, **args)
@@ -158,14 +161,14 @@ def test_mismatched_engine_or_corpus_refused_unless_force(tmp_path):
     store.flush()
     store.close()
     with pytest.raises(StoreMismatch, match="engine config"):
-        _open(root, engine_hash="f" * 64)
+        _open(root, engine_config=OTHER_CONFIG, engine_hash=OTHER)
     with pytest.raises(StoreMismatch, match="corpus"):
         _open(root, corpus_sha256="d" * 64)
     with pytest.raises(StoreMismatch, match="metric columns"):
         _open(root, metric_columns=METRICS + ["extra"])
-    store, moved = _open(root, engine_hash="f" * 64, force=True)
+    store, moved = _open(root, engine_config=OTHER_CONFIG, engine_hash=OTHER, force=True)
     assert moved.name.startswith("res.old-") and len(_parts(moved)) == 1
-    assert store.done == set() and json.loads((root / "manifest.json").read_text())["engine_hash"] == "f" * 64
+    assert store.done == set() and json.loads((root / "manifest.json").read_text())["engine_hash"] == OTHER
     store.close()
 
 
@@ -176,10 +179,10 @@ def test_rows_of_another_engine_inside_a_part_are_detected(tmp_path):
     store.flush()
     store.close()
     m = json.loads((root / "manifest.json").read_text())
-    m["engine_hash"] = "f" * 64  # manifest edited to claim another engine: rows disagree
-    (root / "manifest.json").write_text(json.dumps(m))
+    m["engine_config"], m["engine_hash"] = OTHER_CONFIG, OTHER  # manifest edited, consistently, to claim
+    (root / "manifest.json").write_text(json.dumps(m))                # another engine: rows disagree
     with pytest.raises(StoreMismatch, match="another corpus or engine"):
-        _open(root, engine_hash="f" * 64)
+        _open(root, engine_config=OTHER_CONFIG, engine_hash=OTHER)
 
 
 def test_duplicate_cells_detected(tmp_path):

@@ -275,6 +275,9 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
              horizon_s: float | None = None, time_scale: float | None = None) -> SimulationResult:
     """Simulate `trace` under `scheduler` on `engine`; return the per-request table and summary.
 
+    The table has the columns of `schedport.metrics.request_table` plus ``reject_reason``:
+    for a request rejected at arrival, why (e.g. it can never fit the KV cache); else None.
+
     `trace` is a `Trace` or a path to a canonical CSV/Parquet file; `engine` an `EngineConfig`,
     a TOML path, or None for the documented defaults. `load` rescales time to offered load rho.
     `horizon_s` cuts the simulation (requests still in flight end `unfinished`); metrics count
@@ -322,6 +325,8 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
         arrival_s=trace.arrival_s, input_tokens=trace.input_tokens, output_tokens=trace.output_tokens,
         client_id=cid, status=out.status, first_token_s=out.first_token_s, finish_s=out.finish_s,
         preemptions=out.preemptions)
+    # why a request was rejected at arrival (None for every other request)
+    table["reject_reason"] = pd.Series([r or None for r in out.reject_reason], dtype=object, index=table.index)
     if span > 0:
         horizon = cfg.horizon_factor * span
     else:

@@ -28,12 +28,12 @@ def cause(e: BaseException) -> str:
     Python's OSError carries `strerror`; pyarrow's I/O errors carry only a message with
     ``[errno N]`` inside it, which is mapped to the system's text for N.
     """
-    if isinstance(e, OSError) and e.strerror:
-        return e.strerror
     text = " ".join(str(e).split())
     m = _ERRNO_IN_TEXT.search(text)
     if m:
         return os.strerror(int(m.group(1)))
+    if isinstance(e, OSError) and e.strerror:
+        return " ".join(str(e.strerror).split())
     return text[:200] or type(e).__name__
 
 

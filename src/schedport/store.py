@@ -35,6 +35,13 @@ kind or schema, unknown files in ``runs/``), an unreadable or inconsistent part 
 Parquet, other schema, other hashes, duplicated cells) is reported in one line and never
 overwritten.
 
+Provenance: the manifest's ``engine_hash`` must be the sha256 of its own ``engine_config``
+(canonical JSON, as `EngineConfig.config_hash`); a manifest whose config was edited without
+its hash is refused, by `run` and by `analyze` alike (`verified_runs`), so a report never
+shows a configuration that was not used. A ``"running"`` entry left by a sweep that was
+killed (or whose writes failed) is closed as ``"abandoned"`` when the next sweep opens
+the store under its lock.
+
 Manifest fields: ``kind`` ("schedport-results"), ``store_schema``, ``corpus_sha256``,
 ``corpus_dir``, ``engine_hash``, ``engine_config``, ``package_version``, ``git_commit``,
 ``columns`` ([name, arrow type] pairs), ``created``, ``status`` (running, finished,
@@ -63,6 +70,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from schedport.errors import SchedportError
+from schedport.outputs import cause
 from schedport.regions import atomic_write_bytes, fsync_dir
 
 STORE_KIND = "schedport-results"
@@ -79,7 +87,7 @@ _REQUEST_TYPES = {
     "request_id": pa.int64(), "client_id": pa.string(), "arrival_s": pa.float64(),
     "input_tokens": pa.int64(), "output_tokens": pa.int64(), "status": pa.string(),
     "first_token_s": pa.float64(), "finish_s": pa.float64(), "ttft_s": pa.float64(),
-    "tpot_s": pa.float64(), "e2e_s": pa.float64(), "preemptions": pa.int64(),
+    "tpot_s": pa.float64(), "e2e_s": pa.float64(), "preemptions": pa.int64(), "reject_reason": pa.string(),
 }
 # Page CRCs (pyarrow >= 14) so that damage inside a part, not only in its footer, is detected.
 _WRITE_CHECKED = ({"write_page_checksum": True}
@@ -294,13 +302,26 @@ class ResultsStore:
         """Rewrite manifest.json atomically from `self.manifest`."""
         self.manifest["cells_done"] = len(self.done)
         data = json.dumps(self.manifest, indent=2, allow_nan=False) + "\n"
-        atomic_write_bytes(self.root / "manifest.json", data.encode("utf-8"))
+        try:
+            atomic_write_bytes(self.root / "manifest.json", data.encode("utf-8"))
+        except OSError as e:
+            raise StoreError(f"{self.root / 'manifest.json'}: cannot write the results manifest "
+                             f"({cause(e)})") from None
 
     def begin_run(self, info: dict) -> None:
-        """Record the start of a sweep invocation (status running) in the manifest."""
+        """Record the start of a sweep invocation (status running) in the manifest.
+
+        An earlier entry still ``"running"`` belongs to a sweep that died without recording
+        its end (SIGKILL, a failed write): we hold the lock, so it is not running; it is
+        closed as ``"abandoned"``.
+        """
         t = now_iso()
+        for old in self.manifest.setdefault("runs", []):
+            if old.get("status") == "running":
+                old.update(status="abandoned", abandoned_noticed=t,
+                           note="the sweep ended without recording its end (killed, or a write failed)")
         run = {"started": t, "ended": None, "status": "running", **info}
-        self.manifest.setdefault("runs", []).append(run)
+        self.manifest["runs"].append(run)
         self.manifest.update(status="running", started=t, ended=None, selectors=info.get("selectors"),
                              package_version=_version(), git_commit=git_commit())
         self.write_manifest()
@@ -348,11 +369,14 @@ def _write_part(path: Path, table: pa.Table) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             tmp.unlink()
         except OSError:
             pass
+        if isinstance(e, OSError):
+            raise StoreError(f"{path}: cannot write this results part ({cause(e)}); the cells of this "
+                             f"batch were not stored, rerun to compute them again") from None
         raise
     fsync_dir(path.parent)
 
@@ -361,6 +385,14 @@ def _version() -> str:
     from schedport import __version__
 
     return __version__
+
+
+def engine_config_hash(engine_config: dict) -> str:
+    """sha256 hex of an engine config dict's canonical JSON (the rule of `EngineConfig.config_hash`)."""
+    import hashlib
+
+    canon = json.dumps(engine_config, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(canon.encode("utf-8")).hexdigest()
 
 
 def _read_manifest(path: Path) -> dict:
@@ -372,6 +404,16 @@ def _read_manifest(path: Path) -> dict:
     if not isinstance(data, dict) or data.get("kind") != STORE_KIND:
         raise StoreError(f"{path}: not a schedport results manifest; not overwriting it "
                          f"(use another --out, or --force to move this directory aside)")
+    check_manifest(data, path)
+    return data
+
+
+def check_manifest(data: dict, path) -> None:
+    """Check a schedport results manifest's fields and provenance; a one-line `StoreError` if not.
+
+    Required fields present and of the right type, the store schema this version writes,
+    and ``engine_hash`` equal to the hash recomputed from the stored ``engine_config``.
+    """
     if data.get("store_schema") != STORE_SCHEMA:
         raise StoreMismatch(f"{path}: results store schema {data.get('store_schema')!r}, this schedport "
                             f"writes schema {STORE_SCHEMA}; use another --out or --force")
@@ -379,7 +421,26 @@ def _read_manifest(path: Path) -> dict:
         if k not in data:
             raise StoreError(f"{path}: results manifest lacks {k!r}; the store is damaged "
                              f"(use another --out, or --force to move it aside)")
-    return data
+    types = {"corpus_sha256": str, "engine_hash": str, "columns": list, "engine_config": dict, "runs": list}
+    for k, t in types.items():
+        if k in data and not isinstance(data[k], t):
+            raise StoreError(f"{path}: results manifest field {k!r} is a {type(data[k]).__name__}, not a "
+                             f"{'JSON ' + ('object' if t is dict else 'array' if t is list else 'string')}; "
+                             f"the store is damaged (use another --out, or --force to move it aside)")
+    if any(not isinstance(r, dict) for r in data.get("runs", [])):
+        raise StoreError(f"{path}: results manifest field 'runs' holds an entry that is not an object; "
+                         f"the store is damaged (use another --out, or --force to move it aside)")
+    if "engine_config" not in data:
+        raise StoreError(f"{path}: results manifest lacks 'engine_config'; the store is damaged "
+                         f"(use another --out, or --force to move it aside)")
+    try:
+        actual = engine_config_hash(data["engine_config"])
+    except (TypeError, ValueError) as e:
+        raise StoreError(f"{path}: results manifest 'engine_config' cannot be hashed ({_one_line(e)})") from None
+    if actual != data["engine_hash"]:
+        raise StoreError(f"{path}: 'engine_config' hashes to {actual[:12]}, but the manifest records engine_hash "
+                         f"{str(data['engine_hash'])[:12]}: the config was edited after the run, so it is not "
+                         f"the one the results were made with (restore it, or rerun into a new --out)")
 
 
 def move_aside(root: Path) -> Path:
@@ -517,6 +578,61 @@ def _check_unlocked(root: Path) -> None:
     lock = root / ".lock"
     if lock.exists():
         os.close(_lock(root))
+
+
+def verified_runs(root: str | os.PathLike[str], manifest: dict):
+    """Every runs part under `root`/runs, verified as `open_store` verifies it, as a DataFrame.
+
+    For a store written by `schedport run` (manifest kind ``schedport-results``): the
+    manifest's fields and engine hash (`check_manifest`), only ``part-<seq>-<uuid>.parquet``
+    files (a killed writer's dot-prefixed temporary files are ignored), every page decoded
+    with its checksum, every part's schema equal to the manifest's ``columns``, and every
+    row's corpus and engine hash equal to the manifest's. Tables of another origin (made
+    by hand, say) are only read page by page with checksums. Any failure is a one-line
+    `StoreError` naming the part; nothing damaged is ever returned.
+    """
+    import pandas as pd
+
+    root = Path(root)
+    runs = root / "runs"
+    ours = isinstance(manifest, dict) and manifest.get("kind") == STORE_KIND
+    if ours:
+        check_manifest(manifest, root / "manifest.json")
+    try:
+        entries = sorted(runs.iterdir())
+    except OSError as e:
+        raise StoreError(f"{runs}: cannot list the results parts ({e.strerror or e})") from None
+    parts = []
+    for p in entries:
+        if p.name.startswith((".", "_")):
+            continue  # temporary files of a writer, and Parquet's own metadata side files
+        if ours and not (_PART_RE.fullmatch(p.name) and p.is_file()):
+            raise StoreError(f"{p}: unknown file in the results store (only part-<seq>-<uuid>.parquet files "
+                             f"belong there); move it away")
+        parts.append(p)
+    tables = []
+    for p in parts:
+        try:
+            t = pq.read_table(p, **_READ_CHECKED)
+        except Exception as e:  # pyarrow raises several types for a damaged file
+            raise StoreError(f"{p}: corrupt results part ({_one_line(e)}); move it away and rerun "
+                             f"`schedport run` to recompute its cells") from None
+        if ours:
+            if _schema_desc(t.schema.remove_metadata()) != manifest["columns"]:
+                raise StoreError(f"{p}: results part has another schema than this store's manifest declares; "
+                                 f"it was not written by this store")
+            for col in ("corpus_sha256", "engine_hash"):
+                if set(t.column(col).to_pylist()) - {manifest[col]}:
+                    raise StoreError(f"{p}: holds rows of another {col.split('_')[0]} than the manifest "
+                                     f"records; the store is inconsistent")
+        tables.append(t)
+    if not tables:
+        raise StoreError(f"{runs}: no results parts; the results store holds no runs")
+    try:
+        table = pa.concat_tables(tables, promote_options="default")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise StoreError(f"{runs}: the parts do not share one schema ({_one_line(e)})") from None
+    return table.to_pandas() if table.num_rows else pd.DataFrame(columns=table.schema.names)
 
 
 def read_results(root: str | os.PathLike[str]):

@@ -57,6 +57,7 @@ import typer
 
 from schedport.corpus import Window
 from schedport.errors import SchedportError
+from schedport.outputs import output_dir, writing
 
 FLUSH_SECONDS = 5.0
 FLUSH_CELLS = 1000
@@ -167,6 +168,9 @@ def select(corpus, *, schedulers: str | list[str] | None = None, sources: str | 
     from schedport.regions import REGIONS, parse_regions
     from schedport.schedulers import REGISTRY, get_policy
 
+    for opt, val in (("--schedulers", schedulers), ("--sources", sources), ("--regions", regions)):
+        if isinstance(val, str) and _split(val) is None:
+            raise SchedportError(f"{opt}: no name given ({val!r}); leave the option out to select all")
     sch = _split(schedulers) if isinstance(schedulers, str) or schedulers is None else list(schedulers)
     src = _split(sources) if isinstance(sources, str) or sources is None else list(sources)
     if quick:
@@ -519,8 +523,61 @@ class SweepResult:
     sim_by_scheduler: dict = field(default_factory=dict)
 
 
-def _progress(enabled: bool, console=None):
-    """A rich progress display: description, bar, done/total, runs/s, elapsed and ETA."""
+#: Seconds between two progress lines when the output is not a terminal (a log, a pipe).
+PROGRESS_SECONDS = 5.0
+
+
+class PlainProgress:
+    """Progress as plain lines for a log or a pipe: ``runs: 1200/9360 (12.8%), 17.3 runs/s,
+    elapsed 1 min 09 s, ETA 7 min 52 s`` at most every `every` seconds while a task advances,
+    and once when it completes. Same calls as the rich display (`add_task`, `advance`,
+    `refresh`), so the sweep drives either."""
+
+    def __init__(self, console, every: float = PROGRESS_SECONDS, clock=time.monotonic):
+        self.console, self.every, self.clock = console, every, clock
+        self.tasks: list[dict] = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def add_task(self, description: str, total: int) -> int:
+        """Start counting a task of `total` units; returns its id."""
+        now = self.clock()
+        self.tasks.append({"desc": description, "total": int(total), "done": 0, "t0": now, "last": now})
+        return len(self.tasks) - 1
+
+    def advance(self, task: int, n: int = 1) -> None:
+        """Count `n` more units done; print a line if one is due."""
+        t = self.tasks[task]
+        t["done"] += n
+        if t["done"] >= t["total"] or self.clock() - t["last"] >= self.every:
+            self._line(t)
+
+    def refresh(self) -> None:
+        """Print a line for each unfinished task whose interval has passed (called while idle)."""
+        for t in self.tasks:
+            if t["done"] < t["total"] and self.clock() - t["last"] >= self.every:
+                self._line(t)
+
+    def _line(self, t: dict) -> None:
+        now = self.clock()
+        t["last"] = now
+        el = now - t["t0"]
+        rate = t["done"] / el if el > 0 else math.nan
+        left = t["total"] - t["done"]
+        pct = 100.0 * t["done"] / t["total"] if t["total"] else 100.0
+        eta = "done" if left <= 0 else (f"ETA {_fmt_wall(left / rate)}" if rate > 0 else "ETA unknown")
+        rate_s = f"{rate:.1f} {t['desc']}/s" if math.isfinite(rate) else f"-- {t['desc']}/s"
+        self.console.print(f"{t['desc']}: {t['done']}/{t['total']} ({pct:.1f}%), {rate_s}, "
+                           f"elapsed {_fmt_wall(el)}, {eta}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _progress(enabled: bool, console=None, every: float = PROGRESS_SECONDS):
+    """A rich progress display (description, bar, done/total, runs/s, elapsed and ETA) on a
+    terminal; `PlainProgress` lines every `every` seconds when the output is not a terminal."""
     from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
@@ -531,9 +588,12 @@ def _progress(enabled: bool, console=None):
             speed = task.finished_speed or task.speed
             return Text("-- runs/s" if not speed else f"{speed:.1f} runs/s", style="progress.data.speed")
 
+    console = console or Console(stderr=True)
+    if enabled and not console.is_terminal:
+        return PlainProgress(console, every)
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), RateColumn(),
                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                    console=console or Console(stderr=True), disable=not enabled)
+                    console=console, disable=not enabled)
 
 
 class _StopOnSignal:
@@ -565,7 +625,7 @@ def run_sweep(corpus_dir: str | os.PathLike[str], out: str | os.PathLike[str], *
               engine=None, executor: str = "local", workers: int | None = None,
               ray_address: str | None = None, keep_requests: bool = False, force: bool = False,
               progress: bool = True, console=None, flush_cells: int = FLUSH_CELLS,
-              flush_seconds: float = FLUSH_SECONDS) -> SweepResult:
+              flush_seconds: float = FLUSH_SECONDS, progress_seconds: float = PROGRESS_SECONDS) -> SweepResult:
     """Run (or resume) the sweep of the selected cells into the results store at `out`.
 
     `engine` is an `EngineConfig`, a TOML path or None (defaults). Finished cells already
@@ -609,8 +669,9 @@ def run_sweep(corpus_dir: str | os.PathLike[str], out: str | os.PathLike[str], *
             sw.load_traces(t_start)
             sw.ex = make_executor(executor, workers, ray_address)
             sw.timings["executor_start_s"] = time.perf_counter() - t_start - sw.timings["load_s"]
-            with _StopOnSignal(), _progress(progress, console) as bar:
+            with _StopOnSignal(), _progress(progress, console, progress_seconds) as bar:
                 sw.measure_capacities(out / "capacity.json", bar)
+                sw.check_scales()
                 sw.run_cells(bar)
             sw.ex.shutdown()
             sw.ex = None
@@ -726,11 +787,28 @@ class _Sweep:
                 cache.put(w.sha256, self.chash, cap)
                 bar.advance(task)
                 if time.perf_counter() - last_save >= self.flush_seconds:
-                    cache.save()
+                    with writing(cache_path):
+                        cache.save()
                     last_save = time.perf_counter()
         finally:
-            cache.save()
+            with writing(cache_path):
+                cache.save()
         self.timings["capacity_wall_s"] = time.perf_counter() - t0
+
+    def check_scales(self) -> None:
+        """Refuse, before any cell runs, a region whose time scale no window can be simulated
+        at (not finite, or arrivals beyond the clock's resolution: `api.check_clock`)."""
+        from schedport.api import check_clock, check_time_scale, rescale
+        from schedport.regions import time_scale
+
+        for w in self.need:
+            trace, cap = self.traces[w.window_id], self.caps[w.window_id]
+            regions = {r: rho for cells in (self.todo.get((w.window_id, s), ()) for s in self.sel.schedulers)
+                       for r, rho, _ in cells}
+            for region, rho in regions.items():
+                where = f"window {w.window_id}, region {region} (rho {rho!r})"
+                scale = check_time_scale(time_scale(trace, cap, rho), f"{where}: the time scale")
+                check_clock(rescale(trace, scale), trace, f"({where}, time scale {scale:.4g})")
 
     def run_cells(self, bar) -> None:
         """Run every remaining chunk, flushing finished cells to the store in batches."""
@@ -752,6 +830,8 @@ class _Sweep:
         outstanding = len(handles)
         idle = 0.0  # worker-seconds without a task (the tail): a diagnostic for the benchmark
         for h, res in ex.as_completed(list(handles), tick=1.0):
+            if h is None:
+                bar.refresh()  # a plain-line display reports even while no chunk finishes
             now = time.monotonic()
             if outstanding < self.workers:
                 idle += (self.workers - outstanding) * (now - last_event)
@@ -831,16 +911,20 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
     from rich.console import Console
 
     con = Console()
+    output_dir(out, create=False)  # before a corpus build or any simulation
     from schedport.schedulers import validate_scheduler_params
     validate_scheduler_params(_engine_config(engine))     # before a corpus build or any worker
     if not corpus.exists():
         from schedport.corpus import build_corpus
 
-        con.print(f"corpus {corpus} not found: building it from the public data first", markup=False)
+        output_dir(corpus, "--corpus", create=False)
+        con.print(f"no corpus at {corpus}/: building it from the public data first", markup=False)
         kw = {}
         if "progress" in inspect.signature(build_corpus).parameters:
             kw["progress"] = lambda msg: con.print(str(msg), markup=False, soft_wrap=True)
         build_corpus(spec=None, data_dir=data_dir, out=corpus, **kw)
+    check_analysable(select(load_corpus(corpus), schedulers=schedulers, sources=sources, regions=regions,
+                            windows=windows, seeds=seeds, quick=quick))
     res = run_sweep(corpus, out, schedulers=schedulers, sources=sources, regions=regions, windows=windows,
                     seeds=seeds, quick=quick, engine=engine, executor=executor, workers=workers,
                     ray_address=ray_address, keep_requests=keep_requests, force=force)
@@ -861,11 +945,32 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
     except ImportError:
         return
     kw = {"corpus_dir": corpus} if "corpus_dir" in inspect.signature(analyze).parameters else {}
-    analyze(out, out, **kw)
+    with analysis_outputs_cleaned(out):
+        analyze(out, out, **kw)
     for name in ("portability.json", "report.html"):
         if (out / name).exists():
             con.print(f"{'analysis' if name.endswith('json') else 'report'}: {out / name}", markup=False,
                       soft_wrap=True)
+
+
+def check_analysable(sel: Selection) -> None:
+    """Refuse up front a selection the analysis that ends `schedport run` cannot use, instead of
+    running every cell first: it ranks at least two schedulers, and its statistics are over
+    windows, so some source needs `analysis.MIN_WINDOWS` windows."""
+    try:
+        from schedport.analysis import MIN_WINDOWS
+    except ImportError:  # no analysis installed: nothing follows the sweep
+        return
+    if len(sel.schedulers) < 2:
+        raise SchedportError(f"--schedulers: the analysis that ends `run` ranks schedulers, so it needs at "
+                             f"least 2 (got {', '.join(sel.schedulers)})")
+    per_source: dict[str, int] = {}
+    for w in sel.windows:
+        per_source[w.source] = per_source.get(w.source, 0) + 1
+    if not per_source or max(per_source.values()) < MIN_WINDOWS:
+        raise SchedportError(f"--windows: the analysis that ends `run` needs at least {MIN_WINDOWS} windows of one "
+                             f"source (its statistics are over windows); this selection has "
+                             f"{max(per_source.values(), default=0)} per source")
 
 
 def _fmt_wall(s: float) -> str:
