@@ -60,6 +60,7 @@ import typer
 
 from schedport import __version__
 from schedport.errors import ConfigError, DataError, SchedportError
+from schedport.outputs import cause
 
 MANIFEST_SCHEMA = 1
 SPEC_SCHEMA = 1
@@ -300,6 +301,7 @@ class _Part:
     options: dict
     windows: dict
     seed: int | None
+    registered: bool = False  # every file is a registered public one (checked against its sha256)
 
 
 @dataclass
@@ -585,6 +587,19 @@ def _resolve_file(name: str, data_dir: Path, spec_dir: Path | None, download: bo
     raise DataError(f"{where}: file {name!r} not found (looked in {tried})")
 
 
+def _is_registered(name: str) -> bool:
+    """Whether a spec file name denotes a registered public file or folder (not a user's own)."""
+    from schedport import datadir
+
+    try:
+        datadir.lookup(name)
+        return True
+    except ConfigError:
+        pass
+    prefix = name.rstrip("/") + "/"
+    return name.endswith("/") and any(f.relpath.startswith(prefix) for f in datadir.DATA_FILES.values())
+
+
 def _present(name: str, data_dir: Path, spec_dir: Path | None) -> Path | None:
     try:
         return _resolve_file(name, data_dir, spec_dir, False, "")
@@ -659,7 +674,7 @@ def _resolve_sources(raw: dict, data_dir: Path, spec_dir: Path | None, download:
                     else:
                         paths.append(_resolve_file(f, data_dir, spec_dir, download, pw))
             parts.append(_Part(pdict["label"], files, paths, pdict["options"], pdict["windows"],
-                               pdict["seed"]))
+                               pdict["seed"], registered=bool(files) and all(map(_is_registered, files))))
         chosen["parts"] = [{**({"label": p.label} if p.label else {}),
                             **({"files": p.files} if p.files else {}),
                             "options": p.options, "seed": p.seed, "windows": p.windows}
@@ -881,9 +896,14 @@ def _registered_sums(name: str) -> tuple[set[str], str] | None:
 
 
 def _origin(res, part: _Part, src: _Source) -> tuple[str, str, int]:
-    """(origin_file, origin_sha256, number of files) of a window; checks registered sums."""
+    """(origin_file, origin_sha256, number of files) of a window; checks registered sums.
+
+    Only files the spec names as registered public files are held to the public sha256s; a
+    user's own files (a ServeGen-style pool of their own, say) may share the public names and
+    are recorded by their own sha256 in the manifest instead.
+    """
     org = res.origin
-    for o in org:
+    for o in org if part.registered else ():
         hit = _registered_sums(o["name"])
         if hit and hit[0] and o["sha256"] not in hit[0]:
             raise DataError(f"{o['name']}: sha256 {o['sha256']} is not the registered one (a "
@@ -950,7 +970,10 @@ def build_corpus(spec: str | os.PathLike[str] | None = None,
         raise ConfigError(f"{out}: exists, is not empty and holds no corpus (no manifest.json); "
                           "refusing to replace it (choose another --out)")
     srcs, built_spec = _resolve_sources(raw, root, spec_dir, download, log)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{out}: cannot create its directory {out.parent} ({cause(e)})") from None
     tmp = out.parent / f".{out.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         (tmp / "windows").mkdir(parents=True)
@@ -972,8 +995,10 @@ def build_corpus(spec: str | os.PathLike[str] | None = None,
                         raise DataError(f"window {plan.window_id}: only {len(tr)} requests after "
                                         f"start_s={sel['start_s']:g} ({sel['rows']} asked); the "
                                         "file ends first")
-                    tr = Trace(tr.arrival_s, tr.input_tokens, tr.output_tokens, tr.client_id,
-                               plan.window_id)
+                    # the checks `load_trace` applies when `run` reads the window back (token
+                    # counts <= 2^31 - 1, arrivals in range): refused now, not after the build
+                    tr = Trace.from_arrays(tr.arrival_s, tr.input_tokens, tr.output_tokens, tr.client_id,
+                                           name=plan.window_id, source=f"window {plan.window_id}")
                     path = tmp / "windows" / f"{plan.window_id}.parquet"
                     save_trace(tr, path)
                     entries.append(_entry(src, part, plan, res, sel, extra, tr,
@@ -995,8 +1020,10 @@ def build_corpus(spec: str | os.PathLike[str] | None = None,
                  "numpy": np.__version__, "reproduction": repro}
         (tmp / "build.json").write_text(json.dumps(build, indent=1) + "\n", encoding="utf-8")
         _swap_in(tmp, out)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise DataError(f"{out}: cannot write the corpus ({cause(e)}); nothing was changed there") from None
         raise
     corpus = load_corpus(out)
     corpus.reproduction = repro
@@ -1272,7 +1299,7 @@ def write_expected(corpus_dir: str | os.PathLike[str], dest: str | os.PathLike[s
 
 # =========================================================================== CLI
 
-corpus_app = typer.Typer(no_args_is_help=True, add_completion=False,
+corpus_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                          help="Build, verify and list the frozen corpus of workload windows.")
 
 
@@ -1283,6 +1310,9 @@ def build_cmd(
     out: Path = typer.Option(DEFAULT_OUT, "--out", help="Corpus directory to write (replaced atomically)."),
 ) -> None:
     """Build the corpus: cut every window, write windows/*.parquet and manifest.json, compare with the frozen hashes."""
+    from schedport.outputs import output_dir
+
+    output_dir(out, create=False)  # before reading (or downloading) any public file
     t0 = time.perf_counter()
     corpus = build_corpus(spec, data_dir, out, progress=typer.echo)
     dt = time.perf_counter() - t0

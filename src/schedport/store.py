@@ -270,7 +270,11 @@ class ResultsStore:
         n = len(df)
         cols = {c: [row[c]] * n for c in KEY_COLUMNS}
         for c in _REQUEST_TYPES:
-            cols[c] = df[c].tolist()
+            if c == "reject_reason":  # optional in a caller's table; text or missing (None/NaN)
+                vals = df[c].tolist() if c in df.columns else [None] * n
+                cols[c] = [v if isinstance(v, str) else None for v in vals]
+            else:
+                cols[c] = df[c].tolist()
         return pa.Table.from_pydict(cols, schema=requests_schema())
 
     def flush(self) -> int:

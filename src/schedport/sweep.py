@@ -918,7 +918,8 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
         from schedport.corpus import build_corpus
 
         output_dir(corpus, "--corpus", create=False)
-        con.print(f"no corpus at {corpus}/: building it from the public data first", markup=False)
+        con.print(f"no corpus at {corpus}/: building it from the public data first", markup=False,
+                  soft_wrap=True)
         kw = {}
         if "progress" in inspect.signature(build_corpus).parameters:
             kw["progress"] = lambda msg: con.print(str(msg), markup=False, soft_wrap=True)
@@ -953,30 +954,6 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
                       soft_wrap=True)
 
 
-def check_analysable(sel: Selection) -> None:
-    """Refuse up front a selection the analysis that ends `schedport run` cannot use, instead of
-    running every cell first: it ranks at least two schedulers, and its statistics are over
-    windows, so some source needs `analysis.MIN_WINDOWS` windows."""
-    try:
-        from schedport.analysis import MIN_WINDOWS
-    except ImportError:  # no analysis installed: nothing follows the sweep
-        return
-    if len(sel.schedulers) < 2:
-        raise SchedportError(f"--schedulers: the analysis that ends `run` ranks schedulers, so it needs at "
-                             f"least 2 (got {', '.join(sel.schedulers)})")
-    per_source: dict[str, int] = {}
-    for w in sel.windows:
-        per_source[w.source] = per_source.get(w.source, 0) + 1
-    if not per_source or max(per_source.values()) < MIN_WINDOWS:
-        raise SchedportError(f"--windows: the analysis that ends `run` needs at least {MIN_WINDOWS} windows of one "
-                             f"source (its statistics are over windows); this selection has "
-                             f"{max(per_source.values(), default=0)} per source")
-
-
-def _fmt_wall(s: float) -> str:
-    if s < 60:
-        return f"{s:.1f} s"
-    m, sec = divmod(int(round(s)), 60)
 #: The files `schedport.analysis.analyze` writes through a temporary name in its output directory.
 ANALYSIS_TEMP_FILES = ("portability.json.tmp", "report.html.tmp")
 
@@ -1002,3 +979,27 @@ def analysis_outputs_cleaned(out_dir):
 
 
     return f"{m} min {sec:02d} s"
+def check_analysable(sel: Selection) -> None:
+    """Refuse up front a selection the analysis that ends `schedport run` cannot use, instead of
+    running every cell first: it ranks at least two schedulers, and its statistics are over
+    windows, so some source needs `analysis.MIN_WINDOWS` windows."""
+    try:
+        from schedport.analysis import MIN_WINDOWS
+    except ImportError:  # no analysis installed: nothing follows the sweep
+        return
+    if len(sel.schedulers) < 2:
+        raise SchedportError(f"--schedulers: the analysis that ends `run` ranks schedulers, so it needs at "
+                             f"least 2 (got {', '.join(sel.schedulers)})")
+    per_source: dict[str, int] = {}
+    for w in sel.windows:
+        per_source[w.source] = per_source.get(w.source, 0) + 1
+    if not per_source or max(per_source.values()) < MIN_WINDOWS:
+        raise SchedportError(f"--windows: the analysis that ends `run` needs at least {MIN_WINDOWS} windows of one "
+                             f"source (its statistics are over windows); this selection has "
+                             f"{max(per_source.values(), default=0)} per source")
+
+
+def _fmt_wall(s: float) -> str:
+    if s < 60:
+        return f"{s:.1f} s"
+    m, sec = divmod(int(round(s)), 60)
