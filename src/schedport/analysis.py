@@ -231,6 +231,8 @@ __all__ = [
     "wilcoxon_pvalues",
     "load_store",
     "compute_portability",
+    "headline_digest",
+    "load_comparison",
     "analyze",
     "analyze_command",
 ]
@@ -1272,6 +1274,15 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
                         "conditions)",
         "reversal_rule": "opposite signs of the median effects, both BH q <= q, both |median effect| >= threshold",
     }
+    from schedport.regions import parse_region_def
+
+    sel = manifest.get("selectors") if isinstance(manifest.get("selectors"), dict) else {}
+    try:
+        rdef = parse_region_def(sel.get("region_def"))
+        rdef_spec, rdef_text = rdef.spec, rdef.describe()
+    except SchedportError:
+        rdef_spec, rdef_text = str(sel.get("region_def")), f"recorded as {sel.get('region_def')!r} (not known here)"
+    parameters.update(region_def=rdef_spec, region_def_description=rdef_text)
     parameters.update(abs_threshold=abs_threshold, n_splits=n_splits,
                       bounded_metrics=[m for m in st.metrics if metric_is_bounded(m)],
                       threshold_rule=f"|effect| >= {abs_threshold} (absolute) for bounded metrics, >= "
@@ -1336,6 +1347,63 @@ def _bh_by_group(p: np.ndarray, groups: np.ndarray) -> np.ndarray:
         sel = groups == g
         out[sel] = bh_adjust(p[sel])
     return out
+
+
+def headline_digest(res: dict) -> dict:
+    """The study-form headline of a portability dict in a few numbers (for comparing two runs).
+
+    Cross-source tau per source pair with its interval and ceiling-adjusted value, reversal
+    share per main metric with its interval, best-changes share per window x region, the
+    split-half range, and the region definition it was run under.
+    """
+    sf = res["study_form"]
+    half = {(d["source_a"], d["source_b"]): d.get("adjusted") for d in sf["cross_source_half"]["by_pair"]}
+    sh = [d["value"] for d in sf["split_half"] if d.get("value") is not None]
+    return {
+        "region_def": res["parameters"].get("region_def", "throughput"),
+        "region_def_description": res["parameters"].get("region_def_description"),
+        "corpus_sha256": res["provenance"].get("corpus_sha256"),
+        "engine_hash": res["provenance"].get("engine_hash"),
+        "cross_source_tau": [{"source_a": d["source_a"], "source_b": d["source_b"], "value": d["value"],
+                              "ci_low": d["ci_low"], "ci_high": d["ci_high"],
+                              "adjusted": half.get((d["source_a"], d["source_b"]))}
+                             for d in res["headline"]["cross_source"]["by_pair"]],
+        "reversals": [{"metric": e["metric"], "n_reversals": e["n_reversals"], "n_comparisons": e["n_comparisons"],
+                       "share": e["share"], "ci_low": e["ci_low"], "ci_high": e["ci_high"]} for e in sf["reversals"]],
+        "best_changes": {k: sf["best_changes_with_metric"].get(k) for k in ("share", "ci_low", "ci_high",
+                                                                              "n_conditions")},
+        "metric_tau": {k: res["headline"]["metrics"]["mean_pairwise_tau"].get(k) for k in ("value", "ci_low",
+                                                                                            "ci_high")},
+        "split_half_min": min(sh) if sh else None,
+        "split_half_max": max(sh) if sh else None,
+        "claims": {c["id"]: c["verdict"] for c in sf["claims"]},
+    }
+
+
+def load_comparison(path, res: dict) -> dict:
+    """The headline of another analysis (its ``portability.json``, or a directory holding one) beside this one.
+
+    Meant for the same study under the other region definition: a file from another corpus or
+    engine config is refused (one line), one under the same region definition is noted.
+    """
+    pth = Path(path)
+    f = pth / "portability.json" if pth.is_dir() else pth
+    if not f.is_file():
+        raise SchedportError(f"{f}: not found (--compare takes another analysis' portability.json or its directory)")
+    try:
+        other = json.loads(f.read_text())
+        dig = headline_digest(other)
+    except (OSError, ValueError) as e:
+        raise SchedportError(f"{f}: not valid JSON ({str(e).splitlines()[0]})") from None
+    except (KeyError, TypeError):
+        raise SchedportError(f"{f}: not a portability.json of this schedport version (no study_form)") from None
+    here = headline_digest(res)
+    for k in ("corpus_sha256", "engine_hash"):
+        if here[k] and dig[k] and here[k] != dig[k]:
+            raise SchedportError(f"{f}: {k} {dig[k]} differs from this store's {here[k]}; compare runs of one study")
+    note = ("" if dig["region_def"] != here["region_def"] else
+            f"both analyses use region definition {here['region_def']}")
+    return {"this": here, "other": dig, "other_path": str(f), "note": note}
 
 
 def _subset_info(manifest: dict, st: _Study, workload: Optional[dict]) -> dict:
@@ -1714,7 +1782,7 @@ def analyze(results_dir, out_dir=None, *, practical_threshold: float = 0.05, q: 
             n_boot: int = 1000, seed: int = 0, metrics: Optional[Sequence[str]] = None,
             corpus_dir=None, expect_corpus: Optional[str] = None,
             expect_engine: Optional[str] = None, validation=None,
-            abs_threshold: float = ABS_THRESHOLD, n_splits: int = SPLITS) -> dict:
+            abs_threshold: float = ABS_THRESHOLD, n_splits: int = SPLITS, compare=None) -> dict:
     """Analyse a results store; write ``portability.json`` and ``report.html``; return the dict.
 
     `out_dir` defaults to `results_dir`. `corpus_dir` (optional) adds the workload
@@ -1751,6 +1819,8 @@ def analyze(results_dir, out_dir=None, *, practical_threshold: float = 0.05, q: 
     res = compute_portability(df, manifest, practical_threshold=practical_threshold, q=q, n_boot=n_boot,
                               seed=seed, metrics=metrics, workload=workload, results_dir=str(rdir),
                               abs_threshold=abs_threshold, n_splits=n_splits)
+    if compare is not None:
+        res["region_comparison"] = _py(load_comparison(compare, res))
     odir = Path(out_dir) if out_dir is not None else rdir
     odir.mkdir(parents=True, exist_ok=True)
     tmp = odir / "portability.json.tmp"
@@ -1772,6 +1842,9 @@ def analyze_command(
                                         help="Practical threshold on |absolute difference| for bounded metrics "
                                              "(attainment, Jain indices, shares): 0.02 = 2 percentage points."),
     n_splits: int = typer.Option(SPLITS, "--splits", help="Random splits for the split-half reliability."),
+    compare: Optional[Path] = typer.Option(None, "--compare", help="portability.json (or its directory) of the "
+                                                                  "same study under the other region definition: "
+                                                                  "show both headlines side by side."),
     q: float = typer.Option(0.05, "--q", help="Benjamini-Hochberg false discovery rate."),
     n_boot: int = typer.Option(1000, "--boot", "--n-boot", help="Bootstrap replicates (>= 1000 for reporting)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
@@ -1784,7 +1857,7 @@ def analyze_command(
     mlist = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
     res = analyze(results, out, practical_threshold=threshold, q=q, n_boot=n_boot, seed=seed, metrics=mlist,
                   corpus_dir=corpus, expect_corpus=expect_corpus, validation=validation,
-                  abs_threshold=abs_threshold, n_splits=n_splits)
+                  abs_threshold=abs_threshold, n_splits=n_splits, compare=compare)
     odir = out if out is not None else results
     for line in summary_lines(res):
         typer.echo(line)

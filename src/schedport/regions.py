@@ -9,6 +9,11 @@ worth caching: measuring it costs about one simulation per window, and the sweep
 corpus listing and the analysis all need it. The cache is a small JSON file keyed by
 (window content sha256, engine config hash), written atomically.
 
+A second, selectable definition anchors regions on latency instead (`RegionDefinition`,
+``--region-def slo:PROFILE:TARGET``): rho is then measured against the rate at which the
+reference scheduler meets TARGET of the SLO (`slo_capacity`), cached in the same file under
+its own key, so a region is the same latency regime in every source.
+
 The region scale factor is exactly `schedport.api.load_scale`'s formula,
 ``offered / (capacity * rho)`` with ``offered = (n - 1) / span``, so a sweep cell and a
 ``schedport simulate --load RHO`` run of the same window agree to the last bit.
@@ -36,6 +41,127 @@ REGIONS: dict[str, float] = {
 
 CACHE_KIND = "schedport-capacity-cache"
 CACHE_SCHEMA = 1
+
+#: The default region definition: rho = offered rate / throughput capacity.
+THROUGHPUT = "throughput"
+#: Latency-anchored regions (``slo``, ``slo:PROFILE`` or ``slo:PROFILE:TARGET``): rho = offered rate /
+#: the rate at which the reference scheduler meets TARGET of PROFILE's SLO (DistServe's goodput capacity).
+SLO_DEFAULT_PROFILE = "standard"
+SLO_DEFAULT_TARGET = 0.9
+REFERENCE_SCHEDULER = "vllm-fcfs"
+#: Bisection on log(rate / throughput capacity) between these multiples, to this relative precision.
+SLO_BRACKET = (1e-3, 4.0)
+SLO_ITERATIONS = 30
+SLO_RTOL = 1e-3
+
+
+class RegionDefinition:
+    """How a region's rho is anchored: on throughput capacity, or on the rate that meets an SLO.
+
+    ``throughput``: rho = offered rate / capacity (`schedport.api.capacity`: every request
+    released at once under the reference scheduler), the study's definition. ``slo:P:X``: rho =
+    offered rate / r*, where r* is the highest rate at which the reference scheduler
+    (vllm-fcfs) still meets fraction X of SLO profile P's requests (found by bisection,
+    `slo_capacity`), so one rho is the same latency regime in every window and source: at
+    rho = 1 the reference just meets X of the SLO. Either way a region's time scale is
+    offered / (anchor x rho).
+    """
+
+    def __init__(self, kind: str, profile: str | None = None, target: float | None = None):
+        self.kind, self.profile, self.target = kind, profile, target
+
+    @property
+    def spec(self) -> str:
+        """The canonical text form (``throughput`` or ``slo:standard:0.9``), as recorded in stores."""
+        return THROUGHPUT if self.kind == THROUGHPUT else f"slo:{self.profile}:{self.target:g}"
+
+    def describe(self) -> str:
+        """One sentence for reports: what rho = 1 means under this definition."""
+        if self.kind == THROUGHPUT:
+            return ("throughput-anchored: rho = offered rate / the engine's throughput capacity for the window's "
+                    "request mix (all requests released at once under vllm-fcfs)")
+        return (f"latency-anchored: rho = offered rate / the rate at which {REFERENCE_SCHEDULER} meets "
+                f"{100 * self.target:g}% of the {self.profile} SLO on that window (bisection)")
+
+    def cache_hash(self, config_hash: str) -> str:
+        """The capacity-cache key part for an engine config under this definition."""
+        return config_hash if self.kind == THROUGHPUT else f"{config_hash}|{self.spec}"
+
+    def anchor(self, trace, cfg) -> float:
+        """The anchor rate in req/s of `trace` on engine `cfg` (its capacity, or its SLO rate)."""
+        from schedport.api import capacity
+
+        if self.kind == THROUGHPUT:
+            return capacity(trace, cfg)
+        return slo_capacity(trace, cfg, self.profile, self.target)
+
+
+def parse_region_def(spec: str | None, slo_profiles=None) -> RegionDefinition:
+    """Turn ``--region-def`` (``throughput``, ``slo``, ``slo:PROFILE`` or ``slo:PROFILE:TARGET``) into a definition.
+
+    An unknown kind, an SLO profile the engine config does not define (when `slo_profiles` is
+    given) or a target outside (0, 1) is a one-line error.
+    """
+    if spec is None or spec.strip() in ("", THROUGHPUT):
+        return RegionDefinition(THROUGHPUT)
+    parts = [p.strip() for p in spec.strip().split(":")]
+    if parts[0] != "slo" or len(parts) > 3:
+        raise SchedportError(f"--region-def: {spec!r}: expected 'throughput' or 'slo[:PROFILE[:TARGET]]'")
+    profile = parts[1] if len(parts) > 1 and parts[1] else SLO_DEFAULT_PROFILE
+    if slo_profiles is not None and profile not in slo_profiles:
+        raise SchedportError(f"--region-def: SLO profile {profile!r} is not in the engine config (known: "
+                             f"{', '.join(slo_profiles)})")
+    target = SLO_DEFAULT_TARGET
+    if len(parts) > 2:
+        try:
+            target = float(parts[2])
+        except ValueError:
+            raise SchedportError(f"--region-def: target must be a number in (0, 1), got {parts[2]!r}") from None
+    if not (math.isfinite(target) and 0 < target < 1):
+        raise SchedportError(f"--region-def: target must be in (0, 1), got {target}")
+    return RegionDefinition("slo", profile, target)
+
+
+def slo_capacity(trace, cfg, profile: str = SLO_DEFAULT_PROFILE, target: float = SLO_DEFAULT_TARGET) -> float:
+    """The highest offered rate (req/s) at which the reference scheduler meets `target` of `profile`'s SLO.
+
+    The window keeps its burst shape; its time axis is scaled to each candidate rate and run
+    under vllm-fcfs (scheduler-independent, like the throughput capacity). Attainment falls as
+    the rate rises, so the crossing is found by bisection on log rate between 1e-3 and 4 times
+    the throughput capacity, to 0.1%; where attainment is not monotone, bisection returns one
+    crossing, deterministically. A window whose attainment is below `target` even at the
+    lowest rate (requests too long for the SLO on an idle engine) is a one-line error.
+    """
+    from schedport.api import capacity, simulate
+
+    key = f"slo_attainment_{profile}"
+    offered = offered_rate(trace)
+    cap = capacity(trace, cfg)
+
+    def attainment(rate: float) -> float:
+        res = simulate(trace, REFERENCE_SCHEDULER, engine=cfg, time_scale=offered / rate)
+        v = res.summary.get(key)
+        if v is None:
+            raise SchedportError(f"{trace.name}: the engine config has no SLO profile for {key}")
+        return float(v)
+
+    lo, hi = math.log(SLO_BRACKET[0] * cap), math.log(SLO_BRACKET[1] * cap)
+    a_lo = attainment(math.exp(lo))
+    if a_lo < target:
+        raise SchedportError(f"{trace.name}: {REFERENCE_SCHEDULER} meets only {100 * a_lo:.1f}% of the {profile} SLO "
+                             f"even at {SLO_BRACKET[0]:g} x capacity; a latency-anchored region needs a target "
+                             f"below that (--region-def slo:{profile}:X)")
+    if attainment(math.exp(hi)) >= target:
+        return math.exp(hi)
+    for _ in range(SLO_ITERATIONS):
+        if hi - lo <= math.log1p(SLO_RTOL):
+            break
+        mid = (lo + hi) / 2
+        if attainment(math.exp(mid)) >= target:
+            lo = mid
+        else:
+            hi = mid
+    return math.exp(lo)
 
 
 def parse_regions(spec: str | None) -> dict[str, float]:
@@ -152,15 +278,16 @@ class CapacityCache:
         atomic_write_bytes(self.path, payload.encode("utf-8"))
         self._dirty = False
 
-    def capacity(self, trace, cfg, window_sha256: str | None = None) -> float:
-        """The capacity of `trace` on engine `cfg`: from the cache, else measured and recorded."""
-        from schedport.api import capacity
-
+    def capacity(self, trace, cfg, window_sha256: str | None = None,
+                 definition: "RegionDefinition | None" = None) -> float:
+        """The anchor of `trace` on engine `cfg` (throughput capacity unless `definition` says
+        otherwise): from the cache, else measured and recorded."""
+        rdef = definition or RegionDefinition(THROUGHPUT)
         sha = window_sha256 or trace.content_sha256()
-        h = cfg.config_hash()
+        h = rdef.cache_hash(cfg.config_hash())
         cap = self.get(sha, h)
         if cap is None:
-            cap = capacity(trace, cfg)
+            cap = rdef.anchor(trace, cfg)
             self.put(sha, h, cap)
         return cap
 

@@ -321,7 +321,7 @@ main{max-width:1200px;margin:0 auto;padding:16px 24px}
 h1{font-size:1.5em;margin:0.2em 0}h2{border-bottom:1px solid #ccc;padding-bottom:2px;margin-top:1.6em}
 .sub{color:#555;font-size:0.9em}
 #headline{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:12px}
-#card-sources,#card-claims,#card-reversals{grid-column:1/-1}
+#card-sources,#card-claims,#card-reversals,#card-regiondefs{grid-column:1/-1}
 .scroll{overflow-x:auto}
 .card{border:1px solid #d0d0d0;border-radius:6px;padding:10px 14px;background:#fafafa}
 .card h3{margin:0 0 6px 0;font-size:1.05em}
@@ -539,9 +539,58 @@ def _artifacts_card(res: dict) -> str:
             + "</ul></div>")
 
 
+def _region_card(res: dict, n: _Nums) -> str:
+    """This run's headline beside the same study's under the other region definition (``--compare``)."""
+    rc = res.get("region_comparison")
+    if not rc:
+        return ""
+    a, b = rc["this"], rc["other"]
+    rows = []
+
+    def _row(label: str, ka: Optional[str], kb: Optional[str], kind: str = "num", ci: bool = False) -> None:
+        def cell(k):
+            if k is None:
+                return "n/a"
+            if ci:
+                return (f"{n(k + '.value' if kind == 'num' else k + '.share', kind)} <span class='ci'>["
+                        f"{n(k + '.ci_low', kind)}, {n(k + '.ci_high', kind)}]</span>")
+            return n(k, kind)
+        rows.append(f"<tr><td class='l'>{_esc(label)}</td><td>{cell(ka)}</td><td>{cell(kb)}</td></tr>")
+
+    for i, d in enumerate(a["cross_source_tau"]):
+        j = _find_ix(b["cross_source_tau"], source_a=d["source_a"], source_b=d["source_b"])
+        _row(f"tau {d['source_a']} vs {d['source_b']}", f"region_comparison.this.cross_source_tau.{i}",
+             None if j is None else f"region_comparison.other.cross_source_tau.{j}", ci=True)
+        _row("  ceiling-adjusted", f"region_comparison.this.cross_source_tau.{i}.adjusted",
+             None if j is None else f"region_comparison.other.cross_source_tau.{j}.adjusted")
+    for i, e in enumerate(a["reversals"]):
+        j = _find_ix(b["reversals"], metric=e["metric"])
+        _row(f"reversals on {e['metric']}", f"region_comparison.this.reversals.{i}",
+             None if j is None else f"region_comparison.other.reversals.{j}", kind="pct", ci=True)
+    _row("best changes (window x region)", "region_comparison.this.best_changes",
+         "region_comparison.other.best_changes", kind="pct", ci=True)
+    _row("mean tau between main metrics", "region_comparison.this.metric_tau", "region_comparison.other.metric_tau",
+         ci=True)
+    _row("split-half reliability, lowest", "region_comparison.this.split_half_min",
+         "region_comparison.other.split_half_min")
+    _row("split-half reliability, highest", "region_comparison.this.split_half_max",
+         "region_comparison.other.split_half_max")
+    for cid in a["claims"]:
+        _row(f"claim {cid}", f"region_comparison.this.claims.{cid}",
+             f"region_comparison.other.claims.{cid}" if cid in b["claims"] else None, kind="str")
+    note = f"<p class='note'>{_esc(rc['note'])}</p>" if rc.get("note") else ""
+    return ("<div class='card' id='card-regiondefs'><h3>The headline under both region definitions</h3>"
+            f"<p class='sub'>This run: {_esc(a['region_def_description'])}. Other: "
+            f"{_esc(b['region_def_description'])} (from {_esc(rc['other_path'])}). Intervals as in each run's own "
+            "report.</p>" + note
+            + f"<div class='scroll'><table><tr><th class='l'>figure</th><th>{_esc(a['region_def'])} (this run)</th>"
+            f"<th>{_esc(b['region_def'])}</th></tr>" + "".join(rows) + "</table></div></div>")
+
+
 def _headline(res: dict, n: _Nums) -> str:
     out = ['<section id="headline" aria-label="headline findings">']
     out.append(_claims_card(res, n))
+    out.append(_region_card(res, n))
     out.append(_tau_card(res, n))
     out.append(_study_reversals_card(res, n))
     out.append(_metrics_card(res, n))
@@ -837,7 +886,8 @@ def build_html(res: dict, validation: Optional[dict] = None) -> str:
 <p class="sub">{len(p['schedulers'])} schedulers &middot; sources {_esc(', '.join(p['sources']))} &middot;
 {len(p['regions'])} regions &middot; {len(p['metrics'])} distinct metrics &middot; corpus <code>{_esc(str(corpus)[:16])}</code>
 &middot; B = {p['n_boot']} &middot; q = {p['q']} &middot; practical threshold {_esc(pct(p['practical_threshold'], 0))}
-relative, {_esc(pct(p.get('abs_threshold'), 0))} absolute for bounded metrics</p>
+relative, {_esc(pct(p.get('abs_threshold'), 0))} absolute for bounded metrics<br>regions:
+{_esc(p.get('region_def_description') or 'throughput-anchored')}</p>
 {modeled_note}{miss_note}
 {_headline(res, n)}
 <h2 id="figures">Figures</h2>

@@ -215,12 +215,13 @@ def metric_columns(cfg) -> list[str]:
 # ============================================================================ the work (in workers)
 
 
-def measure_capacity(trace, cfg) -> tuple[float, float]:
-    """Worker task: (capacity in req/s, seconds spent) of one window on engine `cfg`."""
-    from schedport.api import capacity
+def measure_capacity(trace, cfg, region_def: str = "throughput") -> tuple[float, float]:
+    """Worker task: (anchor in req/s, seconds spent) of one window on engine `cfg`: its throughput
+    capacity, or under a latency-anchored `region_def` the rate meeting its SLO target."""
+    from schedport.regions import parse_region_def
 
     t0 = time.perf_counter()
-    cap = capacity(trace, cfg)
+    cap = parse_region_def(region_def).anchor(trace, cfg)
     return cap, time.perf_counter() - t0
 
 
@@ -625,7 +626,8 @@ def run_sweep(corpus_dir: str | os.PathLike[str], out: str | os.PathLike[str], *
               engine=None, executor: str = "local", workers: int | None = None,
               ray_address: str | None = None, keep_requests: bool = False, force: bool = False,
               progress: bool = True, console=None, flush_cells: int = FLUSH_CELLS,
-              flush_seconds: float = FLUSH_SECONDS, progress_seconds: float = PROGRESS_SECONDS) -> SweepResult:
+              flush_seconds: float = FLUSH_SECONDS, progress_seconds: float = PROGRESS_SECONDS,
+              region_def: str | None = None) -> SweepResult:
     """Run (or resume) the sweep of the selected cells into the results store at `out`.
 
     `engine` is an `EngineConfig`, a TOML path or None (defaults). Finished cells already
@@ -656,6 +658,9 @@ def run_sweep(corpus_dir: str | os.PathLike[str], out: str | os.PathLike[str], *
                               engine_hash=cfg.config_hash(), metric_columns=metric_columns(cfg),
                               corpus_dir=str(corpus_dir), force=force)
     sw = _Sweep(corpus, corpus_dir, sel, cfg, store, workers, flush_cells, flush_seconds, keep_requests)
+    from schedport.regions import parse_region_def
+    rdef = parse_region_def(region_def, list(cfg.slo_profiles))
+    sw.region_def, sw.cap_hash = rdef.spec, rdef.cache_hash(sw.chash)
     res = SweepResult(out=out, cells_total=sel.n_cells, cells_skipped=0, cells_run=0, wall_s=0.0, sim_s=0.0,
                       capacity_s=0.0, capacities_measured=0, workers=workers, executor=executor,
                       status="failed", moved_aside=moved, timings=sw.timings, sim_by_scheduler=sw.by_sched)
@@ -707,6 +712,7 @@ class _Sweep:
         self.workers, self.flush_cells, self.flush_seconds = workers, flush_cells, flush_seconds
         self.keep_requests = keep_requests
         self.chash = cfg.config_hash()
+        self.region_def, self.cap_hash = "throughput", self.chash  # set by run_sweep (--region-def)
         self.ex = None
         self.todo: dict[tuple[str, str], list[tuple[str, float, int]]] = {}
         self.skipped = 0
@@ -721,6 +727,11 @@ class _Sweep:
 
     def plan(self) -> None:
         """Split the selection into finished cells (skipped) and chunks still to run."""
+        before = {(r.get("selectors") or {}).get("region_def", "throughput")
+                  for r in self.store.manifest.get("runs", [])} if self.store.done else set()
+        if before - {self.region_def}:
+            raise SchedportError(f"{self.store.root}: its regions were run with --region-def "
+                                 f"{', '.join(sorted(before))}, this run asks {self.region_def}; use another --out")
         for region, rho in self.sel.regions.items():
             old = self.store.region_rho.get(region)
             if old is not None and old != rho:
@@ -740,7 +751,7 @@ class _Sweep:
         sel = self.sel
         return {"schedulers": list(sel.schedulers), "sources": list(dict.fromkeys(w.source for w in sel.windows)),
                 "windows": [w.window_id for w in sel.windows], "regions": sel.regions, "seeds": list(sel.seeds),
-                "quick": quick, "keep_requests": self.keep_requests}
+                "quick": quick, "keep_requests": self.keep_requests, "region_def": self.region_def}
 
     def load_traces(self, t_start: float) -> None:
         """Load every window still needed, checking its content hash and that it can be scaled."""
@@ -765,7 +776,7 @@ class _Sweep:
         cache = capacity_cache(cache_path)
         missing = []
         for w in self.need:
-            c = cache.get(w.sha256, self.chash)
+            c = cache.get(w.sha256, self.cap_hash)
             if c is None:
                 missing.append(w)
             else:
@@ -774,7 +785,8 @@ class _Sweep:
             return
         t0 = last_save = time.perf_counter()
         task = bar.add_task("capacities", total=len(missing))
-        handles = {ex.submit(measure_capacity, self.refs[w.window_id], self.cfg_ref): w for w in missing}
+        handles = {ex.submit(measure_capacity, self.refs[w.window_id], self.cfg_ref, self.region_def): w
+                   for w in missing}
         try:
             for h, res in ex.as_completed(list(handles), tick=1.0):
                 if h is None:
@@ -784,7 +796,7 @@ class _Sweep:
                 self.caps[w.window_id] = cap
                 self.cap_s += dt
                 self.n_measured += 1
-                cache.put(w.sha256, self.chash, cap)
+                cache.put(w.sha256, self.cap_hash, cap)
                 bar.advance(task)
                 if time.perf_counter() - last_save >= self.flush_seconds:
                     with writing(cache_path):
@@ -893,11 +905,15 @@ def run_command(
                                     "local instance."),
     keep_requests: bool = typer.Option(
         False, "--keep-requests", help="Also keep every run's per-request table in OUT/requests/ (large)."),
+    region_def: str = typer.Option(
+        "throughput", "--region-def", help="How rho is anchored: 'throughput' (offered / capacity) or "
+        "'slo[:PROFILE[:TARGET]]' (offered / the rate at which vllm-fcfs meets TARGET of PROFILE's SLO; "
+        "default slo:standard:0.9)."),
 ) -> None:
     """Run the experiment matrix (schedulers x windows x regions x seeds), resumable, then the analysis."""
     try:
         _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
-                     workers, executor, ray_address, keep_requests)
+                     workers, executor, ray_address, keep_requests, region_def)
     except (KeyboardInterrupt, SweepInterrupted) as e:
         from rich.console import Console
 
@@ -907,7 +923,7 @@ def run_command(
 
 
 def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
-                 workers, executor, ray_address, keep_requests) -> None:
+                 workers, executor, ray_address, keep_requests, region_def="throughput") -> None:
     from rich.console import Console
 
     con = Console()
@@ -928,7 +944,7 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
                             windows=windows, seeds=seeds, quick=quick))
     res = run_sweep(corpus, out, schedulers=schedulers, sources=sources, regions=regions, windows=windows,
                     seeds=seeds, quick=quick, engine=engine, executor=executor, workers=workers,
-                    ray_address=ray_address, keep_requests=keep_requests, force=force)
+                    ray_address=ray_address, keep_requests=keep_requests, force=force, region_def=region_def)
     if res.moved_aside is not None:
         con.print(f"moved the previous contents of {out} aside to {res.moved_aside}", markup=False,
                   soft_wrap=True)
