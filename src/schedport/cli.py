@@ -350,7 +350,7 @@ def main() -> None:
     except OSError as e:
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
         _fail(f"{where}{cause(e)}", 2)
-    except (KeyboardInterrupt, _click_errors.Abort):
+    except (KeyboardInterrupt, typer.Abort):
         print("interrupted", file=sys.stderr)
         sys.exit(130)
     sys.exit(rv if isinstance(rv, int) else 0)
