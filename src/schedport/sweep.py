@@ -994,7 +994,6 @@ def analysis_outputs_cleaned(out_dir):
         raise
 
 
-    return f"{m} min {sec:02d} s"
 def check_analysable(sel: Selection) -> None:
     """Refuse up front a selection the analysis that ends `schedport run` cannot use, instead of
     running every cell first: it ranks at least two schedulers, and its statistics are over
@@ -1019,3 +1018,4 @@ def _fmt_wall(s: float) -> str:
     if s < 60:
         return f"{s:.1f} s"
     m, sec = divmod(int(round(s)), 60)
+    return f"{m} min {sec:02d} s"
