@@ -52,6 +52,9 @@ def _register() -> None:
     from schedport.conformance import conformance_command
 
     app.command("conformance")(conformance_command)
+    from schedport.explain import explain_command
+
+    app.command("explain")(explain_command)
 
 
 def _checked_analyze(command):

@@ -1,0 +1,360 @@
+"""`schedport explain`: hybrid windows, the paired effect, attribution, verdict, CLI and report section.
+
+The two planted-cause tests build synthetic corpora whose sources differ in exactly one feature
+(burstiness of arrivals; output lengths), run a scheduler pair whose order depends on that feature
+through the real sweep and engine, and check that the attribution names it and gives about none of
+the gap to the others. Because the shares of different features are far apart, computing a share
+from another feature's variant fails them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from schedport.errors import SchedportError
+from schedport.explain import (FEATURES, Variant, attribute, build_variant, decouple_lengths, explain,
+                               paired_effects, poisson_arrivals, ranked_reversals, render_section,
+                               resample_marginal, transplant_arrivals, verdict)
+from schedport.regions import atomic_write_bytes
+from schedport.trace import Trace, save_trace
+
+CONTRACT_EFFECT = {"variant", "feature", "donor", "median_effect", "ci_low", "ci_high", "n_windows"}
+
+
+# --------------------------------------------------------------------------- synthetic corpora
+
+
+def _window(rng, n, *, bursty: bool, outputs: str):
+    ins = np.clip(rng.lognormal(6.0, 0.8, n), 16, 3000).astype(int)
+    if outputs == "medium":
+        outs = np.clip(rng.lognormal(4.0, 0.6, n), 4, 1500).astype(int)
+    elif outputs == "long":
+        outs = np.clip(rng.lognormal(5.8, 0.9, n), 4, 1500).astype(int)
+    else:
+        outs = np.clip(rng.lognormal(2.3, 0.5, n), 2, 1500).astype(int)
+    gaps = rng.gamma(0.08, 1 / 0.08, n - 1) if bursty else rng.exponential(1.0, n - 1)
+    return np.round(np.concatenate([[0.0], np.cumsum(gaps)]), 6), ins, outs
+
+
+def write_corpus(out: Path, sources, *, windows: int, n: int) -> Path:
+    """A corpus whose sources differ only in the generator settings given (same layout as the real one)."""
+    (out / "windows").mkdir(parents=True, exist_ok=True)
+    entries = []
+    for si, (src, bursty, outputs) in enumerate(sources):
+        for k in range(windows):
+            arr, ins, outs = _window(np.random.default_rng([si, k, 7]), n, bursty=bursty, outputs=outputs)
+            wid = f"{src}-{k:02d}"
+            t = Trace.from_arrays(arr, ins, outs, name=wid)
+            save_trace(t, out / "windows" / f"{wid}.parquet")
+            entries.append({"window_id": wid, "source": src, "n_requests": n, "duration_s": float(t.span_s),
+                            "sha256": t.content_sha256()})
+    digest = hashlib.sha256("".join(e["window_id"] + ":" + e["sha256"] + "\n" for e in entries).encode())
+    atomic_write_bytes(out / "manifest.json", json.dumps({"schema": 1, "corpus_sha256": digest.hexdigest(),
+                                                          "code_version": "test", "windows": entries}).encode())
+    return out
+
+
+def _study(tmp: Path, sources, pair: str, rho: float, windows: int, n: int) -> Path:
+    from schedport.sweep import run_sweep
+
+    corpus = write_corpus(tmp / "corpus", sources, windows=windows, n=n)
+    run_sweep(corpus, tmp / "res", schedulers=pair, regions=f"r={rho}", workers=1, progress=False)
+    return tmp / "res"
+
+
+@pytest.fixture(scope="module")
+def burst(tmp_path_factory):
+    """Sources identical but for burstiness; vllm-fcfs vs fastserve on median TTFT depends on it."""
+    tmp = tmp_path_factory.mktemp("burst")
+    res = _study(tmp, [("bursty", True, "medium"), ("smooth", False, "medium")], "vllm-fcfs,fastserve", 0.6, 10, 200)
+    d = explain(res, pair="vllm-fcfs,fastserve", metric="ttft_p50_s", region="r", sources="bursty,smooth",
+                workers=1, progress=False)
+    return res, d
+
+
+@pytest.fixture(scope="module")
+def lengths(tmp_path_factory):
+    """Sources identical but for output lengths; static vs fastserve on SLO attainment flips with them."""
+    tmp = tmp_path_factory.mktemp("lengths")
+    res = _study(tmp, [("short", False, "short"), ("long", False, "long")], "static,fastserve", 0.95, 8, 150)
+    d = explain(res, pair="static,fastserve", metric="slo_attainment_standard", region="r", sources="short,long",
+                workers=1, progress=False)
+    return res, d
+
+
+# --------------------------------------------------------------------------- planted causes
+
+
+def test_planted_burstiness_is_attributed_to_the_arrival_process(burst):
+    _, d = burst
+    att = d["attribution"]
+    assert att["arrival"]["share"] >= 0.7 and att["arrival"]["ci_low"] > 0.3
+    assert att["burstiness"]["share"] >= 0.7 and att["burstiness"]["ci_low"] > 0.3
+    for f in ("input", "output", "coupling"):
+        assert abs(att[f]["share"]) <= 0.3, (f, att[f])
+    assert "arrival" in d["verdict"]["drivers"] and "burstiness" in d["verdict"]["drivers"]
+    assert not {"input", "output", "coupling"} & set(d["verdict"]["drivers"])
+    assert d["verdict"]["kind"] == "single feature"
+    assert "arrival process" in d["verdict"]["sentence"]
+    # the transplant carries the flip: X with Y's arrivals ranks the pair as Y does, and back
+    e = {(x["base"], x["feature"]): x["median_effect"] for x in d["effects"]}
+    assert abs(e[("bursty", "arrival")] - e[("smooth", None)]) < abs(e[("bursty", None)] - e[("smooth", None)]) / 3
+    assert abs(e[("smooth", "arrival")] - e[("bursty", None)]) < abs(e[("bursty", None)] - e[("smooth", None)]) / 3
+
+
+def test_planted_output_lengths_are_attributed_to_output_lengths(lengths):
+    _, d = lengths
+    att = d["attribution"]
+    r = d["reversal"]
+    assert r["condition_a"]["median_effect"] > 0 > r["condition_b"]["median_effect"]  # a real flip
+    assert 0.8 <= att["output"]["share"] <= 1.2 and att["output"]["ci_low"] > 0.5
+    for f in ("arrival", "burstiness", "input", "coupling"):
+        assert abs(att[f]["share"]) <= 0.2, (f, att[f])
+    assert d["verdict"]["drivers"] == ["output"]
+    assert "output lengths" in d["verdict"]["sentence"]
+
+
+def test_shares_follow_from_the_effects_of_their_own_variants(burst, lengths):
+    for _, d in (burst, lengths):
+        e = {(x["base"], x["feature"]): x["median_effect"] for x in d["effects"]}
+        x, y = d["reversal"]["condition_a"]["source"], d["reversal"]["condition_b"]["source"]
+        gap = e[(y, None)] - e[(x, None)]
+        for f, a in d["attribution"].items():
+            fwd, mir = (e[(x, f)] - e[(x, None)]) / gap, (e[(y, None)] - e[(y, f)]) / gap
+            want = (fwd + mir) / 2 if FEATURES[f][0] == "transplant" else fwd + mir
+            assert a["share"] == pytest.approx(want, abs=1e-12), f
+
+
+# --------------------------------------------------------------------------- the contract and the analysis
+
+
+def test_json_contract(burst):
+    _, d = burst
+    r = d["reversal"]
+    assert {"scheduler_a", "scheduler_b", "metric", "condition_a", "condition_b"} <= set(r)
+    assert r["condition_a"]["source"] == "bursty" and r["condition_b"]["region"] == "r"
+    assert len(d["effects"]) == 2 * (1 + 5)  # originals + arrival, burstiness, input, output, coupling per side
+    for e in d["effects"]:
+        assert CONTRACT_EFFECT <= set(e)
+        assert e["n_windows"] == 10
+        assert e["ci_low"] <= e["median_effect"] <= e["ci_high"]
+    donors = {(e["base"], e["feature"]): e["donor"] for e in d["effects"]}
+    assert donors[("bursty", "arrival")] == "smooth" and donors[("smooth", "output")] == "bursty"
+    assert donors[("bursty", "burstiness")] is None and donors[("bursty", None)] is None
+    for a in d["attribution"].values():
+        assert {"share", "ci_low", "ci_high"} <= set(a)
+    assert {"kind", "drivers", "sentence"} <= set(d["verdict"])
+    # every variant window is recorded as a recipe with its hash
+    rec = d["variants"][0]
+    assert {"variant", "window_id", "donor_window", "recipe_sha256", "content_sha256"} <= set(rec)
+    json.dumps(d, allow_nan=False)
+
+
+def test_original_effects_are_the_analysis_effects_of_the_store(burst):
+    """The original conditions' medians equal the analysis's formula on the store's own rows."""
+    from schedport.analysis import load_store, relative_effect
+
+    res, d = burst
+    df, _ = load_store(res)
+    for cond in ("condition_a", "condition_b"):
+        s = d["reversal"][cond]["source"]
+        sub = df[(df["source"] == s)].pivot_table(index="window_id", columns="scheduler", values="ttft_p50_s")
+        e = relative_effect(sub["vllm-fcfs"].to_numpy(), sub["fastserve"].to_numpy(), -1)
+        assert d["reversal"][cond]["median_effect"] == float(np.median(e))
+
+
+def test_rerun_uses_the_cache_and_gives_identical_results(burst):
+    res, d = burst
+    again = explain(res, pair="vllm-fcfs,fastserve", metric="ttft_p50_s", region="r", sources="bursty,smooth",
+                    workers=1, progress=False)
+    assert again["run_info"]["runs"] == 0 and again["run_info"]["capacities"] == 0
+    assert again["run_info"]["cached_runs"] == d["run_info"]["runs"]
+    strip = lambda x: {k: v for k, v in x.items() if k != "run_info"}  # noqa: E731
+    assert json.dumps(strip(again)) == json.dumps(strip(d))
+
+
+def test_pool_executor_gives_the_same_attribution(burst, tmp_path):
+    res, d = burst
+    two = explain(res, pair="vllm-fcfs,fastserve", metric="ttft_p50_s", region="r", sources="bursty,smooth",
+                  workers=2, progress=False, cache_dir=tmp_path / "cache", features=["arrival"])
+    assert two["run_info"]["runs"] > 0
+    assert two["attribution"]["arrival"] == d["attribution"]["arrival"]
+
+
+# --------------------------------------------------------------------------- variants
+
+
+def _trace(n=50, seed=0, clients=False):
+    rng = np.random.default_rng(seed)
+    arr = np.round(np.cumsum(rng.exponential(1.0, n)), 6)
+    cl = [f"c{i % 3}" for i in range(n)] if clients else None
+    return Trace.from_arrays(arr, rng.integers(1, 500, n), rng.integers(1, 300, n), cl, name=f"t{seed}")
+
+
+def test_arrival_transplant_keeps_the_rate_and_takes_the_pattern():
+    base, donor = _trace(60, 1), _trace(40, 2)
+    arr = transplant_arrivals(base, donor)
+    assert arr[0] == base.arrival_s[0] and arr[-1] == pytest.approx(base.arrival_s[-1], abs=1e-9)
+    g, dg = np.diff(arr), np.diff(donor.arrival_s)
+    tiled = np.resize(dg, len(g))
+    np.testing.assert_allclose(g / g.sum(), tiled / tiled.sum(), rtol=1e-9, atol=1e-12)
+    with pytest.raises(SchedportError, match="no inter-arrival pattern"):
+        transplant_arrivals(base, Trace.from_arrays([5.0, 5.0], [1, 1], [1, 1], name="flat"))
+
+
+def test_rank_preserving_resampling_keeps_order_and_takes_the_donor_marginal():
+    rng = np.random.default_rng(3)
+    x = rng.integers(1, 100, 500)
+    donor = rng.lognormal(7, 1, 2000).astype(int)
+    y = resample_marginal(x, donor)
+    order = np.argsort(x, kind="stable")
+    assert (np.diff(y[order]) >= 0).all()  # same order as x (ties in position order)
+    np.testing.assert_allclose(np.quantile(y, [0.1, 0.5, 0.9]), np.quantile(donor, [0.1, 0.5, 0.9]), rtol=0.05)
+    assert set(y) <= set(donor)
+
+
+def test_controls_are_deterministic_and_keep_marginals_and_rate():
+    base = _trace(80, 4)
+    v = Variant("coupling", base.name, base.content_sha256(), seed=0)
+    ins, outs = decouple_lengths(base, v.rng())
+    assert sorted(ins) == sorted(base.input_tokens) and sorted(outs) == sorted(base.output_tokens)
+    a = build_variant(v, base)
+    assert a.content_sha256() == build_variant(v, base).content_sha256()
+    assert build_variant(Variant("coupling", base.name, base.content_sha256(), seed=1), base).content_sha256() \
+        != a.content_sha256()
+    p = build_variant(Variant("burstiness", base.name, base.content_sha256()), base)
+    assert p.span_s == pytest.approx(base.span_s) and len(p) == len(base)
+    np.testing.assert_array_equal(p.input_tokens, base.input_tokens)
+    arr = poisson_arrivals(base, np.random.default_rng(0))
+    assert (np.diff(arr) >= 0).all()
+
+
+def test_client_variants_and_recipe_hash():
+    base, donor = _trace(30, 5, clients=True), _trace(10, 6, clients=True)
+    none = build_variant(Variant("clients_removed", base.name, base.content_sha256()), base)
+    assert none.client_id is None
+    took = build_variant(Variant("clients", base.name, base.content_sha256(), donor.name, donor.content_sha256()),
+                         base, donor)
+    assert list(took.client_id) == list(np.resize(np.asarray(donor.client_id, dtype=object), 30))
+    v = Variant("arrival", "a", "x" * 64, "b", "y" * 64, 0)
+    assert v.recipe_sha256() == Variant("arrival", "a", "x" * 64, "b", "y" * 64, 0).recipe_sha256()
+    assert v.recipe_sha256() != Variant("input", "a", "x" * 64, "b", "y" * 64, 0).recipe_sha256()
+    with pytest.raises(SchedportError, match="needs a donor"):
+        build_variant(Variant("input", base.name, base.content_sha256()), base)
+    with pytest.raises(SchedportError, match="unknown variant feature"):
+        build_variant(Variant("colour", base.name, base.content_sha256()), base)
+
+
+# --------------------------------------------------------------------------- effects, attribution, verdict
+
+
+def test_paired_effect_is_the_analysis_formula():
+    a, b = np.array([1.0, 2.0, np.nan]), np.array([2.0, 2.0, 1.0])
+    np.testing.assert_allclose(paired_effects(a, b, "ttft_p99_s"), [2 / 3, 0.0, np.nan])  # lower is better
+    np.testing.assert_allclose(paired_effects(np.array([0.9]), np.array([0.5]), "slo_attainment_standard"), [0.4])
+    with pytest.raises(SchedportError, match="no known direction"):
+        paired_effects(a, b, "iterations")
+
+
+def test_attribution_formulas_and_intervals():
+    B = 200
+    rng = np.random.default_rng(0)
+    noise = lambda: rng.normal(0, 0.01, B)  # noqa: E731
+    eff = {("x", "original"): (0.2, 0.2 + noise()), ("y", "original"): (-0.2, -0.2 + noise()),
+           ("x", "arrival"): (-0.2, -0.2 + noise()), ("y", "arrival"): (0.2, 0.2 + noise()),
+           ("x", "input"): (0.2, 0.2 + noise()), ("y", "input"): (-0.2, -0.2 + noise()),
+           ("x", "burstiness"): (0.0, noise()), ("y", "burstiness"): (0.0, noise())}
+    att = attribute(eff, ["arrival", "input", "burstiness"])
+    assert att["arrival"]["share"] == pytest.approx(1.0) and att["input"]["share"] == pytest.approx(0.0)
+    assert att["burstiness"]["share"] == pytest.approx(1.0)  # both lose it: the gap disappears
+    assert att["arrival"]["ci_low"] < 1.0 < att["arrival"]["ci_high"]
+    rev = {"scheduler_a": "a", "scheduler_b": "b", "metric": "m", "region": "r",
+           "condition_a": {"source": "x", "median_effect": 0.2}, "condition_b": {"source": "y", "median_effect": -0.2}}
+    v = verdict(att, rev)
+    assert v["drivers"] == ["arrival", "burstiness"] and v["kind"] == "single feature"
+    none = verdict({"input": att["input"]}, rev)
+    assert none["kind"] == "interaction" and "no single feature" in none["sentence"]
+
+
+def test_ranked_reversals_number_the_study_form_strongest_first():
+    res = {"study_form": {"reversals": [
+        {"metric": "ttft_p99_s", "practical_threshold": 0.05, "items": [
+            {"scheduler_pair": "edf = vllm-fcfs vs orca", "region": "severe", "source_a": "a", "source_b": "b",
+             "effect_a": 0.1, "effect_b": -0.5}]},
+        {"metric": "slo_attainment_standard", "practical_threshold": 0.02, "items": [
+            {"scheduler_pair": "sjf vs vtc", "region": "high", "source_a": "a", "source_b": "c",
+             "effect_a": -0.1, "effect_b": 0.3}]}]}}
+    items = ranked_reversals(res)
+    assert [i["id"] for i in items] == [1, 2]
+    assert items[0]["metric"] == "slo_attainment_standard"  # 0.1 / 0.02 = 5 > 0.1 / 0.05 = 2
+    assert (items[1]["scheduler_a"], items[1]["scheduler_b"]) == ("edf", "orca")
+    with pytest.raises(SchedportError, match="no study_form"):
+        ranked_reversals({})
+
+
+# --------------------------------------------------------------------------- CLI and report
+
+
+def _cli(*args):
+    p = subprocess.run([sys.executable, "-m", "schedport.cli", *map(str, args)], capture_output=True, text=True)
+    p.output = p.stdout + p.stderr
+    p.exit_code = p.returncode
+    return p
+
+
+def test_cli_writes_the_json_and_refuses_bad_input_in_one_line(burst, tmp_path):
+    res, d = burst
+    out = tmp_path / "why.json"
+    r = _cli("explain", "--results", str(res), "--pair", "vllm-fcfs,fastserve", "--metric", "ttft_p50_s",
+             "--region", "r", "--sources", "bursty,smooth", "--out", str(out), "--workers", "1")
+    assert r.exit_code == 0, r.output
+    got = json.loads(out.read_text())
+    assert got["attribution"] == d["attribution"] and "arrival process" in r.output
+    for args, msg in [(("--pair", "vllm-fcfs,nosuch", "--metric", "ttft_p50_s", "--region", "r", "--sources",
+                        "bursty,smooth"), "scheduler 'nosuch'"),
+                      (("--pair", "vllm-fcfs,fastserve", "--metric", "ttft_p50_s", "--region", "r"), "missing --sources"),
+                      (("--pair", "vllm-fcfs,fastserve", "--metric", "iterations", "--region", "r", "--sources",
+                        "bursty,smooth"), "not a ranked metric"),
+                      (("--reversal", "1"), "portability.json: missing"),
+                      (("--pair", "vllm-fcfs,fastserve", "--metric", "ttft_p50_s", "--region", "r", "--sources",
+                        "bursty,smooth", "--features", "colour"), "unknown colour")]:
+        r = _cli("explain", "--results", str(res), *args)
+        assert r.exit_code == 2, (args, r.output)
+        lines = [ln for ln in r.output.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error:") and msg in lines[0], r.output
+
+
+def test_reversal_by_number_from_portability(burst, tmp_path):
+    import shutil
+
+    res, d = burst
+    store = tmp_path / "store"
+    shutil.copytree(res, store, ignore=shutil.ignore_patterns("explain"))
+    pj = {"study_form": {"reversals": [{"metric": "ttft_p50_s", "practical_threshold": 0.05, "items": [
+        {"scheduler_pair": "fastserve vs vllm-fcfs", "region": "r", "source_a": "bursty", "source_b": "smooth",
+         "effect_a": 0.46, "effect_b": -0.06}]}]}}
+    (store / "portability.json").write_text(json.dumps(pj))
+    r = _cli("explain", "--results", str(store), "--list")
+    assert r.exit_code == 0 and "fastserve vs vllm-fcfs @ r" in r.output
+    got = explain(store, reversal=1, workers=1, progress=False, cache_dir=res / "explain", features=["arrival"])
+    assert got["reversal"]["scheduler_a"] == "fastserve" and got["reversal"]["id"] == 1
+    assert got["reversal"]["condition_a"]["store_effect"] == 0.46
+    # A and B swapped: the effects change sign, the share does not
+    assert got["attribution"]["arrival"]["share"] == pytest.approx(d["attribution"]["arrival"]["share"])
+    with pytest.raises(SchedportError, match="between 1 and 1"):
+        explain(store, reversal=2, workers=1, progress=False)
+
+
+def test_report_section_renders_the_figure_and_sentence(burst):
+    _, d = burst
+    html = render_section({"explain": {"k": 1, "n_reversals": 1, "explained": [d]}})
+    assert "Why it flips" in html and "data:image/png;base64" in html
+    assert d["verdict"]["sentence"].split(":")[0] in html
+    assert render_section({}) == ""
