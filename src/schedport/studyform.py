@@ -604,8 +604,15 @@ def claims(st, sf: dict, cross_pairs: list, metric_tau: dict, modeled: Sequence[
         v3 = "not comparable"
     else:
         v3 = "holds" if nh == len(per) else ("does not hold" if nh == 0 else "partly holds")
+    def _tags(x) -> str:
+        p_ = x["parts"]
+        return ", ".join([f"3.6% {'inside' if p_['share'] else 'outside'} the interval",
+                          f"{'' if p_['high_load'] else 'not '}clustered at high load",
+                          f"{'one' if p_['one_scheduler_pair'] else 'not one'} scheduler pair",
+                          f"BurstGPT {'on' if p_['burstgpt_one_side'] else 'not on'} every one"])
+
     desc = "; ".join(f"{x['metric']} {x['n_reversals']}/{x['n_comparisons']} = {_pc(x['share'])} "
-                     f"[{_pc(x['ci_low'])}, {_pc(x['ci_high'])}]" for x in per)
+                     f"[{_pc(x['ci_low'])}, {_pc(x['ci_high'])}] ({_tags(x)})" for x in per)
     out.append({"id": "reversals", "study": STUDY_FINDINGS["reversals"],
                 "here": f"holds on {nh} of {len(per)} main metrics: {desc}{_mod(bg)}", "verdict": v3,
                 "per_metric": per,
