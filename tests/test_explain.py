@@ -320,9 +320,6 @@ def test_cli_writes_the_json_and_refuses_bad_input_in_one_line(burst, tmp_path):
     for args, msg in [(("--pair", "vllm-fcfs,nosuch", "--metric", "ttft_p50_s", "--region", "r", "--sources",
                         "bursty,smooth"), "scheduler 'nosuch'"),
                       (("--pair", "vllm-fcfs,fastserve", "--metric", "ttft_p50_s", "--region", "r"), "missing --sources"),
-                      (("--pair", "vllm-fcfs,fastserve", "--metric", "iterations", "--region", "r", "--sources",
-                        "bursty,smooth"), "not a ranked metric"),
-                      (("--reversal", "1"), "portability.json: missing"),
                       (("--pair", "vllm-fcfs,fastserve", "--metric", "ttft_p50_s", "--region", "r", "--sources",
                         "bursty,smooth", "--features", "colour"), "unknown colour")]:
         r = _cli("explain", "--results", str(res), *args)
@@ -358,3 +355,18 @@ def test_report_section_renders_the_figure_and_sentence(burst):
     assert "Why it flips" in html and "data:image/png;base64" in html
     assert d["verdict"]["sentence"].split(":")[0] in html
     assert render_section({}) == ""
+
+
+def test_bad_requests_are_one_line_errors(burst):
+    res, _ = burst
+    named = dict(pair="vllm-fcfs,fastserve", metric="ttft_p50_s", region="r", sources="bursty,smooth")
+    cases = [(dict(named, metric="iterations"), "not a ranked metric"),
+             (dict(named, region="nowhere"), "'nowhere' is not in the store"),
+             (dict(named, sources="bursty,bursty"), "two different sources"),
+             (dict(named, pair="vllm-fcfs"), "two different schedulers"),
+             (dict(reversal=1), "portability.json: missing"),
+             (dict(named, reversal=1), "not both")]
+    for kw, msg in cases:
+        with pytest.raises(SchedportError, match=msg) as e:
+            explain(res, workers=1, progress=False, **kw)
+        assert "\n" not in str(e.value)

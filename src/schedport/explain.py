@@ -830,6 +830,7 @@ def explain(results_dir, *, reversal: Optional[int] = None, pair: Optional[str] 
             ray_address: Optional[str] = None, n_boot: int = DEFAULT_BOOT, seed: int = 0,
             progress: bool = True, console=None) -> dict:
     """Explain one reversal of a results store (by its study-form number or named); return the JSON dict."""
+    _check_request(reversal, pair, metric, region, sources, features)
     ex = Explainer(results_dir, corpus_dir=corpus_dir, cache_dir=cache_dir, executor=executor, workers=workers,
                    ray_address=ray_address, n_boot=n_boot, seed=seed, progress=progress, console=console)
     try:
@@ -837,6 +838,23 @@ def explain(results_dir, *, reversal: Optional[int] = None, pair: Optional[str] 
         return ex.explain_reversal(rev, features)
     finally:
         ex.close()
+
+
+def _check_request(reversal, pair, metric, region, sources, features) -> None:
+    """Refuse a malformed request before the store is read: one reversal, named one way, known features."""
+    named = [v is not None for v in (pair, metric, region, sources)]
+    if reversal is not None and any(named):
+        raise SchedportError("give either --reversal or --pair/--metric/--region/--sources, not both")
+    if reversal is None:
+        missing = [n for n, v in (("--pair", pair), ("--metric", metric), ("--region", region),
+                                  ("--sources", sources)) if not v]
+        if missing:
+            raise SchedportError(f"give --reversal ID, or all of --pair A,B --metric M --region R --sources X,Y "
+                                 f"(missing {', '.join(missing)})")
+    if features is not None:
+        bad = [f for f in features if f not in FEATURES]
+        if bad:
+            raise SchedportError(f"--features: unknown {', '.join(bad)} (known: {', '.join(FEATURES)})")
 
 
 def explain_top(res: dict, results_dir, k: int, *, corpus_dir=None, cache_dir=None, executor: str = "local",
