@@ -401,7 +401,11 @@ def _tau_card(res: dict, n: _Nums) -> str:
                 continue
             tied = ct[ix].get("n_tied_regions") or 0
             mark = f"<sup title='{tied} region(s) with a tied vector'>&dagger;{tied}</sup>" if tied else ""
-            row.append(f"<td>{n.ci(f'study_form.cross_source_tau.{ix}')}{mark}</td>")
+            jx = _find_ix(sf["cross_source_half"]["by_pair_metric"], source_a=d["source_a"], source_b=d["source_b"],
+                          metric=m)
+            adj = (f"<br><span class='sub'>adjusted {n(f'study_form.cross_source_half.by_pair_metric.{jx}.adjusted')}"
+                   "</span>" if jx is not None else "")
+            row.append(f"<td>{n.ci(f'study_form.cross_source_tau.{ix}')}{mark}{adj}</td>")
         row.append(f"<td><b>{n.ci(f'headline.cross_source.by_pair.{pi}')}</b></td>")
         hx = _find_ix(half, source_a=d["source_a"], source_b=d["source_b"])
         row.append(f"<td>{n(f'study_form.cross_source_half.by_pair.{hx}.adjusted')}</td>" if hx is not None
