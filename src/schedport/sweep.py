@@ -32,8 +32,9 @@ system -- only the same schedport version installed (checked at start).
 cheap to simulate, and batching, ordering, fairness and admission all represented), the
 first 4 windows of each source (enough for the analysis's per-window statistics), 3
 regions (moderate, near-saturation, overload: below, at and past the knee), 1 seed --
-180 runs on the 3-source corpus, about 15 s of simulation on 2 cores, under a minute with
-the analysis (and the corpus build on a fresh machine). Explicit selectors override it.
+180 runs on the 3-source corpus: on a busy 2-core machine (load average 8) 17 s of sweep and
+about 15 s of analysis and start-up, plus 37 s for the corpus build on a fresh clone. Explicit
+selectors override it.
 
 Ctrl-C (or SIGTERM) stops cleanly: running tasks are cancelled, every finished cell is
 flushed, the manifest says "interrupted", and the command exits 130; rerunning resumes.
@@ -888,7 +889,8 @@ def run_command(
     data_dir: Optional[Path] = typer.Option(
         None, "--data-dir", help="Public data directory, used only to build a missing corpus."),
     quick: bool = typer.Option(
-        False, "--quick", help="Small first-contact subset (under a minute on 2 cores): schedulers "
+        False, "--quick", help="Small first-contact subset (180 runs, about half a minute on 2 cores plus a first "
+                               "corpus build): schedulers "
                                "vllm-fcfs,sarathi,sjf,vtc,slo-admission; 4 windows per source; regions "
                                "moderate,near-saturation,overload. Explicit selectors override it."),
     out: Path = typer.Option(
