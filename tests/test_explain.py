@@ -370,3 +370,21 @@ def test_bad_requests_are_one_line_errors(burst):
         with pytest.raises(SchedportError, match=msg) as e:
             explain(res, workers=1, progress=False, **kw)
         assert "\n" not in str(e.value)
+
+
+def test_analyze_explain_adds_why_it_flips_to_the_report(lengths, tmp_path):
+    import shutil
+
+    res, d = lengths
+    store = tmp_path / "store"
+    shutil.copytree(res, store)  # with its explain cache: the variant runs are reused
+    r = _cli("analyze", "--results", str(store), "--explain", "1", "--boot", "200", "--splits", "20")
+    assert r.exit_code == 0, r.output
+    pj = json.loads((store / "portability.json").read_text())
+    ex = pj["explain"]
+    assert ex["k"] == 1 and ex["n_reversals"] >= 1 and len(ex["explained"]) == 1
+    got = ex["explained"][0]
+    assert got["reversal"]["id"] == 1 and got["verdict"]["drivers"] == ["output"]
+    html = (store / "report.html").read_text()
+    assert "Why it flips" in html and "output lengths" in html
+    assert "why #1:" in r.output

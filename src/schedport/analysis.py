@@ -1852,6 +1852,9 @@ def analyze_command(
     expect_corpus: Optional[str] = typer.Option(None, "--expect-corpus", help="Refuse a store from another corpus."),
     validation: Optional[Path] = typer.Option(None, "--validation", help="validation.json from `schedport "
                                                                          "validate`: add its section to the report."),
+    explain: int = typer.Option(0, "--explain", help="Explain the K strongest study-form reversals (`schedport "
+                                                     "explain`, cached in RESULTS/explain) and add a 'Why it flips' "
+                                                     "section to the report."),
 ) -> None:
     """Rank schedulers per source, region and metric; map where rankings hold and where they flip."""
     mlist = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
@@ -1859,6 +1862,9 @@ def analyze_command(
                   corpus_dir=corpus, expect_corpus=expect_corpus, validation=validation,
                   abs_threshold=abs_threshold, n_splits=n_splits, compare=compare)
     odir = out if out is not None else results
+    if explain:
+        from schedport.explain import add_explanations
+        add_explanations(res, results, odir, explain, corpus_dir=corpus, validation=validation)
     for line in summary_lines(res):
         typer.echo(line)
     typer.echo(f"wrote {odir / 'portability.json'}")

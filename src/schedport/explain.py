@@ -71,7 +71,8 @@ from schedport.trace import Trace
 
 __all__ = ["FEATURES", "Variant", "build_variant", "transplant_arrivals", "poisson_arrivals",
            "resample_marginal", "decouple_lengths", "paired_effects", "attribute", "verdict",
-           "ranked_reversals", "Explainer", "explain", "explain_top", "explain_command", "render_section"]
+           "ranked_reversals", "Explainer", "explain", "explain_top", "add_explanations", "explain_command",
+           "render_section"]
 
 #: feature -> (kind, description). "transplant" takes the feature from the other source, "control"
 #: removes the base window's own structure (applied to both sources).
@@ -762,7 +763,7 @@ class Explainer:
                 if f != "original":
                     records.append({"variant": _variant_name(s, f, other[s]), "window_id": v.base,
                                     "donor_window": v.donor, **rec})
-        summaries = self.run_cells(jobs, rev["rho"], label=f"runs ({A} vs {B}, {metric}, {region})")
+        summaries = self.run_cells(jobs, rev["rho"])
 
         effects_out, eff = [], {}
         for side, s, f, vs in plan:
@@ -887,6 +888,25 @@ def explain_top(res: dict, results_dir, k: int, *, corpus_dir=None, cache_dir=No
         ex.close()
     out["wall_s"] = round(time.perf_counter() - t0, 2)
     return out
+
+
+def add_explanations(res: dict, results_dir, out_dir, k: int, *, corpus_dir=None, validation=None,
+                     executor: str = "local", workers: Optional[int] = None, progress: bool = True) -> dict:
+    """`schedport analyze --explain K`: explain the K strongest reversals, store them under ``res["explain"]``,
+    and rewrite ``portability.json`` and ``report.html`` in `out_dir` with the "Why it flips" section."""
+    from schedport.report import write_report
+    from schedport.validation_stats import load_validation
+
+    res["explain"] = explain_top(res, results_dir, k, corpus_dir=corpus_dir, executor=executor, workers=workers,
+                                 progress=progress)
+    odir = Path(out_dir)
+    tmp = odir / "portability.json.tmp"
+    tmp.write_text(json.dumps(res, indent=1, allow_nan=False))
+    tmp.replace(odir / "portability.json")
+    write_report(res, odir / "report.html", load_validation(validation) if validation is not None else None)
+    for d in res["explain"]["explained"]:
+        typer.echo(f"why #{d['reversal'].get('id')}: {d['verdict']['sentence']}")
+    return res["explain"]
 
 
 def explain_command(
