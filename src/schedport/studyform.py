@@ -561,7 +561,7 @@ def claims(st, sf: dict, cross_pairs: list, metric_tau: dict, modeled: Sequence[
         v = _interval_verdict(d["ci_low"], d["ci_high"], lambda x: x >= NEAR_PERFECT)
         out.append({"id": "azure_bailian", "study": STUDY_FINDINGS["azure_bailian"],
                     "here": f"tau {d['value']:.3f} [{d['ci_low']:.3f}, {d['ci_high']:.3f}] ({az} vs {bl}, main "
-                            f"metrics and regions averaged); reliability-adjusted "
+                            f"metrics and regions averaged); ceiling-adjusted "
                             f"{'n/a' if adj is None else f'{adj:.2f}'}{_mod(az, bl)}",
                     "verdict": v, "value": d["value"], "ci_low": d["ci_low"], "ci_high": d["ci_high"],
                     "adjusted": adj,
@@ -606,6 +606,8 @@ def claims(st, sf: dict, cross_pairs: list, metric_tau: dict, modeled: Sequence[
         v3 = "holds" if nh == len(per) else ("does not hold" if nh == 0 else "partly holds")
     def _tags(x) -> str:
         p_ = x["parts"]
+        if not x["n_reversals"]:
+            return "no reversal"
         return ", ".join([f"3.6% {'inside' if p_['share'] else 'outside'} the interval",
                           f"{'' if p_['high_load'] else 'not '}clustered at high load",
                           f"{'one' if p_['one_scheduler_pair'] else 'not one'} scheduler pair",
