@@ -633,10 +633,11 @@ class Explainer:
             self._ex = make_executor(self.executor, w, self.ray_address)
         return self._ex
 
-    def close(self) -> None:
-        """Shut the executor down (worker processes or the local Ray instance)."""
+    def close(self, cancel: bool = False) -> None:
+        """Shut the executor down (worker processes or the local Ray instance); `cancel` stops
+        running and queued runs at once (after an error or Ctrl-C: finished runs are already cached)."""
         if self._ex is not None:
-            self._ex.shutdown()
+            self._ex.shutdown(cancel=cancel)
             self._ex = None
 
     def run_cells(self, jobs: list[tuple[Trace, str, str]], rho: float, label: str = "runs") -> dict:
@@ -834,11 +835,14 @@ def explain(results_dir, *, reversal: Optional[int] = None, pair: Optional[str] 
     _check_request(reversal, pair, metric, region, sources, features)
     ex = Explainer(results_dir, corpus_dir=corpus_dir, cache_dir=cache_dir, executor=executor, workers=workers,
                    ray_address=ray_address, n_boot=n_boot, seed=seed, progress=progress, console=console)
+    ok = False
     try:
         rev = ex.resolve(reversal=reversal, pair=pair, metric=metric, region=region, sources=sources)
-        return ex.explain_reversal(rev, features)
+        out = ex.explain_reversal(rev, features)
+        ok = True
+        return out
     finally:
-        ex.close()
+        ex.close(cancel=not ok)
 
 
 def _check_request(reversal, pair, metric, region, sources, features) -> None:
@@ -878,14 +882,16 @@ def explain_top(res: dict, results_dir, k: int, *, corpus_dir=None, cache_dir=No
     ex = Explainer(results_dir, corpus_dir=corpus_dir, cache_dir=cache_dir, executor=executor, workers=workers,
                    ray_address=ray_address, n_boot=int(par.get("n_boot", DEFAULT_BOOT)), seed=int(par.get("seed", 0)),
                    progress=progress, console=console)
+    ok = False
     try:
         for it in items[:k]:
             rev = ex.resolve(reversal=it["id"], portability=res)
             d = ex.explain_reversal(rev)
             d.pop("variants", None)  # the per-window recipes stay in the explain cache, not the report
             out["explained"].append(d)
+        ok = True
     finally:
-        ex.close()
+        ex.close(cancel=not ok)
     out["wall_s"] = round(time.perf_counter() - t0, 2)
     return out
 
