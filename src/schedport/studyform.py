@@ -180,7 +180,8 @@ def _reversals_for_metric(ctx: dict, m: int, counts: dict, q: float) -> dict:
                 for pp in np.flatnonzero(flip):
                     pair = (f"{pair_label(st, int(I[pp]), labels[s1, r], labels[s2, r])} vs "
                             f"{pair_label(st, int(J[pp]), labels[s1, r], labels[s2, r])}")
-                    hits.append({"scheduler_pair": pair, "region": reg, "source_a": st.sources[s1],
+                    hits.append({"scheduler_pair": pair, "scheduler_a": st.schedulers[int(I[pp])],
+                                 "scheduler_b": st.schedulers[int(J[pp])], "region": reg, "source_a": st.sources[s1],
                                  "source_b": st.sources[s2], "effect_a": float(med[s1, r, pp]),
                                  "effect_b": float(med[s2, r, pp]), "q_a": float(qm[s1, r, pp]),
                                  "q_b": float(qm[s2, r, pp])})
