@@ -144,7 +144,9 @@ The study's form (``study_form``, shown first)
         orca"), ``one_scheduler_pair`` (all reversals share one pair; null without reversals),
         ``sources_on_every_reversal`` and ``one_source`` (a source on one side of every
         reversal), ``high_load`` {rho_min 0.8, regions, n_reversals, n_comparisons,
-        share_of_reversals, rate, rate_elsewhere} and ``items`` (each reversal).
+        share_of_reversals, rate, rate_elsewhere} and ``items`` (each reversal: scheduler_pair,
+        scheduler_a, scheduler_b, region, source_a, source_b, effect_a, effect_b, q_a, q_b;
+        strongest first).
     ``best_changes_with_metric``: ``condition`` = "window x region"; ``n_conditions`` (window
         x region cells with every main metric defined), ``n_changed``, ``share`` with
         ``ci_low``/``ci_high`` (percentile bootstrap over windows), ``by_source``,
