@@ -578,19 +578,17 @@ class Continuous(BatchingMode):
         selected = 0
         admitting = True
         members_run = []                            # cohort members given their token, in items order
-        members_sit = []                            # cohort members reached after the budget ran out
+        members_sit = []                            # cohort members left out of the batch (budget or cap)
         for req in _merge_ranked(keyed, list(order.ordered(now)), key, now):
-            if not pending and not (admitting and selected < self.max_num_seqs and budget > 0):
+            if selected >= self.max_num_seqs or budget <= 0:
+                break       # the batch is full: the running requests not reached sit this step out
+            if not pending and not admitting:
                 break       # every running request reached and nothing more can start
             if req.phase == RUNNING:
                 if pending and pending[0] is req:
                     pending.popleft()
                 elif req in pending:
                     pending.remove(req)
-                if selected >= self.max_num_seqs or budget <= 0:
-                    if req.sync >= 0:                   # a cohort member sits this step out
-                        members_sit.append(req)
-                    continue
                 selected += 1
                 k = min(req.prompt + req.generated - req.computed, budget)
                 need = -(-(req.computed + k) // bs) - req.blocks
@@ -610,8 +608,6 @@ class Continuous(BatchingMode):
                     plan.add(req, k)
                 budget -= k
             elif req.phase == WAITING and admitting:
-                if selected >= self.max_num_seqs or budget <= 0:
-                    continue
                 k = min(req.prompt + req.generated - req.computed, budget)
                 need = -(-(req.computed + k) // bs)
                 while need > cache.free - wm and pending:
@@ -627,6 +623,7 @@ class Continuous(BatchingMode):
                 plan.admitted += 1
                 selected += 1
                 budget -= k
+        members_sit.extend(r for r in pending if r.sync >= 0)
         if members_sit:
             if len(members_sit) <= len(members_run):
                 for r in members_sit:                   # they leave for this step and rejoin after it

@@ -9,6 +9,7 @@ declaration (and, if it needs a new mechanism, one small `Ordering` or gate clas
 
 from __future__ import annotations
 
+import heapq
 import math
 import numbers
 from collections import deque
@@ -16,7 +17,7 @@ from functools import partial
 
 import numpy as np
 
-from schedport.engine import Request
+from schedport.engine import DONE, RUNNING, Request
 from schedport.errors import ConfigError
 from schedport.policy import (
     Continuous, Fifo, Ordering, Policy, Selective, SortedEachStep, Static, StaticKey,
@@ -222,6 +223,7 @@ class SkipJoinMLFQ(SortedEachStep):
         self.quanta = [q1 * r ** i for i in range(self.levels)]
         self.starve = float(params["starve_limit_s"])
         self.lat = sim.latency
+        self._due: list = []            # (time it may starve, idx, request) of jobs not running
 
     def _state(self, req):
         # [level, entered, base, seg_start, last_end]
@@ -236,27 +238,47 @@ class SkipJoinMLFQ(SortedEachStep):
         return (s[0], s[1], req.idx)
 
     def push(self, req, now):
-        s = self._state(req)
-        if s[0] > 0:
-            self._next_starve = min(self._next_starve, s[4] + self.starve)
+        self._watch(req, self._state(req))
         super().push(req, now)
 
-    _next_starve = math.inf             # no waiting job can starve before this time
+    def _watch(self, req, s) -> None:
+        """Note when a job that stopped running (or joined below the top) may starve."""
+        if s[0] > 0:
+            heapq.heappush(self._due, (s[4] + self.starve, req.idx, req))
+
+    def _stale(self, entry) -> bool:
+        due, _, r = entry
+        s = r.aux
+        return r.phase == DONE or s[0] == 0 or s[4] + self.starve != due
+
+    @property
+    def _next_starve(self) -> float:
+        """The earliest time a job not running can starve (entries made stale by a later run,
+        a promotion or a finish are dropped as they surface)."""
+        h = self._due
+        while h and self._stale(h[0]):
+            heapq.heappop(h)
+        return h[0][0] if h else math.inf
 
     def prepare(self, now):
-        """Promote waiting jobs that have not run for `starve_limit_s` to the top queue."""
-        if now < self._next_starve - 1e-6:
-            return
-        nxt = math.inf
-        for r in self.items:
+        """Promote jobs that have not run for `starve_limit_s` to the top queue: waiting ones and
+        running ones that hold their KV but sat the last steps out (the ranked fill leaves them
+        resident), as vllm-ltr counts idle steps over every request (`_general_schedule`)."""
+        h = self._due
+        while h and h[0][0] - 1e-6 <= now:
+            entry = h[0]
+            if self._stale(entry):
+                heapq.heappop(h)
+                continue
+            r = entry[2]
             s = r.aux
-            if s[0] > 0:
-                if now - s[4] >= self.starve:
-                    s[0], s[1], s[2] = 0, now, 0.0
-                    self._sorted_at = None
-                else:
-                    nxt = min(nxt, s[4] + self.starve)
-        self._next_starve = nxt
+            if not now - s[4] >= self.starve:
+                break                           # due within rounding of now, not yet starved
+            heapq.heappop(h)
+            self._close(s)
+            s[0], s[1], s[2] = 0, now, 0.0
+            if r.phase != RUNNING:
+                self._sorted_at = None          # a waiting key changed: re-sort
 
     def _close(self, s):
         if not math.isnan(s[3]):
@@ -281,14 +303,18 @@ class SkipJoinMLFQ(SortedEachStep):
             run(r.aux, start, end)
         if len(plan.items) != len(self.sim.running):
             for r in self.sim.running:
-                if r.aux[4] != end:
-                    self._close(r.aux)          # not scheduled this step: its run segment ends
+                s = r.aux
+                if s[4] != end:                    # not scheduled this step
+                    if s[3] == s[3]:               # its run segment ends (`_close`)
+                        s[2] += s[4] - s[3]
+                        s[3] = math.nan
+                    if s[4] == start:              # it ran in the step before: from now on it may starve
+                        self._watch(r, s)
 
     def requeue(self, req, now):
         s = self._state(req)
         self._close(s)
-        if s[0] > 0:
-            self._next_starve = min(self._next_starve, s[4] + self.starve)
+        self._watch(req, s)
         super().requeue(req, now)
 
     def fast_forward_limit(self, plan, now):
