@@ -119,11 +119,12 @@ def test_an_arrival_beyond_the_clocks_resolution_is_refused(tmp_path):
     assert "far.csv: line 3" in msg and "arrival_s" in msg and "too large" in msg
 
 
-def test_a_tiny_custom_region_is_refused_before_any_cell_runs(corpus, tmp_path):
+@pytest.mark.parametrize("region,why", [("tiny=1e-320", "time scale"), ("huge=1e9", "metrics horizon")])
+def test_an_extreme_custom_region_is_refused_before_any_cell_runs(corpus, tmp_path, region, why):
     out = tmp_path / "res"
     msg = one_line_error(cli("run", "--corpus", corpus, "--out", out, "--schedulers", "vllm-fcfs,sjf",
-                             "--regions", "tiny=1e-320", "--workers", "1"))
-    assert "region tiny" in msg
+                             "--regions", region, "--workers", "1"))
+    assert f"region {region.split('=')[0]}" in msg and why in msg
     assert not list((out / "runs").glob("part-*"))
 
 
@@ -258,6 +259,21 @@ def test_a_full_disk_during_run_is_one_line_leaves_no_temp_file_and_the_rerun_re
     assert (moved / "report.html").is_file()
     m = json.loads((moved / "manifest.json").read_text())
     assert m["status"] == "finished" and all(r["status"] != "running" for r in m["runs"])
+
+
+def test_a_full_disk_during_corpus_build_is_one_line_and_leaves_nothing(tmp_path):
+    rng = np.random.default_rng(0)
+    (tmp_path / "mine.jsonl").write_text("".join(
+        json.dumps({"timestamp": 100 * i, "input_length": int(rng.integers(1, 3000)), "output_length": 50}) + "\n"
+        for i in range(20000)))
+    spec = tmp_path / "mine.toml"
+    spec.write_text('name = "mine"\n[[sources]]\nname = "mine"\nadapter = "jsonl"\nfiles = ["mine.jsonl"]\n'
+                    'windows = { rule = "contiguous", count = 8, duration_s = 200 }\n')
+    with tmpfs(tmp_path / "full", "64k") as full:
+        msg = one_line_error(cli("corpus", "build", "--spec", spec, "--data-dir", tmp_path, "--out", full / "c",
+                                 timeout=120))
+        assert str(full / "c") in msg and "No space left on device" in msg
+        assert list(full.iterdir()) == []
 
 
 def _main(argv, monkeypatch, capsys) -> tuple[int, str]:
@@ -410,10 +426,12 @@ def test_a_selection_the_analysis_cannot_use_fails_before_running_anything(corpu
     assert not (out / "runs").exists()
 
 
-def test_an_empty_out_is_refused(trace_csv, tmp_path):
-    msg = one_line_error(cli("simulate", "--trace", trace_csv, "--scheduler", "vllm-fcfs", "--out", "",
-                             cwd=tmp_path))
-    assert "--out" in msg and "empty path" in msg
+def test_an_empty_out_is_refused(trace_csv, corpus, tmp_path):
+    for args in (["simulate", "--trace", trace_csv, "--scheduler", "vllm-fcfs", "--out", ""],
+                 ["run", "--corpus", corpus, "--out", ""], ["corpus", "build", "--out", ""],
+                 ["example", "--out", ""]):
+        msg = one_line_error(cli(*args, cwd=tmp_path))
+        assert "--out" in msg and "empty path" in msg
     assert list(tmp_path.iterdir()) == []
 
 

@@ -240,6 +240,22 @@ def scaled(trace: Trace, cfg: EngineConfig, *, load: float | None = None,
     return out, scale
 
 
+def check_metrics_horizon(trace: Trace, cfg: EngineConfig, alone_s=None, advice: str = "") -> None:
+    """Refuse a (scaled) trace whose metrics horizon, `[metrics] horizon_factor` x its arrival
+    span, is shorter than its fastest request's service time alone on the engine: no request
+    could complete within it, so every attainment would be 0 by construction (``--load 1e9``)."""
+    if trace.span_s <= 0 or not len(trace):
+        return
+    if alone_s is None:
+        alone_s = make_latency_model(cfg).alone_time(trace.input_tokens, trace.output_tokens)
+    horizon, fastest = cfg.horizon_factor * trace.span_s, float(np.min(alone_s))
+    if horizon < fastest:
+        raise SchedportError(
+            f"{trace.name}: the metrics horizon ({cfg.horizon_factor:g} x the arrival span = {horizon:.3g} s) "
+            f"is shorter than the fastest request's service time alone ({fastest:.3g} s), so no request could "
+            f"count as completed{advice}")
+
+
 def check_seed(seed) -> int:
     """`seed` as an int if it is a non-negative integer (numpy's generators refuse others)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -310,12 +326,8 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
     lat = make_latency_model(cfg)
     alone = lat.alone_time(trace.input_tokens, trace.output_tokens) if len(trace) else np.zeros(0)
     span = trace.span_s
-    if span > 0 and len(alone) and cfg.horizon_factor * span < float(np.min(alone)):
-        raise SchedportError(
-            f"{trace.name}: the metrics horizon ({cfg.horizon_factor:g} x the arrival span = "
-            f"{cfg.horizon_factor * span:.3g} s) is shorter than the fastest request's service time alone "
-            f"({float(np.min(alone)):.3g} s), so no request could count as completed"
-            + (f" at load {load!r}; give a lower load" if load is not None else "; give a larger time scale"))
+    check_metrics_horizon(trace, cfg, alone, f" at load {load!r}; give a lower load" if load is not None
+                          else "; give a larger time scale")
     overhead = cfg.request_overhead_s
     engine_trace = trace
     if overhead:

@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 
 from schedport.errors import SchedportError
-from schedport.outputs import cause, output_dir, output_file
+from schedport.outputs import cause, output_dir, output_file, parse_out_path
 
 try:  # typer >= 0.2x vendors click; its exceptions are not click's
     from typer._click import exceptions as _click_errors
@@ -80,14 +80,7 @@ def _checked_analyze(command):
 out = Console()
 
 
-def _out_path(value) -> Path:
-    """Parse an output path option, refusing an empty name (Path("") would mean the current
-    directory and scatter files there)."""
-    if isinstance(value, Path):
-        return value
-    if not str(value).strip():
-        raise typer.BadParameter("empty path; give a file or directory name")
-    return Path(value)
+_out_path = parse_out_path
 
 
 @app.command()

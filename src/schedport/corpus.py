@@ -60,7 +60,7 @@ import typer
 
 from schedport import __version__
 from schedport.errors import ConfigError, DataError, SchedportError
-from schedport.outputs import cause
+from schedport.outputs import cause, parse_out_path
 
 MANIFEST_SCHEMA = 1
 SPEC_SCHEMA = 1
@@ -1000,7 +1000,13 @@ def build_corpus(spec: str | os.PathLike[str] | None = None,
                     tr = Trace.from_arrays(tr.arrival_s, tr.input_tokens, tr.output_tokens, tr.client_id,
                                            name=plan.window_id, source=f"window {plan.window_id}")
                     path = tmp / "windows" / f"{plan.window_id}.parquet"
-                    save_trace(tr, path)
+                    try:
+                        save_trace(tr, path)
+                    except SchedportError as e:
+                        if isinstance(e.__cause__, OSError):  # the disk, not the data: name the output
+                            raise DataError(f"{out}: cannot write the corpus ({cause(e.__cause__)}); "
+                                            f"nothing was changed there") from None
+                        raise
                     entries.append(_entry(src, part, plan, res, sel, extra, tr,
                                           _file_sha256(path)))
             label = "" if src.adapter != MODELED_ADAPTER else f" [{_label_of(src.adapter)}]"
@@ -1307,7 +1313,8 @@ corpus_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup
 def build_cmd(
     spec: Optional[Path] = typer.Option(None, "--spec", help="Corpus spec TOML (default: the packaged 120-window study)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Where the public files are (default: $SCHEDPORT_DATA, ../shared/datasets, the user cache)."),
-    out: Path = typer.Option(DEFAULT_OUT, "--out", help="Corpus directory to write (replaced atomically)."),
+    out: Path = typer.Option(DEFAULT_OUT, "--out", parser=parse_out_path,
+                             help="Corpus directory to write (replaced atomically)."),
 ) -> None:
     """Build the corpus: cut every window, write windows/*.parquet and manifest.json, compare with the frozen hashes."""
     from schedport.outputs import output_dir

@@ -144,3 +144,15 @@ def file_mode() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return 0o666 & ~mask
+
+
+def parse_out_path(value) -> Path:
+    """Typer parser of an output path option: refuses an empty name, which `Path("")` would
+    silently turn into the current directory (and scatter the outputs there)."""
+    import typer
+
+    if isinstance(value, Path):
+        return value
+    if not str(value).strip():
+        raise typer.BadParameter("empty path; give a file or directory name")
+    return Path(value)

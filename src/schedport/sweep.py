@@ -58,7 +58,7 @@ import typer
 
 from schedport.corpus import Window
 from schedport.errors import SchedportError
-from schedport.outputs import output_dir, writing
+from schedport.outputs import output_dir, parse_out_path, writing
 
 FLUSH_SECONDS = 5.0
 FLUSH_CELLS = 1000
@@ -810,10 +810,13 @@ class _Sweep:
 
     def check_scales(self) -> None:
         """Refuse, before any cell runs, a region whose time scale no window can be simulated
-        at (not finite, or arrivals beyond the clock's resolution: `api.check_clock`)."""
-        from schedport.api import check_clock, check_time_scale, rescale
+        at (not finite, arrivals beyond the clock's resolution: `api.check_clock`) or measured
+        at (a metrics horizon no request can complete in: `api.check_metrics_horizon`)."""
+        from schedport.api import check_clock, check_metrics_horizon, check_time_scale, rescale
+        from schedport.latency import make_latency_model
         from schedport.regions import time_scale
 
+        lat = make_latency_model(self.cfg)
         for w in self.need:
             trace, cap = self.traces[w.window_id], self.caps[w.window_id]
             regions = {r: rho for cells in (self.todo.get((w.window_id, s), ()) for s in self.sel.schedulers)
@@ -821,7 +824,10 @@ class _Sweep:
             for region, rho in regions.items():
                 where = f"window {w.window_id}, region {region} (rho {rho!r})"
                 scale = check_time_scale(time_scale(trace, cap, rho), f"{where}: the time scale")
-                check_clock(rescale(trace, scale), trace, f"({where}, time scale {scale:.4g})")
+                scaled = rescale(trace, scale)
+                check_clock(scaled, trace, f"({where}, time scale {scale:.4g})")
+                check_metrics_horizon(scaled, self.cfg, lat.alone_time(trace.input_tokens, trace.output_tokens),
+                                      f" in region {region} (rho {rho!r}); give a lower rho")
 
     def run_cells(self, bar) -> None:
         """Run every remaining chunk, flushing finished cells to the store in batches."""
@@ -884,7 +890,8 @@ def run_command(
         None, "--windows", help="Run only the first N windows of each source (default: all)."),
     seeds: int = typer.Option(1, "--seeds", help="Run seeds 0..N-1 of every cell."),
     corpus: Path = typer.Option(
-        DEFAULT_CORPUS, "--corpus", help="Corpus directory (built from the public data if missing)."),
+        DEFAULT_CORPUS, "--corpus", parser=parse_out_path,
+        help="Corpus directory (built from the public data if missing)."),
     engine: Optional[Path] = typer.Option(None, "--engine", help="Engine config TOML (defaults: docs/engine.md)."),
     data_dir: Optional[Path] = typer.Option(
         None, "--data-dir", help="Public data directory, used only to build a missing corpus."),
@@ -894,7 +901,7 @@ def run_command(
                                "vllm-fcfs,sarathi,sjf,vtc,slo-admission; 4 windows per source; regions "
                                "moderate,near-saturation,overload. Explicit selectors override it."),
     out: Path = typer.Option(
-        DEFAULT_OUT, "--out", help="Results directory: Parquet dataset OUT/runs/ + OUT/manifest.json. "
+        DEFAULT_OUT, "--out", parser=parse_out_path, help="Results directory: Parquet dataset OUT/runs/ + OUT/manifest.json. "
                                    "Rerunning resumes, skipping finished cells."),
     force: bool = typer.Option(
         False, "--force", help="If OUT holds results of another corpus/engine config, or is corrupt or foreign, "
