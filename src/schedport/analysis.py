@@ -261,9 +261,14 @@ DIRECTIONS: dict[str, int] = {
     "completed_within_horizon": 1,
 }
 #: Per-SLO-profile metrics (any profile name), both higher-is-better.
+#: The survivor-only variants (``*_completed``: statistics over completed requests alone, kept
+#: beside the every-offered-request metrics) point the same way as their counterparts.
 DIRECTION_PATTERNS: tuple[tuple[re.Pattern, int], ...] = (
     (re.compile(r"slo_attainment_[a-z0-9_]+"), 1),
     (re.compile(r"goodput_[a-z0-9_]+_rps"), 1),
+    (re.compile(r"[a-z0-9_]+_completed_s"), -1),
+    (re.compile(r"slowdown_mean_completed"), -1),
+    (re.compile(r"[a-z0-9_]*_jain_completed"), 1),
 )
 #: One metric per family (tail TTFT, tail TPOT, mean E2E, standard-SLO attainment, slowdown
 #: fairness). ``goodput_standard_rps`` is not among them: it is attainment x n_requests / horizon,
@@ -281,6 +286,7 @@ MAIN_METRICS: tuple[str, ...] = (
 BOUNDED_PATTERNS: tuple[re.Pattern, ...] = (
     re.compile(r"slo_attainment_[a-z0-9_]+"),
     re.compile(r"[a-z0-9_]*_jain"),
+    re.compile(r"[a-z0-9_]*_jain_completed"),
     re.compile(r"[a-z0-9_]*_share"),
 )
 ABS_THRESHOLD = 0.02
@@ -289,7 +295,7 @@ ID_COLUMNS = ("source", "window_id", "region", "scheduler", "seed")
 BOOKKEEPING = frozenset({
     "rho", "time_scale", "n_requests", "n_completed", "n_unfinished", "makespan_s",
     "horizon_s", "iterations", "corpus_sha256", "engine_hash", "wall_s", "status", "capacity_rps",
-    "window_sha256", "load_scale",
+    "window_sha256", "load_scale", "predictor_tau",
 })
 MIN_WINDOWS = 2
 CI_LEVEL = 0.95
