@@ -351,7 +351,7 @@ def test_reversal_by_number_from_portability(burst, tmp_path):
 
 def test_report_section_renders_the_figure_and_sentence(burst):
     _, d = burst
-    html = render_section({"explain": {"k": 1, "n_reversals": 1, "explained": [d]}})
+    html = render_section({"explain": {"k": 1, "ids": [1], "n_reversals": 1, "explained": [d]}})
     assert "Why it flips" in html and "data:image/png;base64" in html
     assert d["verdict"]["sentence"].split(":")[0] in html
     assert render_section({}) == ""
@@ -388,3 +388,13 @@ def test_analyze_explain_adds_why_it_flips_to_the_report(lengths, tmp_path):
     html = (store / "report.html").read_text()
     assert "Why it flips" in html and "output lengths" in html
     assert "why #1:" in r.output
+
+
+def test_explain_selection_is_k_or_a_list_of_numbers():
+    from schedport.explain import parse_selection
+
+    assert parse_selection("3", 10) == [1, 2, 3] and parse_selection(12, 4) == [1, 2, 3, 4]
+    assert parse_selection("3,6,10", 10) == [3, 6, 10]
+    for bad, msg in (("0", "at least 1"), ("2,11", "between 1 and 10"), ("2,2", "distinct"), ("x", "expected K")):
+        with pytest.raises(SchedportError, match=msg):
+            parse_selection(bad, 10)

@@ -1860,9 +1860,10 @@ def analyze_command(
     expect_corpus: Optional[str] = typer.Option(None, "--expect-corpus", help="Refuse a store from another corpus."),
     validation: Optional[Path] = typer.Option(None, "--validation", help="validation.json from `schedport "
                                                                          "validate`: add its section to the report."),
-    explain: int = typer.Option(0, "--explain", help="Explain the K strongest study-form reversals (`schedport "
-                                                     "explain`, cached in RESULTS/explain) and add a 'Why it flips' "
-                                                     "section to the report."),
+    explain: Optional[str] = typer.Option(None, "--explain", help="K: explain the K strongest study-form reversals "
+                                          "(`schedport explain`, cached in RESULTS/explain) and add a 'Why it flips' "
+                                          "section to the report; or N1,N2,...: those reversals (numbers as in "
+                                          "`schedport explain --list`)."),
 ) -> None:
     """Rank schedulers per source, region and metric; map where rankings hold and where they flip."""
     mlist = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None

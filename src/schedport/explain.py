@@ -90,10 +90,12 @@ GROUPS = {"arrival": "arrival process", "burstiness": "arrival process", "input"
           "output": "output lengths", "coupling": "length coupling", "clients": "client structure",
           "clients_removed": "client structure"}
 #: How each feature's variant reads in the verdict sentence.
-_ACTIONS = {"arrival": "taking the other source's arrival pattern", "burstiness": "Poisson arrivals on both sides",
+_ACTIONS = {"arrival": "taking the other source's arrival pattern", "burstiness": "giving both sides Poisson arrivals",
             "input": "taking the other source's input lengths", "output": "taking the other source's output lengths",
             "coupling": "decoupling input and output lengths on both sides",
             "clients": "taking the other source's client ids", "clients_removed": "removing client ids on both sides"}
+#: How a control variant is named ("azure with Poisson arrivals").
+_CONTROL_NAMES = {"burstiness": "Poisson arrivals", "coupling": "decoupled lengths", "clients_removed": "no client ids"}
 #: Schedulers whose decisions read client ids (their pairs get the client variants).
 CLIENT_AWARE = frozenset({"vtc"})
 DRIVER_SHARE = 0.5
@@ -820,7 +822,7 @@ def _variant_name(source: str, feature: str, other: str) -> str:
         return source
     if FEATURES[feature][0] == "transplant":
         return f"{source} with {other}'s {feature}"
-    return f"{source} with {feature.replace('_', ' ')}" if feature != "burstiness" else f"{source} with Poisson arrivals"
+    return f"{source} with {_CONTROL_NAMES[feature]}"
 
 
 # ============================================================================ entry points
@@ -862,20 +864,39 @@ def _check_request(reversal, pair, metric, region, sources, features) -> None:
             raise SchedportError(f"--features: unknown {', '.join(bad)} (known: {', '.join(FEATURES)})")
 
 
-def explain_top(res: dict, results_dir, k: int, *, corpus_dir=None, cache_dir=None, executor: str = "local",
+def parse_selection(spec, n_reversals: int) -> list[int]:
+    """Reversal numbers from ``--explain``: ``K`` (the K strongest, capped at how many there are) or ``N1,N2,...``."""
+    text = str(spec).strip()
+    try:
+        if "," not in text:
+            k = int(text)
+            if k < 1:
+                raise SchedportError(f"--explain must be at least 1, got {k}")
+            return list(range(1, min(k, n_reversals) + 1))
+        ids = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SchedportError(f"--explain: expected K or a comma list of reversal numbers, got {text!r}") from None
+    bad = [i for i in ids if not 1 <= i <= n_reversals]
+    if bad or not ids or len(set(ids)) != len(ids):
+        raise SchedportError(f"--explain: {text!r}: numbers must be distinct and between 1 and {n_reversals} (the "
+                             "study form's reversals, `schedport explain --list`)")
+    return ids
+
+
+def explain_top(res: dict, results_dir, k, *, corpus_dir=None, cache_dir=None, executor: str = "local",
                 workers: Optional[int] = None, ray_address: Optional[str] = None, progress: bool = True,
                 console=None) -> dict:
-    """Explain the `k` strongest study-form reversals of `res` (a portability dict); the report's block.
+    """Explain the `k` strongest study-form reversals of `res` (a portability dict), or the reversals
+    numbered in `k` ("3,6,10"); the report's block.
 
     Uses the analysis's bootstrap size and seed (``res["parameters"]``), one executor and one
     cache for all of them (reversals over the same windows share their variant runs).
     """
-    if k < 1:
-        raise SchedportError(f"--explain must be at least 1, got {k}")
     items = ranked_reversals(res)
+    ids = parse_selection(k, len(items)) if items else []
     par = res.get("parameters", {})
     t0 = time.perf_counter()
-    out = {"k": int(k), "n_reversals": len(items), "explained": []}
+    out = {"k": len(ids), "selection": str(k), "ids": ids, "n_reversals": len(items), "explained": []}
     if not items:
         out["note"] = "the study form has no reversal to explain"
         return out
@@ -884,8 +905,8 @@ def explain_top(res: dict, results_dir, k: int, *, corpus_dir=None, cache_dir=No
                    progress=progress, console=console)
     ok = False
     try:
-        for it in items[:k]:
-            rev = ex.resolve(reversal=it["id"], portability=res)
+        for i in ids:
+            rev = ex.resolve(reversal=i, portability=res)
             d = ex.explain_reversal(rev)
             d.pop("variants", None)  # the per-window recipes stay in the explain cache, not the report
             out["explained"].append(d)
@@ -896,9 +917,9 @@ def explain_top(res: dict, results_dir, k: int, *, corpus_dir=None, cache_dir=No
     return out
 
 
-def add_explanations(res: dict, results_dir, out_dir, k: int, *, corpus_dir=None, validation=None,
+def add_explanations(res: dict, results_dir, out_dir, k, *, corpus_dir=None, validation=None,
                      executor: str = "local", workers: Optional[int] = None, progress: bool = True) -> dict:
-    """`schedport analyze --explain K`: explain the K strongest reversals, store them under ``res["explain"]``,
+    """`schedport analyze --explain K` (or ``N1,N2,...``): explain those reversals, store them under ``res["explain"]``,
     and rewrite ``portability.json`` and ``report.html`` in `out_dir` with the "Why it flips" section."""
     from schedport.report import write_report
     from schedport.validation_stats import load_validation
@@ -1001,6 +1022,9 @@ def fig_effects(d: dict) -> Optional[str]:
         ax.plot([lo, hi], [yy, yy], color=col, lw=1.5)
         ax.plot([e["median_effect"]], [yy], "o", color=col, ms=4 if e["feature"] else 6)
     ax.axvline(0, color="#444", lw=0.8)
+    for e in eff:  # the two original conditions, as guides
+        if e["feature"] is None:
+            ax.axvline(e["median_effect"], color="#1f77b4" if e["base"] == x else "#d62728", lw=0.6, ls="--")
     ax.set_yticks(ys)
     ax.set_yticklabels([e["variant"] for e in eff], fontsize=7)
     r = d["reversal"]
@@ -1019,8 +1043,8 @@ def render_section(res: dict) -> str:
     if not block:
         return ""
     parts = ["<h2 id='why'>Why it flips</h2>",
-             f"<p class='sub'>The {len(block['explained'])} strongest of the study form's {block['n_reversals']} "
-             "cross-source reversals, each run on hybrid windows that take one traffic feature from the other "
+             f"<p class='sub'>{_which(block)} of the study form's {block['n_reversals']} "
+             "cross-source reversals (numbered strongest first), each run on hybrid windows that take one traffic feature from the other "
              "source (arrival pattern, input or output lengths, client ids) or remove one (Poisson arrivals, "
              "decoupled lengths). A feature's share is the part of the effect gap between the two sources that its "
              "transplant closes (95% window-bootstrap interval); see docs/explain.md.</p>"]
@@ -1043,6 +1067,13 @@ def render_section(res: dict) -> str:
             + f"<p class='sub'>{ri['runs']} runs and {ri['capacities']} capacity measurements "
               f"({ri['cached_runs']} runs from the cache) in {ri['wall_s']:.0f} s.</p>")
     return "\n".join(parts)
+
+
+def _which(block: dict) -> str:
+    ids = block.get("ids") or list(range(1, len(block["explained"]) + 1))
+    if ids == list(range(1, len(ids) + 1)):
+        return f"The {len(ids)} strongest"
+    return "Reversals " + ", ".join(f"#{i}" for i in ids)
 
 
 def _pc(v) -> str:
