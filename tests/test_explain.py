@@ -71,10 +71,10 @@ def _study(tmp: Path, sources, pair: str, rho: float, windows: int, n: int) -> P
 
 @pytest.fixture(scope="module")
 def burst(tmp_path_factory):
-    """Sources identical but for burstiness; vllm-fcfs vs fastserve on median TTFT depends on it."""
+    """Sources identical but for burstiness; fastserve vs spf on p90 TTFT flips with it."""
     tmp = tmp_path_factory.mktemp("burst")
-    res = _study(tmp, [("bursty", True, "medium"), ("smooth", False, "medium")], "vllm-fcfs,fastserve", 0.6, 10, 200)
-    d = explain(res, pair="vllm-fcfs,fastserve", metric="ttft_p50_s", region="r", sources="bursty,smooth",
+    res = _study(tmp, [("bursty", True, "medium"), ("smooth", False, "medium")], "fastserve,spf", 0.95, 10, 200)
+    d = explain(res, pair="fastserve,spf", metric="ttft_p90_s", region="r", sources="bursty,smooth",
                 workers=1, progress=False)
     return res, d
 
@@ -95,10 +95,13 @@ def lengths(tmp_path_factory):
 def test_planted_burstiness_is_attributed_to_the_arrival_process(burst):
     _, d = burst
     att = d["attribution"]
-    assert att["arrival"]["share"] >= 0.7 and att["arrival"]["ci_low"] > 0.3
-    assert att["burstiness"]["share"] >= 0.7 and att["burstiness"]["ci_low"] > 0.3
-    for f in ("input", "output", "coupling"):
-        assert abs(att[f]["share"]) <= 0.3, (f, att[f])
+    r = d["reversal"]
+    assert r["condition_a"]["median_effect"] < 0 < r["condition_b"]["median_effect"]  # a real flip
+    assert d["verdict"]["flip_reproduced"] is True
+    assert 0.7 <= att["arrival"]["share"] <= 1.3 and att["arrival"]["ci_low"] > 0.3
+    assert 0.7 <= att["burstiness"]["share"] <= 1.3 and att["burstiness"]["ci_low"] > 0.3
+    for f in ("input", "output"):
+        assert abs(att[f]["share"]) <= 0.2, (f, att[f])
     assert "arrival" in d["verdict"]["drivers"] and "burstiness" in d["verdict"]["drivers"]
     assert not {"input", "output", "coupling"} & set(d["verdict"]["drivers"])
     assert d["verdict"]["kind"] == "single feature"
@@ -117,7 +120,7 @@ def test_planted_output_lengths_are_attributed_to_output_lengths(lengths):
     assert 0.8 <= att["output"]["share"] <= 1.2 and att["output"]["ci_low"] > 0.5
     for f in ("arrival", "burstiness", "input", "coupling"):
         assert abs(att[f]["share"]) <= 0.2, (f, att[f])
-    assert d["verdict"]["drivers"] == ["output"]
+    assert d["verdict"]["drivers"] == ["output"] and d["verdict"]["flip_reproduced"] is True
     assert "output lengths" in d["verdict"]["sentence"]
 
 
@@ -165,14 +168,14 @@ def test_original_effects_are_the_analysis_effects_of_the_store(burst):
     df, _ = load_store(res)
     for cond in ("condition_a", "condition_b"):
         s = d["reversal"][cond]["source"]
-        sub = df[(df["source"] == s)].pivot_table(index="window_id", columns="scheduler", values="ttft_p50_s")
-        e = relative_effect(sub["vllm-fcfs"].to_numpy(), sub["fastserve"].to_numpy(), -1)
+        sub = df[(df["source"] == s)].pivot_table(index="window_id", columns="scheduler", values="ttft_p90_s")
+        e = relative_effect(sub["fastserve"].to_numpy(), sub["spf"].to_numpy(), -1)
         assert d["reversal"][cond]["median_effect"] == float(np.median(e))
 
 
 def test_rerun_uses_the_cache_and_gives_identical_results(burst):
     res, d = burst
-    again = explain(res, pair="vllm-fcfs,fastserve", metric="ttft_p50_s", region="r", sources="bursty,smooth",
+    again = explain(res, pair="fastserve,spf", metric="ttft_p90_s", region="r", sources="bursty,smooth",
                     workers=1, progress=False)
     assert again["run_info"]["runs"] == 0 and again["run_info"]["capacities"] == 0
     assert again["run_info"]["cached_runs"] == d["run_info"]["runs"]
@@ -182,7 +185,7 @@ def test_rerun_uses_the_cache_and_gives_identical_results(burst):
 
 def test_pool_executor_gives_the_same_attribution(burst, tmp_path):
     res, d = burst
-    two = explain(res, pair="vllm-fcfs,fastserve", metric="ttft_p50_s", region="r", sources="bursty,smooth",
+    two = explain(res, pair="fastserve,spf", metric="ttft_p90_s", region="r", sources="bursty,smooth",
                   workers=2, progress=False, cache_dir=tmp_path / "cache", features=["arrival"])
     assert two["run_info"]["runs"] > 0
     assert two["attribution"]["arrival"] == d["attribution"]["arrival"]
@@ -277,10 +280,19 @@ def test_attribution_formulas_and_intervals():
     assert att["arrival"]["ci_low"] < 1.0 < att["arrival"]["ci_high"]
     rev = {"scheduler_a": "a", "scheduler_b": "b", "metric": "m", "region": "r",
            "condition_a": {"source": "x", "median_effect": 0.2}, "condition_b": {"source": "y", "median_effect": -0.2}}
-    v = verdict(att, rev)
-    assert v["drivers"] == ["arrival", "burstiness"] and v["kind"] == "single feature"
-    none = verdict({"input": att["input"]}, rev)
+    gap = (-0.45, -0.35)
+    v = verdict(att, rev, gap)
+    assert v["drivers"] == ["arrival", "burstiness"] and v["kind"] == "single feature" and v["flip_reproduced"]
+    assert v["sentence"].startswith("a vs b on m at r (x +0.200, y -0.200): the flip follows the arrival process")
+    none = verdict({"input": att["input"]}, rev, gap)
     assert none["kind"] == "interaction" and "no single feature" in none["sentence"]
+    # a gap whose interval holds 0 is not attributed; the same sign on both sides is no flip
+    flat = verdict(att, rev, (-0.1, 0.05))
+    assert flat["kind"] == "no gap" and flat["drivers"] == [] and "nothing to attribute" in flat["sentence"]
+    same = dict(rev, condition_b={"source": "y", "median_effect": 0.6, "store_effect": -0.2})
+    same["condition_a"] = dict(rev["condition_a"], store_effect=0.2)
+    v2 = verdict(att, same, (0.3, 0.5))
+    assert not v2["flip_reproduced"] and "no flip here" in v2["sentence"] and "the store had" in v2["sentence"]
 
 
 def test_ranked_reversals_number_the_study_form_strongest_first():
@@ -312,15 +324,16 @@ def _cli(*args):
 def test_cli_writes_the_json_and_refuses_bad_input_in_one_line(burst, tmp_path):
     res, d = burst
     out = tmp_path / "why.json"
-    r = _cli("explain", "--results", str(res), "--pair", "vllm-fcfs,fastserve", "--metric", "ttft_p50_s",
+    r = _cli("explain", "--results", str(res), "--pair", "fastserve,spf", "--metric", "ttft_p90_s",
              "--region", "r", "--sources", "bursty,smooth", "--out", str(out), "--workers", "1")
     assert r.exit_code == 0, r.output
     got = json.loads(out.read_text())
     assert got["attribution"] == d["attribution"] and "arrival process" in r.output
-    for args, msg in [(("--pair", "vllm-fcfs,nosuch", "--metric", "ttft_p50_s", "--region", "r", "--sources",
+    for args, msg in [(("--pair", "fastserve,nosuch", "--metric", "ttft_p90_s", "--region", "r", "--sources",
                         "bursty,smooth"), "scheduler 'nosuch'"),
-                      (("--pair", "vllm-fcfs,fastserve", "--metric", "ttft_p50_s", "--region", "r"), "missing --sources"),
-                      (("--pair", "vllm-fcfs,fastserve", "--metric", "ttft_p50_s", "--region", "r", "--sources",
+                      (("--pair", "fastserve,spf", "--metric", "ttft_p90_s", "--region", "r"),
+                       "missing --sources"),
+                      (("--pair", "fastserve,spf", "--metric", "ttft_p90_s", "--region", "r", "--sources",
                         "bursty,smooth", "--features", "colour"), "unknown colour")]:
         r = _cli("explain", "--results", str(res), *args)
         assert r.exit_code == 2, (args, r.output)
@@ -334,15 +347,15 @@ def test_reversal_by_number_from_portability(burst, tmp_path):
     res, d = burst
     store = tmp_path / "store"
     shutil.copytree(res, store, ignore=shutil.ignore_patterns("explain"))
-    pj = {"study_form": {"reversals": [{"metric": "ttft_p50_s", "practical_threshold": 0.05, "items": [
-        {"scheduler_pair": "fastserve vs vllm-fcfs", "region": "r", "source_a": "bursty", "source_b": "smooth",
-         "effect_a": 0.46, "effect_b": -0.06}]}]}}
+    pj = {"study_form": {"reversals": [{"metric": "ttft_p90_s", "practical_threshold": 0.05, "items": [
+        {"scheduler_pair": "spf vs fastserve", "region": "r", "source_a": "bursty", "source_b": "smooth",
+         "effect_a": 0.34, "effect_b": -0.05}]}]}}
     (store / "portability.json").write_text(json.dumps(pj))
     r = _cli("explain", "--results", str(store), "--list")
-    assert r.exit_code == 0 and "fastserve vs vllm-fcfs @ r" in r.output
+    assert r.exit_code == 0 and "spf vs fastserve @ r" in r.output
     got = explain(store, reversal=1, workers=1, progress=False, cache_dir=res / "explain", features=["arrival"])
-    assert got["reversal"]["scheduler_a"] == "fastserve" and got["reversal"]["id"] == 1
-    assert got["reversal"]["condition_a"]["store_effect"] == 0.46
+    assert got["reversal"]["scheduler_a"] == "spf" and got["reversal"]["id"] == 1
+    assert got["reversal"]["condition_a"]["store_effect"] == 0.34
     # A and B swapped: the effects change sign, the share does not
     assert got["attribution"]["arrival"]["share"] == pytest.approx(d["attribution"]["arrival"]["share"])
     with pytest.raises(SchedportError, match="between 1 and 1"):
@@ -359,11 +372,11 @@ def test_report_section_renders_the_figure_and_sentence(burst):
 
 def test_bad_requests_are_one_line_errors(burst):
     res, _ = burst
-    named = dict(pair="vllm-fcfs,fastserve", metric="ttft_p50_s", region="r", sources="bursty,smooth")
+    named = dict(pair="fastserve,spf", metric="ttft_p90_s", region="r", sources="bursty,smooth")
     cases = [(dict(named, metric="iterations"), "not a ranked metric"),
              (dict(named, region="nowhere"), "'nowhere' is not in the store"),
              (dict(named, sources="bursty,bursty"), "two different sources"),
-             (dict(named, pair="vllm-fcfs"), "two different schedulers"),
+             (dict(named, pair="spf"), "two different schedulers"),
              (dict(reversal=1), "portability.json: missing"),
              (dict(named, reversal=1), "not both")]
     for kw, msg in cases:

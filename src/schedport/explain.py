@@ -311,16 +311,37 @@ def attribute(effects: dict, features: Sequence[str]) -> dict:
     return out
 
 
-def verdict(attribution: dict, rev: dict) -> dict:
-    """The verdict: which features drive the flip (share >= 0.5, interval above 0), and one sentence."""
+def verdict(attribution: dict, rev: dict, gap_ci: tuple = (None, None)) -> dict:
+    """The verdict: whether the flip is there, which features drive it, and one sentence.
+
+    The flip is reproduced when the two original effects (as simulated here) have opposite signs.
+    When the gap's interval `gap_ci` contains 0 there is nothing to attribute (kind "no gap").
+    Otherwise a feature drives the gap when its share >= 0.5 and its interval lies above 0, and
+    contributes when its interval lies above 0 with a smaller share.
+    """
+    ea, eb = rev["condition_a"].get("median_effect"), rev["condition_b"].get("median_effect")
+    flip = ea is not None and eb is not None and ea * eb < 0
+    lo, hi = gap_ci
+    no_gap = lo is None or hi is None or lo <= 0 <= hi
+    x, y = rev["condition_a"]["source"], rev["condition_b"]["source"]
+    head = (f"{rev['scheduler_a']} vs {rev['scheduler_b']} on {rev['metric']} at {rev['region']} "
+            f"({x} {_sgn(ea)}, {y} {_sgn(eb)})")
+    stored = [rev[c].get("store_effect") for c in ("condition_a", "condition_b")]
+    store_note = (f"; the store had {x} {_sgn(stored[0])}, {y} {_sgn(stored[1])}" if None not in stored
+                  and (stored[0] != ea or stored[1] != eb) else "")
+    rule = (f"a feature drives the flip when its share >= {DRIVER_SHARE:g} and its 95% interval lies above 0; it "
+            "contributes when the interval lies above 0 with a smaller share; no driver = no single feature (an "
+            "interaction); nothing is attributed when the interval of the gap between the two effects contains 0")
+    if no_gap:
+        g = (f"[{lo:+.3f}, {hi:+.3f}]" if lo is not None and hi is not None else "undefined")
+        return {"kind": "no gap", "flip_reproduced": bool(flip), "drivers": [], "contributors": [],
+                "sentence": f"{head}: the two effects do not differ here (interval of the gap {g}), so there is "
+                            f"nothing to attribute{store_note}.", "rule": rule}
     drivers = [f for f, a in attribution.items() if a["share"] is not None and a["ci_low"] is not None
                and a["share"] >= DRIVER_SHARE and a["ci_low"] > 0]
     contributors = [f for f, a in attribution.items() if f not in drivers and a["ci_low"] is not None
                     and a["share"] is not None and a["ci_low"] > 0]
-    x, y = rev["condition_a"]["source"], rev["condition_b"]["source"]
-    head = (f"{rev['scheduler_a']} vs {rev['scheduler_b']} on {rev['metric']} at {rev['region']} "
-            f"({x} {_sgn(rev['condition_a'].get('median_effect'))}, {y} "
-            f"{_sgn(rev['condition_b'].get('median_effect'))})")
+    what = "the flip" if flip else "the gap (no flip here: both effects have the same sign)"
 
     def _ci(a):
         return f"{100 * a['share']:.0f}% [{100 * a['ci_low']:.0f}%, {100 * a['ci_high']:.0f}%]"
@@ -331,27 +352,21 @@ def verdict(attribution: dict, rev: dict) -> dict:
     if drivers:
         groups = list(dict.fromkeys(GROUPS[f] for f in drivers))
         kind = "single feature" if len(groups) == 1 else "several features"
-        sentence = (f"{head}: the flip follows the {' and the '.join(groups)} -- "
+        sentence = (f"{head}: {what} follows the {' and the '.join(groups)} -- "
                     + "; ".join(_desc(f) for f in sorted(drivers, key=lambda f: -attribution[f]["share"]))
                     + " of the gap")
         rest = [f for f in attribution if f not in drivers and attribution[f]["share"] is not None]
         if rest:
             sentence += " (" + ", ".join(f"{f} {100 * attribution[f]['share']:.0f}%" for f in rest) + ")"
-        sentence += "."
     else:
         kind = "interaction"
         known = [f for f in attribution if attribution[f]["share"] is not None]
-        if known:
-            top = max(known, key=lambda f: attribution[f]["share"])
-            sentence = (f"{head}: no single feature -- no transplant closes half the gap with an interval above 0 "
-                        f"(largest: {top} {_ci(attribution[top]) if attribution[top]['ci_low'] is not None else ''}); the flip "
-                        "comes from an interaction of features or from what no variant changes.")
-        else:
-            sentence = f"{head}: no attribution (the two conditions' effects are equal)."
-    return {"kind": kind, "drivers": drivers, "contributors": contributors, "sentence": sentence,
-            "rule": f"a feature drives the flip when its share >= {DRIVER_SHARE:g} and its 95% interval lies "
-                    "above 0; it contributes when the interval lies above 0 with a smaller share; no driver = "
-                    "no single feature (an interaction)"}
+        top = max(known, key=lambda f: attribution[f]["share"]) if known else None
+        largest = f" (largest: {top} {_ci(attribution[top])})" if top and attribution[top]["ci_low"] is not None else ""
+        sentence = (f"{head}: no single feature -- no transplant closes half of {what} with an interval above 0"
+                    f"{largest}; it comes from an interaction of features or from what no variant changes")
+    return {"kind": kind, "flip_reproduced": bool(flip), "drivers": drivers, "contributors": contributors,
+            "sentence": sentence + store_note + ".", "rule": rule}
 
 
 def _sgn(v) -> str:
@@ -509,7 +524,8 @@ class Explainer:
         return [w for w in self.windows[source] if per.get(w, 0) == len(self.schedulers)]
 
     def resolve(self, *, reversal: Optional[int] = None, pair: Optional[str] = None, metric: Optional[str] = None,
-                region: Optional[str] = None, sources: Optional[str] = None, portability: Optional[dict] = None) -> dict:
+                region: Optional[str] = None, sources: Optional[str] = None,
+                portability: Optional[dict] = None) -> dict:
         """The reversal to explain: by its number in `ranked_reversals` or by pair, metric, region and sources."""
         if reversal is not None:
             if any(v is not None for v in (pair, metric, region, sources)):
@@ -790,11 +806,12 @@ class Explainer:
         rev["condition_a"] = {**rev["condition_a"], "median_effect": _f(eff[("x", "original")][0])}
         rev["condition_b"] = {**rev["condition_b"], "median_effect": _f(eff[("y", "original")][0])}
         att = attribute(eff, feats)
-        ver = verdict(att, rev)
         gap = eff[("y", "original")][0] - eff[("x", "original")][0]
+        gap_ci = _interval(eff[("y", "original")][1] - eff[("x", "original")][1])
+        ver = verdict(att, rev, gap_ci)
         wall = time.perf_counter() - t0
         return {"schema": "schedport.explain/1", "reversal": rev, "effects": effects_out, "attribution": att,
-                "verdict": ver, "gap": _f(gap),
+                "verdict": ver, "gap": _f(gap), "gap_ci_low": gap_ci[0], "gap_ci_high": gap_ci[1],
                 "method": {"effect": "median over windows of the analysis's per-window effect "
                                      f"({rev['effect_scale']}); interval: 2.5-97.5 percentile over {self.n_boot} "
                                      "window resamples (the analysis's, seed "
@@ -945,19 +962,25 @@ def explain_command(
     region: Optional[str] = typer.Option(None, "--region", help="Region of the comparison, e.g. severe."),
     sources: Optional[str] = typer.Option(None, "--sources", help="The two sources X,Y compared."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the explanation JSON here (default: print it)."),
-    list_only: bool = typer.Option(False, "--list", help="List the study form's reversals with their numbers and stop."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Corpus directory (default: the one the store names)."),
+    list_only: bool = typer.Option(False, "--list", help="List the study form's reversals with their numbers "
+                                                         "and stop."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Corpus directory (default: the one the store "
+                                                                 "names)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Variant windows and finished runs (default: "
                                                                "RESULTS/explain); reruns skip finished runs."),
     features: Optional[str] = typer.Option(None, "--features", help=f"Comma-separated features (default: all that "
                                                                     f"apply): {', '.join(FEATURES)}."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes or local Ray CPUs (default: all cores)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes or local Ray CPUs (default: "
+                                                                  "all cores)."),
     executor: str = typer.Option("local", "--executor", help="local (process pool) or ray."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Existing Ray cluster (with --executor ray)."),
-    n_boot: int = typer.Option(DEFAULT_BOOT, "--boot", help="Window resamples for the intervals (the analysis's default)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Existing Ray cluster (with --executor "
+                                                                          "ray)."),
+    n_boot: int = typer.Option(DEFAULT_BOOT, "--boot", help="Window resamples for the intervals (the analysis's "
+                                                            "default)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed (the analysis's default, so resamples match)."),
 ) -> None:
-    """Explain why a ranking flips: run the pair on hybrid windows that each take one traffic feature from the other source."""
+    """Explain why a ranking flips: run the pair on hybrid windows that each take one traffic feature from the
+    other source, and name the feature whose transplant reproduces the flip."""
     from schedport.outputs import output_dir  # noqa: F401  (keeps the CLI's import surface uniform)
 
     if out is not None and out.exists() and out.is_dir():
@@ -1044,10 +1067,17 @@ def render_section(res: dict) -> str:
         return ""
     parts = ["<h2 id='why'>Why it flips</h2>",
              f"<p class='sub'>{_which(block)} of the study form's {block['n_reversals']} "
-             "cross-source reversals (numbered strongest first), each run on hybrid windows that take one traffic feature from the other "
+             "cross-source reversals (numbered strongest first), each run on hybrid windows that take one traffic "
+             "feature from the other "
              "source (arrival pattern, input or output lengths, client ids) or remove one (Poisson arrivals, "
              "decoupled lengths). A feature's share is the part of the effect gap between the two sources that its "
              "transplant closes (95% window-bootstrap interval); see docs/explain.md.</p>"]
+    ids = block.get("ids") or []
+    skipped = [i for i in range(1, max(ids, default=0)) if i not in set(ids)]
+    if skipped:
+        parts.append(f"<p class='note'>Stronger reversals not explained in this report: "
+                     f"{_esc(', '.join(f'#{i}' for i in skipped))} (selected with <code>--explain "
+                     f"{_esc(block.get('selection', ''))}</code>).</p>")
     if not block["explained"]:
         parts.append(f"<p>{_esc(block.get('note', 'nothing to explain'))}</p>")
     for d in block["explained"]:
