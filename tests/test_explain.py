@@ -368,6 +368,9 @@ def test_report_section_renders_the_figure_and_sentence(burst):
     assert "Why it flips" in html and "data:image/png;base64" in html
     assert d["verdict"]["sentence"].split(":")[0] in html
     assert render_section({}) == ""
+    flat = dict(d, verdict=dict(d["verdict"], kind="no gap"))
+    assert "Shares not shown" in render_section({"explain": {"k": 1, "ids": [2], "selection": "2", "n_reversals": 2,
+                                                             "explained": [flat]}})
 
 
 def test_bad_requests_are_one_line_errors(burst):

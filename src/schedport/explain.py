@@ -1092,8 +1092,10 @@ def render_section(res: dict) -> str:
             f"{_esc(r['condition_b']['source'])}</h3>"
             f"<p><b>{_esc(d['verdict']['sentence'])}</b></p>"
             + (_img(fig_effects(d), "effects under each variant") or "")
-            + "<table><tr><th>feature</th><th>kind</th><th>share of the gap</th><th>95% interval</th></tr>"
-            + rows + "</table>"
+            + ("<p class='note'>Shares not shown: the interval of the gap between the two effects contains 0.</p>"
+               if d["verdict"]["kind"] == "no gap" else
+               "<table><tr><th>feature</th><th>kind</th><th>share of the gap</th><th>95% interval</th></tr>"
+               + rows + "</table>")
             + f"<p class='sub'>{ri['runs']} runs and {ri['capacities']} capacity measurements "
               f"({ri['cached_runs']} runs from the cache) in {ri['wall_s']:.0f} s.</p>")
     return "\n".join(parts)
