@@ -290,6 +290,8 @@ BOUNDED_PATTERNS: tuple[re.Pattern, ...] = (
     re.compile(r"[a-z0-9_]*_share"),
 )
 ABS_THRESHOLD = 0.02
+#: The survivor-only variants of the latency and fairness metrics (``ttft_p99_completed_s``, ...).
+SURVIVOR_ONLY = re.compile(r"[a-z0-9_]+_completed(_s)?")
 ID_COLUMNS = ("source", "window_id", "region", "scheduler", "seed")
 #: Store columns that describe a run but are not scored.
 BOOKKEEPING = frozenset({
@@ -637,7 +639,12 @@ class _Study:
                                      f"{', '.join(undirected)}")
             chosen = list(dict.fromkeys(metrics))
         else:
-            chosen = known
+            # the survivor-only variants repeat their every-request counterparts wherever nothing
+            # is refused: analysed only when asked for, so the pooled counts do not count both
+            chosen = [c for c in known if not SURVIVOR_ONLY.fullmatch(c)]
+            if len(chosen) < len(known):
+                notes.append(f"Survivor-only metrics (*_completed, over completed requests alone) are stored "
+                             f"but analysed only when named with --metrics: {len(known) - len(chosen)} column(s).")
             if other:
                 notes.append(f"Ignored column(s) with no known metric direction: {', '.join(other)}.")
         empty = [m for m in chosen if df[m].isna().all()]
