@@ -981,8 +981,6 @@ def explain_command(
 ) -> None:
     """Explain why a ranking flips: run the pair on hybrid windows that each take one traffic feature from the
     other source, and name the feature whose transplant reproduces the flip."""
-    from schedport.outputs import output_dir  # noqa: F401  (keeps the CLI's import surface uniform)
-
     if out is not None and out.exists() and out.is_dir():
         raise SchedportError(f"--out: {out} is a directory; give a file name (FILE.json)")
     if list_only:
