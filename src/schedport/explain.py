@@ -344,7 +344,7 @@ def verdict(attribution: dict, rev: dict, gap_ci: tuple = (None, None)) -> dict:
     what = "the flip" if flip else "the gap (no flip here: both effects have the same sign)"
 
     def _ci(a):
-        return f"{100 * a['share']:.0f}% [{100 * a['ci_low']:.0f}%, {100 * a['ci_high']:.0f}%]"
+        return f"{_pc(a['share'])} [{_pc(a['ci_low'])}, {_pc(a['ci_high'])}]"
 
     def _desc(f):
         return f"{_ACTIONS[f]} closes {_ci(attribution[f])}"
@@ -357,7 +357,7 @@ def verdict(attribution: dict, rev: dict, gap_ci: tuple = (None, None)) -> dict:
                     + " of the gap")
         rest = [f for f in attribution if f not in drivers and attribution[f]["share"] is not None]
         if rest:
-            sentence += " (" + ", ".join(f"{f} {100 * attribution[f]['share']:.0f}%" for f in rest) + ")"
+            sentence += " (" + ", ".join(f"{f} {_pc(attribution[f]['share'])}" for f in rest) + ")"
     else:
         kind = "interaction"
         known = [f for f in attribution if attribution[f]["share"] is not None]
@@ -1107,4 +1107,8 @@ def _which(block: dict) -> str:
 
 
 def _pc(v) -> str:
-    return "n/a" if v is None else f"{100 * v:.0f}%"
+    """A share as a whole percentage ("n/a" for None; never "-0%")."""
+    if v is None:
+        return "n/a"
+    t = f"{100 * v:.0f}"
+    return ("0" if t == "-0" else t) + "%"
