@@ -221,13 +221,14 @@ def test_linear_f_is_optional_and_checked(tmp_path):
 # Hashes of these configs: results stores and capacity caches are keyed by them, so they must not
 # change by accident. `e`, `f` and `request_overhead_s` left them as they were (zero is left
 # out). The vLLM 0.32 rules (`reserve_full_prompt`, `null_block`, `priority_victim_ties`,
-# `over_length`) changed what the default engine does, so they are written always and moved every
-# hash once: a store made before them is refused as results of another engine config. The
-# hashes before them were 090cf7eb..., f03ed77f... and f8faaacaa... .
+# `over_length`) and the one host swap space (`swap_space_gib`, `pcie_gb_s`) changed what the
+# default engine does, so they are written always and moved every hash once: a store made before
+# them is refused as results of another engine config. The hashes before them were 090cf7eb...,
+# f03ed77f... and f8faaacaa... .
 PINNED_HASHES = [
-    ({}, "81128feb5e77dbefc020be0fb6794d226ed11e9b8a8c3f67b24aad6ea94405ae"),
-    ({"latency": {"model": "linear"}}, "45556c537bf4f14bf06614ae4374f717217c351ad3da8dfa0eceeec38f21230e"),
-    ({"latency": {"model": "linear", "a": 0.01}}, "5444451ff5ac75ba619c15563ee781da1747baca65bd3e914b27d121638a196c"),
+    ({}, "5c29185ca9f5dce7a9744adaf28b9f3561d8e399b51078c38b1eb07dcacc46e7"),
+    ({"latency": {"model": "linear"}}, "68437511b50f2371ed127f3489a462b2e4eca668e01d965e74a93d2f43ffa701"),
+    ({"latency": {"model": "linear", "a": 0.01}}, "6e9a37869884abe219147d5b89e223f5e8f5a3f59018cd4e3833d548ef115c2b"),
 ]
 
 
@@ -292,6 +293,9 @@ BAD = [
     ({"engine": {"priority_victim_ties": "random"}},
      '[engine] priority_victim_ties: must be "first-running" or "last-index", got "random"'),
     ({"engine": {"over_length": "truncate"}}, '[engine] over_length: must be "reject" or "clamp", got "truncate"'),
+    ({"engine": {"swap_space_gib": -1}}, "[engine] swap_space_gib: must be a number >= 0 (GiB of host memory), got -1"),
+    ({"engine": {"swap_space_gib": True}}, "[engine] swap_space_gib: must be a number >= 0 (GiB of host memory), got true"),
+    ({"engine": {"pcie_gb_s": 0}}, "[engine] pcie_gb_s: must be a number > 0 (GB/s), got 0"),
     ({"engine": {"gpu_memory_gib": 18.5}}, "[engine] num_gpu_blocks (derived from the memory keys): must hold one"),
     ({"engine": {"gpu_memory_gib": 16}}, "[engine] num_gpu_blocks (derived): gpu_memory_gib x gpu_memory_utilization"),
     ({"engine": {"num_layers": 40}}, '[engine] num_layers: the calibrated latency model describes Llama-3-8B'),

@@ -438,6 +438,33 @@ def test_fastserve_demotes_by_attained_service_and_new_jobs_preempt():
     assert out.preemptions.sum() == 0 and out.swapped_blocks == 0
 
 
+def test_swap_copies_block_the_step_for_vllm_and_overlap_it_for_fastserve():
+    """vLLM's swap is a block copy added to the step; FastServe's proactive offload overlaps it
+    (a step costs the longer of the two). Same decisions either way, only the clock differs."""
+    t = Trace(np.array([0.0, 0.5, 0.5]), np.array([250, 96, 96]), np.array([100, 5, 5]))
+    eng = {"num_gpu_blocks": 25, "max_num_seqs": 4, "max_model_len": 384, "pcie_gb_s": 0.01}
+    steps = {}
+    outs = {}
+    for overlap in (True, False):
+        cfg = small_engine(extra={"engine": eng, "scheduler": {"fastserve": {"swap_overlap": overlap}}})
+        rec = []
+        _, outs[overlap] = run(t, "fastserve", cfg, exact=True, observer=rec.append)
+        steps[overlap] = rec
+    a, b = outs[True], outs[False]
+    assert a.swapped_blocks > 0 and a.swapped_blocks == b.swapped_blocks
+    assert np.array_equal(a.preemptions, b.preemptions)
+    assert [s.scheduled for s in steps[True]] == [s.scheduled for s in steps[False]]
+    # 2 MiB blocks at 10 MB/s: a swapping step takes ~0.2 s per block, beyond any 10 ms step
+    dur = lambda rec: [s.end - s.start for s in rec]  # noqa: E731
+    over, block = dur(steps[True]), dur(steps[False])
+    swapping = [i for i, (x, y) in enumerate(zip(over, block)) if y > 0.1]
+    assert swapping
+    for i in swapping:
+        # overlapped, the copy is the step's time; blocking, the step's own compute comes on top
+        assert over[i] > 0.1 and 0.0 < block[i] - over[i] < 0.05
+    assert (b.finish_s >= a.finish_s).all() and (b.finish_s > a.finish_s).any()
+
+
 def test_ranked_fill_sits_out_at_the_sequence_cap_and_swaps_only_when_blocks_run_short():
     """Past max_num_seqs a running request keeps its KV and sits the step out; it is swapped
     out (worst-ranked first) only when a better-ranked request needs blocks that are not free."""
