@@ -429,7 +429,7 @@ def test_a_selection_the_analysis_cannot_use_fails_before_running_anything(corpu
 def test_an_empty_out_is_refused(trace_csv, corpus, tmp_path):
     for args in (["simulate", "--trace", trace_csv, "--scheduler", "vllm-fcfs", "--out", ""],
                  ["run", "--corpus", corpus, "--out", ""], ["corpus", "build", "--out", ""],
-                 ["example", "--out", ""]):
+                 ["example", "--out", ""], ["analyze", "--results", corpus, "--out", ""]):
         msg = one_line_error(cli(*args, cwd=tmp_path))
         assert "--out" in msg and "empty path" in msg
     assert list(tmp_path.iterdir()) == []

@@ -220,6 +220,7 @@ import typer
 from scipy import stats
 
 from schedport.errors import SchedportError
+from schedport.outputs import parse_out_path
 
 __all__ = [
     "DIRECTIONS",
@@ -1847,7 +1848,8 @@ def analyze(results_dir, out_dir=None, *, practical_threshold: float = 0.05, q: 
 
 def analyze_command(
     results: Path = typer.Option(..., "--results", help="Results store written by `schedport run`."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Where to write portability.json and report.html "
+    out: Optional[Path] = typer.Option(None, "--out", parser=parse_out_path,
+                                       help="Where to write portability.json and report.html "
                                                           "(default: the results directory)."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="Corpus directory (its manifest.json) for the "
                                                                  "workload-characterization figure."),
