@@ -307,17 +307,15 @@ async def _send(session, url: str, body: dict, want: int, t_zero: float, timeout
                       f" (finish_reason {timer.finish_reason!r})")
 
 
-#: Seconds an idle connection is kept for reuse. Below the server's own keep-alive timeout
-#: (vLLM's API server: 5 s, VLLM_HTTP_TIMEOUT_KEEP_ALIVE), so the client never sends on a
-#: connection the server is closing; aiohttp's default, 15 s, lets a request land on such a
-#: connection now and then and fail with "Server disconnected".
-KEEPALIVE_S = 2.0
-
-
 def client_connector():
-    """The HTTP connection pool for probing the server: unbounded, short-lived idle reuse."""
+    """The HTTP connection pool for probing the server: unbounded, and a fresh connection for
+    every probe. Reusing an idle connection races the server's keep-alive timeout (vLLM's API
+    server: 5 s, VLLM_HTTP_TIMEOUT_KEEP_ALIVE): aiohttp's default 15 s lost a request now and then
+    to "Server disconnected", and even a 2 s client timeout did under load, when a starved client
+    or server overruns its timers (a calibration failed so in `make test` with both cores busy).
+    A loopback connect costs well under a millisecond, below the probes' resolution."""
     aiohttp = _need_aiohttp()
-    return aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
+    return aiohttp.TCPConnector(limit=0, force_close=True)
 
 
 async def _replay_async(trace: Trace, base: str, model: str | None, priorities, salt: int,
