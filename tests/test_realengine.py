@@ -93,8 +93,26 @@ def test_replay_exact_tokens_sane_timings_and_rejections(server, calibrated, tmp
     assert sim.requests.loc[5, "status"] == "rejected"
 
 
+def _overtakes(res) -> float:
+    """Of the (long, short) pairs where the long request was sent first, the share in which the
+    short one got its first token first: what the server's admission order did, whatever the
+    machine's speed (a slower machine only makes more requests wait)."""
+    t = res.requests
+    sent, first = t.arrival_s.to_numpy(), t.first_token_s.to_numpy()
+    short = (t.output_tokens < 12).to_numpy()
+    pairs = [(j, i) for j in np.flatnonzero(~short) for i in np.flatnonzero(short) if sent[j] < sent[i]]
+    return sum(first[i] < first[j] for j, i in pairs) / len(pairs)
+
+
 def test_priorities_honoured_under_overload(server, calibrated):
-    """A burst far beyond max_num_seqs: sjf (priority = output length) beats FCFS on mean E2E."""
+    """A burst far beyond max_num_seqs: under sjf (priority = output length) the server admits
+    waiting short requests before long ones sent earlier; under FCFS it keeps the sending order.
+
+    Asserted on the order of first tokens, the server's decision, not on latencies: with both
+    cores busy the short requests' median E2E under sjf came out 2x FCFS's once, the machine's
+    pauses deciding it. Each request's first token follows its admission (the prompts are all
+    16-63 tokens), so an overtake is an admission out of sending order.
+    """
     from schedport.replay import replay
 
     _, engine = calibrated
@@ -102,16 +120,15 @@ def test_priorities_honoured_under_overload(server, calibrated):
     n = 48
     out = np.where(rng.random(n) < 0.5, rng.integers(4, 12, n), rng.integers(150, 250, n))
     tr = Trace(np.round(np.linspace(0, 1.0, n), 6), rng.integers(16, 64, n), out, None, "burst")
-    # Interleaved repetitions, compared by medians of the short requests' E2E (the ones SJF
-    # serves first): a pause of the machine during one run must not decide the comparison.
-    short = out < 12
-    e2e = {"vllm-fcfs": [], "sjf": []}
-    for _ in range(3):
-        for s in ("vllm-fcfs", "sjf"):
-            res = replay(tr, server.endpoint, engine=engine, scheduler=s, retries=1)
-            assert res.summary["n_completed"] == n
-            e2e[s].append(float(np.median(res.requests.e2e_s[short])))
-    assert np.median(e2e["sjf"]) < 0.75 * np.median(e2e["vllm-fcfs"]), e2e
+    share = {}
+    for s in ("vllm-fcfs", "sjf"):
+        res = replay(tr, server.endpoint, engine=engine, scheduler=s, retries=1)
+        assert res.summary["n_completed"] == n
+        share[s] = _overtakes(res)
+    # 40 of the 48 wait for one of 8 slots held by 150-250-token decodes: sjf lets most waiting
+    # short requests pass the long ones queued before them; FCFS lets (almost) none pass (measured
+    # 0.44 and 0.00, the same with both cores kept busy)
+    assert share["sjf"] > 0.3 and share["vllm-fcfs"] < 0.1, share
 
 
 def _fit_problems(cal) -> list[str]:
