@@ -525,3 +525,47 @@ def test_horizon_cuts_the_run_and_marks_unfinished():
     st_ = set(res.requests.status)
     assert "unfinished" in st_
     assert (res.requests.finish_s.dropna() <= 0.5 + 1).all()
+
+
+@pytest.mark.parametrize("blocks,seqs", [(4000, 64), (4000, 4), (120, 16), (60, 8)])
+def test_fastserve_cached_ranking_matches_keys_recomputed_every_step(blocks, seqs):
+    """FastServe's ranked fill reads each job's cached `req.key`, re-sorts last step's rank order
+    and checks only the jobs that ran last step for a run that ended: a reference that calls
+    `key` for every job and scans every running job in every step makes the same decisions
+    (KV-resident jobs that sit steps out, swaps and starvation promotions all exercised)."""
+    import math
+
+    from schedport.engine import RUNNING
+    from schedport.policy import Continuous, Policy
+    from schedport.schedulers import SkipJoinMLFQ
+
+    class Reference(SkipJoinMLFQ):
+        cached_key = False
+
+        def after_step(self, plan, start, end):
+            for r, _ in plan.items:
+                self._run(r.aux, start, end)
+            for r in self.sim.running:
+                s = r.aux
+                if r.phase == RUNNING and s[4] != end:
+                    if not math.isnan(s[3]):
+                        s[2] += s[4] - s[3]
+                        s[3] = math.nan
+                    if s[4] == start:
+                        self._watch(r, s)
+
+    fs = REGISTRY["fastserve"]
+    ref = Policy("fastserve", fs.summary, Continuous, Reference, params=dict(fs.params))
+    mlfq = {"scheduler": {"fastserve": {"q1_s": 0.004, "ratio": 1.5, "levels": 8, "starve_limit_s": 0.5}}}
+    cfg = small_engine(blocks=blocks, seqs=seqs, extra=mlfq)
+    t = busy_trace(400, seed=11, rate=30.0)
+    for exact in (True, False):
+        sim, fast = run(t, "fastserve", cfg, exact=exact)
+        slow = Simulator(t, ref, cfg, make_latency_model(cfg), exact=exact).run()
+        assert np.array_equal(fast.first_token_s, slow.first_token_s, equal_nan=True)
+        assert np.array_equal(fast.finish_s, slow.finish_s, equal_nan=True)
+        assert np.array_equal(fast.preemptions, slow.preemptions)
+        assert fast.iterations == slow.iterations
+        assert all(r.key == (r.aux[0], r.aux[1], r.idx) for r in sim.requests if r.aux is not None)
+    if blocks < 4000:
+        assert fast.preemptions.sum() > 0

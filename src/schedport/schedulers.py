@@ -214,6 +214,7 @@ class SkipJoinMLFQ(SortedEachStep):
     preemptive = True
     static_keys = True                  # a waiting key changes only by a promotion in `prepare`
     per_request_steps = True            # per-step, per-request bookkeeping in `after_step`
+    cached_key = True                   # req.key = (level, entered, idx), set wherever they change
 
     def __init__(self, sim, params):
         super().__init__(sim, params)
@@ -224,6 +225,7 @@ class SkipJoinMLFQ(SortedEachStep):
         self.starve = float(params["starve_limit_s"])
         self.lat = sim.latency
         self._due: list = []            # (time it may starve, idx, request) of jobs not running
+        self._ran: list = []            # the jobs scheduled in the last step run
 
     def _state(self, req):
         # [level, entered, base, seg_start, last_end]
@@ -231,11 +233,12 @@ class SkipJoinMLFQ(SortedEachStep):
             t_init = self.lat.prefill_time(req.prompt)
             lvl = next((i for i, q in enumerate(self.quanta) if q >= t_init), self.levels - 1)
             req.aux = [lvl, req.arrival, 0.0, math.nan, req.arrival]
+            req.key = (lvl, req.arrival, req.idx)
         return req.aux
 
     def key(self, req, now):
         s = req.aux                     # set when the request first joined the queue
-        return (s[0], s[1], req.idx)
+        return (s[0], s[1], req.idx)    # == req.key, which sorting and ranking read instead
 
     def push(self, req, now):
         self._watch(req, self._state(req))
@@ -277,6 +280,7 @@ class SkipJoinMLFQ(SortedEachStep):
             heapq.heappop(h)
             self._close(s)
             s[0], s[1], s[2] = 0, now, 0.0
+            r.key = (0, now, r.idx)
             if r.phase != RUNNING:
                 self._sorted_at = None          # a waiting key changed: re-sort
 
@@ -285,8 +289,9 @@ class SkipJoinMLFQ(SortedEachStep):
             s[2] += s[4] - s[3]
             s[3] = math.nan
 
-    def _run(self, s, start, end):
-        """Account one run of consecutive steps [start, end]; demote if the quantum is used up."""
+    def _run(self, s, start, end) -> bool:
+        """Account one run of consecutive steps [start, end]; demote if the quantum is used up
+        (and say so: the request's key changed)."""
         if s[4] != start or math.isnan(s[3]):
             self._close(s)
             s[3] = start
@@ -296,20 +301,28 @@ class SkipJoinMLFQ(SortedEachStep):
             s[1] = end
             s[2] = 0.0
             s[3] = math.nan
+            return True
+        return False
 
     def after_step(self, plan, start, end):
         run = self._run
         for r, _ in plan.items:
-            run(r.aux, start, end)
+            s = r.aux
+            if run(s, start, end):
+                r.key = (s[0], s[1], r.idx)
         if len(plan.items) != len(self.sim.running):
-            for r in self.sim.running:
+            # a running job that sat this step out: only one that ran in the previous step can
+            # have a run segment open or have ended a run at `start` (any other had its segment
+            # closed when it first sat out, or by a requeue or promotion)
+            for r in self._ran:
                 s = r.aux
-                if s[4] != end:                    # not scheduled this step
+                if r.phase == RUNNING and s[4] != end:     # not scheduled this step
                     if s[3] == s[3]:               # its run segment ends (`_close`)
                         s[2] += s[4] - s[3]
                         s[3] = math.nan
                     if s[4] == start:              # it ran in the step before: from now on it may starve
                         self._watch(r, s)
+        self._ran = [r for r, _ in plan.items]
 
     def requeue(self, req, now):
         s = self._state(req)
@@ -352,6 +365,7 @@ class SkipJoinMLFQ(SortedEachStep):
         last = self.levels - 1
         quanta = self.quanta
         bounds = None
+        self._ran = [r for r, _ in plan.items]
         for r, _ in plan.items:
             s = r.aux
             if s[4] != start or math.isnan(s[3]):
@@ -362,6 +376,7 @@ class SkipJoinMLFQ(SortedEachStep):
                 if bounds is None:
                     bounds = (starts[:k].tolist(), ends[:k].tolist())
                 self._demote_within(s, bounds[0], bounds[1])
+                r.key = (s[0], s[1], r.idx)
 
     def _demote_within(self, s, starts, ends):
         """Replay the demotions of one job over a run of steps (`starts`, `ends`), step-exact.
