@@ -69,24 +69,26 @@ def _study(tmp: Path, sources, pair: str, rho: float, windows: int, n: int) -> P
     return tmp / "res"
 
 
+def _explained(tmp_path_factory, name, sources, pair, metric, windows, n):
+    """A two-source study of `pair` at rho 0.95 and its explanation on `metric`."""
+    res = _study(tmp_path_factory.mktemp(name), sources, pair, 0.95, windows, n)
+    d = explain(res, pair=pair, metric=metric, region="r", sources=",".join(s[0] for s in sources),
+                workers=1, progress=False)
+    return res, d
+
+
 @pytest.fixture(scope="module")
 def burst(tmp_path_factory):
     """Sources identical but for burstiness; fastserve vs spf on p90 TTFT flips with it."""
-    tmp = tmp_path_factory.mktemp("burst")
-    res = _study(tmp, [("bursty", True, "medium"), ("smooth", False, "medium")], "fastserve,spf", 0.95, 10, 200)
-    d = explain(res, pair="fastserve,spf", metric="ttft_p90_s", region="r", sources="bursty,smooth",
-                workers=1, progress=False)
-    return res, d
+    return _explained(tmp_path_factory, "burst", [("bursty", True, "medium"), ("smooth", False, "medium")],
+                      "fastserve,spf", "ttft_p90_s", 10, 200)
 
 
 @pytest.fixture(scope="module")
 def lengths(tmp_path_factory):
     """Sources identical but for output lengths; static vs fastserve on SLO attainment flips with them."""
-    tmp = tmp_path_factory.mktemp("lengths")
-    res = _study(tmp, [("short", False, "short"), ("long", False, "long")], "static,fastserve", 0.95, 8, 150)
-    d = explain(res, pair="static,fastserve", metric="slo_attainment_standard", region="r", sources="short,long",
-                workers=1, progress=False)
-    return res, d
+    return _explained(tmp_path_factory, "lengths", [("short", False, "short"), ("long", False, "long")],
+                      "static,fastserve", "slo_attainment_standard", 8, 150)
 
 
 # --------------------------------------------------------------------------- planted causes
@@ -360,6 +362,18 @@ def test_reversal_by_number_from_portability(burst, tmp_path):
     assert got["attribution"]["arrival"]["share"] == pytest.approx(d["attribution"]["arrival"]["share"])
     with pytest.raises(SchedportError, match="between 1 and 1"):
         explain(store, reversal=2, workers=1, progress=False)
+    # an analysis that is missing or not JSON (a truncated copy) is one line naming the file
+    for text, msg in [(None, "missing; run `schedport analyze"), ('{"study_form": ', "not valid JSON"),
+                      ("[1, 2]", "expected a JSON object")]:
+        pj_path = store / "portability.json"
+        pj_path.unlink(missing_ok=True)
+        if text is not None:
+            pj_path.write_text(text)
+        for args in (("--list",), ("--reversal", "1")):
+            r = _cli("explain", "--results", str(store), *args)
+            lines = [ln for ln in r.output.splitlines() if ln.strip()]
+            assert r.exit_code == 2 and len(lines) == 1, (text, args, r.output)
+            assert str(pj_path) in lines[0] and msg in lines[0], (text, args, r.output)
 
 
 def test_report_section_renders_the_figure_and_sentence(burst):

@@ -219,7 +219,7 @@ import pandas as pd
 import typer
 from scipy import stats
 
-from schedport.errors import SchedportError
+from schedport.errors import SchedportError, read_json
 from schedport.outputs import parse_out_path
 
 __all__ = [
@@ -573,10 +573,7 @@ def load_store(results_dir, *, expect_corpus: Optional[str] = None,
     mpath = d / "manifest.json"
     if not mpath.is_file():
         raise SchedportError(f"{mpath}: missing; not a schedport results store (run `schedport run` first)")
-    try:
-        manifest = json.loads(mpath.read_text())
-    except (OSError, ValueError) as e:
-        raise SchedportError(f"{mpath}: not valid JSON ({str(e).splitlines()[0]})") from None
+    manifest = read_json(mpath)
     if not isinstance(manifest, dict):
         raise SchedportError(f"{mpath}: expected a JSON object")
     rpath = d / "runs"
@@ -1406,12 +1403,10 @@ def load_comparison(path, res: dict) -> dict:
     f = pth / "portability.json" if pth.is_dir() else pth
     if not f.is_file():
         raise SchedportError(f"{f}: not found (--compare takes another analysis' portability.json or its directory)")
+    other = read_json(f)
     try:
-        other = json.loads(f.read_text())
         dig = headline_digest(other)
-    except (OSError, ValueError) as e:
-        raise SchedportError(f"{f}: not valid JSON ({str(e).splitlines()[0]})") from None
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, AttributeError):
         raise SchedportError(f"{f}: not a portability.json of this schedport version (no study_form)") from None
     here = headline_digest(res)
     for k in ("corpus_sha256", "engine_hash"):
@@ -1759,10 +1754,9 @@ def load_workload(corpus_dir, expect_corpus: Optional[str] = None) -> dict:
     mpath = d / "manifest.json" if d.is_dir() else d
     if not mpath.is_file():
         raise SchedportError(f"{mpath}: corpus manifest not found")
-    try:
-        man = json.loads(mpath.read_text())
-    except (OSError, ValueError) as e:
-        raise SchedportError(f"{mpath}: not valid JSON ({str(e).splitlines()[0]})") from None
+    man = read_json(mpath)
+    if not isinstance(man, dict):
+        raise SchedportError(f"{mpath}: expected a JSON object (a corpus manifest)")
     h = man.get("corpus_sha256") or man.get("sha256")
     if expect_corpus and h and h != expect_corpus:
         raise SchedportError(f"{mpath}: corpus {h} is not the one the results were run on ({expect_corpus})")

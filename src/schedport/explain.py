@@ -66,7 +66,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import typer
 
-from schedport.errors import SchedportError
+from schedport.errors import SchedportError, read_json
 from schedport.trace import Trace
 
 __all__ = ["FEATURES", "Variant", "build_variant", "transplant_arrivals", "poisson_arrivals",
@@ -376,6 +376,18 @@ def _sgn(v) -> str:
 # ============================================================================ reversals of the study form
 
 
+def read_portability(results: str | os.PathLike[str], hint: str = "") -> dict:
+    """The analysis (`portability.json`) of a results store, which numbers its reversals; missing
+    or unreadable, a one-line error saying to run `schedport analyze` (then `hint`)."""
+    p = Path(results) / "portability.json"
+    if not p.is_file():
+        raise SchedportError(f"{p}: missing; run `schedport analyze --results {results}`{hint}")
+    res = read_json(p)
+    if not isinstance(res, dict):
+        raise SchedportError(f"{p}: expected a JSON object (the analysis of a results store)")
+    return res
+
+
 def ranked_reversals(res: dict) -> list[dict]:
     """The study form's cross-source reversals (every main metric), strongest first, numbered from 1.
 
@@ -559,14 +571,7 @@ class Explainer:
         return self._reversal(ab[0], ab[1], metric.strip(), region.strip(), xy[0], xy[1])
 
     def _portability(self) -> dict:
-        p = self.results / "portability.json"
-        if not p.is_file():
-            raise SchedportError(f"{p}: missing; run `schedport analyze --results {self.results}` first, or give "
-                                 "--pair/--metric/--region/--sources")
-        try:
-            return json.loads(p.read_text())
-        except (OSError, ValueError) as e:
-            raise SchedportError(f"{p}: not readable JSON ({' '.join(str(e).split())})") from None
+        return read_portability(self.results, " first, or give --pair/--metric/--region/--sources")
 
     def _reversal(self, a: str, b: str, metric: str, region: str, x: str, y: str) -> dict:
         from schedport.analysis import metric_direction, metric_is_bounded
@@ -984,14 +989,7 @@ def explain_command(
     if out is not None and out.exists() and out.is_dir():
         raise SchedportError(f"--out: {out} is a directory; give a file name (FILE.json)")
     if list_only:
-        p = Path(results) / "portability.json"
-        if not p.is_file():
-            raise SchedportError(f"{p}: missing; run `schedport analyze --results {results}` first")
-        try:
-            res = json.loads(p.read_text())
-        except (OSError, ValueError) as e:
-            raise SchedportError(f"{p}: not readable JSON ({' '.join(str(e).split())})") from None
-        for d in ranked_reversals(res):
+        for d in ranked_reversals(read_portability(results, " first")):
             typer.echo(f"{d['id']:4d}  {d['metric']:<24} {d['pair']} @ {d['region']}: {d['source_a']} "
                        f"{d['effect_a']:+.3f}, {d['source_b']} {d['effect_b']:+.3f}")
         return
