@@ -52,3 +52,27 @@ def test_unreachable_cluster_is_one_line(tmp_path):
         run_sweep(corpus, tmp_path / "out", executor="ray", ray_address="127.0.0.1:1", schedulers="sjf",
                   regions="light", progress=False)
     assert "\n" not in str(e.value)
+
+
+def test_explain_on_ray_matches_the_local_pool(tmp_path):
+    """`schedport explain --executor ray` runs the same cells through Ray workers: the variants'
+    effects and the attribution equal the local pool's, and the Ray instance is shut down."""
+    import ray
+
+    from schedport.explain import explain
+
+    corpus = write_demo_corpus(tmp_path / "corpus", windows_per_source=3, requests_per_window=60)
+    run_sweep(corpus, tmp_path / "res", schedulers="vllm-fcfs,fastserve", regions="severe", workers=1,
+              progress=False)
+    ask = dict(pair="fastserve,vllm-fcfs", metric="ttft_p99_s", region="severe", sources="demo-a,demo-b",
+               features=["arrival", "output"], progress=False)
+    local = explain(tmp_path / "res", cache_dir=tmp_path / "cache-local", workers=2, **ask)
+    try:
+        on_ray = explain(tmp_path / "res", cache_dir=tmp_path / "cache-ray", executor="ray", workers=2, **ask)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+    assert not ray.is_initialized()
+    assert on_ray["run_info"]["runs"] == local["run_info"]["runs"] > 0
+    assert on_ray["effects"] == local["effects"] and on_ray["attribution"] == local["attribution"]
+    assert on_ray["verdict"] == local["verdict"]
