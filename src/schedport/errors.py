@@ -34,7 +34,8 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     """The JSON document in `path`; an unreadable file or invalid JSON is a one-line
     `SchedportError` naming the file and the cause (the parser's message, on one line)."""
     try:
-        text = open(path, encoding="utf-8").read()
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
     except OSError as e:
         raise SchedportError(f"{path}: cannot be read ({e.strerror or e})") from None
     except ValueError as e:                 # not UTF-8
