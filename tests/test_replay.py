@@ -44,7 +44,6 @@ from schedport.trace import Trace, save_trace
 
 REPLAY_COLUMNS = [*REQUEST_COLUMNS, "scheduled_s", "send_lag_s", "tokens_received", "detail"]
 DELAY_S = 0.004          # the fake server's time per output token
-OPEN_LOOP_TOL_S = 0.03   # how far the server's receive times may stray from the trace's spacing
 
 
 # --------------------------------------------------------------------------- the fake server
@@ -79,8 +78,13 @@ class FakeServer:
         self.configure()
 
     def configure(self, *, delay: float = DELAY_S, modes: dict[int, str] | None = None,
-                  models_status: int = 200, models: list[dict] | None = None) -> None:
+                  models_status: int = 200, models: list[dict] | None = None, hold_until: int = 0,
+                  head_delay: float = 0.0, tail_delay: float = 0.0) -> None:
+        """`hold_until` N: no response starts before N requests have arrived. `head_delay` /
+        `tail_delay`: extra seconds before the first token / after the last one."""
         self.delay = delay
+        self.hold_until, self.head_delay, self.tail_delay = hold_until, head_delay, tail_delay
+        self.all_in = None
         self.modes = dict(modes or {})
         self.models_status = models_status
         self.models = [{"id": "fake", "object": "model", "max_model_len": 512}] if models is None else models
@@ -128,6 +132,12 @@ class FakeServer:
         body = await request.json()
         rec = Received(t, body)
         self.records.append(rec)
+        if self.hold_until:
+            if self.all_in is None:
+                self.all_in = asyncio.Event()
+            if len(self.records) >= self.hold_until:
+                self.all_in.set()
+            await self.all_in.wait()
         prompt, n_out = body["prompt"], int(body["max_tokens"])
         n_in = len(prompt)
         if n_in + n_out > self.max_model_len:
@@ -155,6 +165,7 @@ class FakeServer:
         step = 3 if mode == "chunk3" else 1
         limit = {"stall": 1, "truncate": n_out // 2, "abort": n_out // 2, "errchunk": n_out // 2}.get(mode, n_out)
         sent = 0
+        await asyncio.sleep(self.head_delay)
         while sent < limit:
             k = min(step, limit - sent)
             await asyncio.sleep(self.delay * k)
@@ -174,6 +185,7 @@ class FakeServer:
         if mode == "abort":
             request.transport.close()          # drop the connection mid-body
             return resp
+        await asyncio.sleep(self.tail_delay)
         if mode == "errchunk":
             await send({"error": {"object": "error", "message": "engine died", "type": "InternalServerError",
                                   "code": 500}})
@@ -386,28 +398,14 @@ def clean_trace() -> Trace:
                              rng.integers(5, 13, n))
 
 
-def schedule_spread(trace: Trace, records: list[Received]) -> float:
-    """Spread of (server receive time - scheduled offset): 0 for a perfectly open-loop client."""
-    got = by_index(trace, records)
-    offset = [got[i].t - (trace.arrival_s[i] - trace.arrival_s[0]) for i in range(len(trace))]
-    return float(np.ptp(offset))
-
-
 @pytest.fixture(scope="module")
 def clean_run(server):
-    # On a shared, CPU-starved machine the whole process is now and then descheduled for
-    # hundreds of ms, which no client can prevent (the replay reports it itself, as send lag).
-    # Such a disturbed run is repeated, up to three attempts; a client that is not open loop
-    # fails every attempt, and the last attempt is what the tests below judge.
+    # the lag bound is set far above anything a busy machine adds, so that no assertion below
+    # depends on how fast this machine sends today (the bound is tested on its own below)
     trace = clean_trace()
-    for _ in range(3):
-        server.configure()
-        res = replay(trace, server.url, engine=load_engine_config(None), seed=7)
-        records = list(server.records)
-        if (res.summary["send_lag_max_s"] < 0.01 and len(records) == len(trace)
-                and schedule_spread(trace, records) < OPEN_LOOP_TOL_S):
-            break
-    return trace, res, records
+    server.configure()
+    res = replay(trace, server.url, engine=load_engine_config(None), seed=7, max_lag_s=60.0)
+    return trace, res, list(server.records)
 
 
 def test_replay_sends_each_request_exactly_as_sized(clean_run):
@@ -425,15 +423,19 @@ def test_replay_sends_each_request_exactly_as_sized(clean_run):
         assert "priority" not in b                   # vllm-fcfs: the server's own order
 
 
-def test_replay_is_open_loop(clean_run):
-    # receive time minus scheduled offset is the same constant for every request; a client
-    # that waited for responses would delay the burst at 0.2 s by whole responses (~40 ms each)
-    trace, res, records = clean_run
-    assert schedule_spread(trace, records) < OPEN_LOOP_TOL_S
-    # and the table's arrival_s is when the request really left: same constant offset
-    got = by_index(trace, records)
-    sent = np.array([got[i].t - res.requests.arrival_s[i] for i in range(len(trace))])
-    assert np.ptp(sent) < OPEN_LOOP_TOL_S
+def test_replay_is_open_loop(fake):
+    """The server holds every answer until all requests have arrived: an open-loop client sends
+    them all regardless and completes them; a client that waited for a response before sending
+    the next would never complete one (its first request times out). Decided by the server's
+    state, not by how closely this machine kept the schedule."""
+    trace = clean_trace()
+    fake.configure(hold_until=len(trace))
+    res = replay(trace, fake.url, engine=load_engine_config(None), seed=7, max_lag_s=60.0,
+                 request_timeout_s=120.0)
+    assert len(fake.records) == len(trace)
+    assert (res.requests.status == "completed").all(), res.requests.detail.tolist()
+    # every first token came after the last request was sent
+    assert res.requests.first_token_s.min() > res.requests.arrival_s.max()
 
 
 def test_replay_request_table(clean_run):
@@ -446,33 +448,36 @@ def test_replay_request_table(clean_run):
     assert np.array_equal(df.scheduled_s, trace.arrival_s)
     assert np.array_equal(df.input_tokens, trace.input_tokens)
     assert np.allclose(df.arrival_s, df.scheduled_s + df.send_lag_s)
-    assert (df.send_lag_s >= 0).all() and (df.send_lag_s < OPEN_LOOP_TOL_S).all()
-    # the server sleeps DELAY_S before every token, so the first one cannot come sooner
+    assert (df.send_lag_s >= 0).all()
+    # the server sleeps DELAY_S before every token, so the first one cannot come sooner (a lower
+    # bound that a slower machine only makes looser)
     assert np.allclose(df.ttft_s, df.first_token_s - df.arrival_s)
     assert (df.ttft_s > 0.9 * DELAY_S).all()
     assert np.allclose(df.e2e_s, df.finish_s - df.arrival_s)
     assert (df.e2e_s >= df.ttft_s).all() and (df.preemptions == 0).all()
 
 
-def test_replay_tpot_is_the_server_token_time(clean_run):
-    # The server's own TPOT, (last token written - first token written) / (N - 1), is at least
-    # DELAY_S (sleep never returns early) plus its per-token work: 4.4-4.9 ms median on an idle
-    # or loaded 2-core box, up to ~7 ms when the CPU is starved. The client's TPOT differs from
-    # it only by the client-side delivery delay of the last token minus that of the first,
-    # divided by N - 1 >= 4; those delays are sub-ms unless the process is descheduled (this
-    # VM pauses whole processes now and then: one request in 16 once missed by 1.3 ms), so a
-    # 1 ms bound holds for all requests but one, and the median is far inside it. Timing from
-    # the send, or from any chunk other than the first and last token (e.g. the usage chunk or
-    # [DONE]), moves every request's TPOT by a whole token time.
-    trace, res, records = clean_run
-    got = by_index(trace, records)
+def test_replay_tpot_is_the_server_token_time(fake):
+    """TPOT is (last token - first token) / (N - 1), timed from those two chunks.
+
+    The server waits HEAD s before the first token and TAIL s after the last one, so timing from
+    the send or to the usage chunk / [DONE] would add at least HEAD / (N - 1) = 27 ms to a
+    request's TPOT (N <= 12 here), against a true TPOT of about DELAY_S. The median |client -
+    server| must stay under a third of that: a busy machine would have to delay the delivery of
+    the first or last token of most requests by 9 ms x (N - 1) to break it.
+    """
+    head = tail = 0.3
+    trace = clean_trace()
+    fake.configure(head_delay=head, tail_delay=tail)
+    res = replay(trace, fake.url, engine=load_engine_config(None), seed=7, max_lag_s=60.0)
+    got = by_index(trace, fake.records)
     tpot = res.requests.tpot_s.to_numpy()
     server = np.array([(got[i].last_sent - got[i].first_sent) / (trace.output_tokens[i] - 1)
                        for i in range(len(trace))])
+    # every gap is a sleep of DELAY_S, which never returns early
     assert np.isfinite(tpot).all() and (server > 0.999 * DELAY_S).all()
-    diff = np.abs(tpot - server)
-    assert np.count_nonzero(diff >= 0.001) <= 1 and float(np.median(diff)) < 0.0005, (tpot, server)
-    assert DELAY_S <= float(np.median(tpot)) < 3 * DELAY_S, tpot
+    wrong = head / (trace.output_tokens.max() - 1)
+    assert float(np.median(np.abs(tpot - server))) < wrong / 3, (tpot, server)
 
 
 def test_replay_summary(clean_run):
@@ -480,9 +485,9 @@ def test_replay_summary(clean_run):
     s = res.summary
     assert s["n_requests"] == s["n_completed"] == len(trace)
     assert s["n_rejected"] == s["n_error"] == s["n_timeout"] == s["n_truncated"] == 0
-    assert 0 <= s["send_lag_p50_s"] <= s["send_lag_p99_s"] <= s["send_lag_max_s"] < OPEN_LOOP_TOL_S
+    assert 0 <= s["send_lag_p50_s"] <= s["send_lag_p99_s"] <= s["send_lag_max_s"] < 60.0
     assert s["client_lag_ok"] is True and res.lag_ok
-    assert s["max_lag_s"] == 0.05 and s["load_scale"] == 1.0 and res.scale == 1.0
+    assert s["max_lag_s"] == 60.0 and s["load_scale"] == 1.0 and res.scale == 1.0
     assert s["scheduler"] == "vllm-fcfs" and s["model"] == "fake"
     assert s["preemptions"] is None and s["iterations"] is None
     assert res.server.model == "fake" and res.server.max_model_len == 512
@@ -770,10 +775,15 @@ def test_speed_index_is_measured_over_modelled_ttft_of_a_lone_prompt(fake, tmp_p
     engine = engine_toml(tmp_path, '[engine]\nmax_model_len = 512\nmax_num_batched_tokens = 512\n'
                                    '[latency]\nmodel = "linear"\na = 0.01\nb = 0\nc = 0\nd = 0\n')
     idx = speed_index(fake.url, engine, prompt_tokens=256, n=3)
-    # the fake server answers after 50 ms (+ loopback HTTP) where the engine prices 10 ms
-    assert 4.5 < idx < 8.0
+    # the fake server answers after 50 ms (+ loopback HTTP) where the engine prices 10 ms: at
+    # least 5 (a sleep never returns early), whatever the machine adds
+    assert idx >= 5.0 * 0.999
     assert [len(r.body["prompt"]) for r in fake.records] == [256, 256, 256]
     assert all(r.body["max_tokens"] == 1 for r in fake.records)
     assert len({r.prompt for r in fake.records}) == 3      # fresh prompts: no prefix-cache shortcut
+    # it is the measured time over the modelled one: a server 10x slower gives at least 50,
+    # which the faster one could only reach if its median answer took 9x its sleep in transit
+    fake.configure(delay=0.5)
+    assert speed_index(fake.url, engine, prompt_tokens=256, n=3) >= 50.0 * 0.999 > idx
     with pytest.raises(SchedportError, match="cannot reach"):
         speed_index(f"http://127.0.0.1:{closed_port()}", engine)

@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+import _gate
 import schedport
 from schedport.errors import SchedportError
 from schedport.examples import make_example_trace
@@ -32,9 +32,9 @@ from schedport.trace import save_trace
 FIXTURES = Path(__file__).parent / "fixtures" / "sources"
 
 
-def cli(*args, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
-    """Run `schedport ARGS` as a user would; the timeout is the test's bound on a hang (generous:
-    these commands end in a few seconds, but CI machines are busy and a test must not fail for it)."""
+def cli(*args, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+    """Run `schedport ARGS` as a user would. The timeout only turns a hang into a failure: these
+    commands end in seconds, and 600 s is far beyond what a busy or slow machine adds to that."""
     return subprocess.run([sys.executable, "-m", "schedport.cli", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, **kw)
 
@@ -97,10 +97,10 @@ def tmpfs(path: Path, size: str, readonly: bool = False):
 @pytest.mark.parametrize("load,why", [("1e-320", "not a positive finite"), ("1e-310", "time scale"),
                                       ("1e-15", "2^32"), ("1e9", "metrics horizon"), ("nan", "--load")])
 def test_extreme_loads_are_refused_with_the_reason(trace_csv, tmp_path, load, why):
-    t0 = time.monotonic()
+    # refused, not spinning (a hang ran for minutes): cli's timeout fails a hang, by its state
     msg = one_line_error(cli("simulate", "--trace", trace_csv, "--scheduler", "vllm-fcfs", "--load", load,
                              "--out", tmp_path / "o"))
-    assert why in msg and time.monotonic() - t0 < 120        # refused, not spinning (a hang ran for minutes)
+    assert why in msg
     assert not (tmp_path / "o").exists()
 
 
@@ -189,7 +189,7 @@ def test_an_engine_config_edited_without_its_hash_is_refused_by_analyze_and_run(
 
 def test_analyze_of_a_sound_store_still_works(store, tmp_path):
     d = _copy(store, tmp_path)
-    p = cli("analyze", "--results", d, "--boot", "50", timeout=120)
+    p = cli("analyze", "--results", d, "--boot", "50")
     assert p.returncode == 0, p.stderr
     assert (d / "report.html").is_file() and (d / "portability.json").is_file()
 
@@ -248,7 +248,7 @@ def test_a_full_disk_during_run_is_one_line_leaves_no_temp_file_and_the_rerun_re
     with tmpfs(tmp_path / "full", "300k") as full:
         out = full / "res"
         args = ["run", "--corpus", corpus, "--out", out, "--schedulers", "vllm-fcfs,sjf", "--workers", "1"]
-        msg = one_line_error(cli(*args, timeout=120))
+        msg = one_line_error(cli(*args))
         assert "No space left on device" in msg
         assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
         # free the space (as a user would) and rerun: the finished cells are kept, the analysis is written
@@ -323,24 +323,22 @@ def test_a_full_disk_while_the_analysis_writes_removes_its_temp_files(store, tmp
 
 
 def test_a_killed_sweep_leaves_no_running_entry_after_the_next_run(tmp_path):
-    corpus = write_demo_corpus(tmp_path / "corpus", windows_per_source=2, requests_per_window=150)
-    out = tmp_path / "res"
-    args = [sys.executable, "-m", "schedport.cli", "run", "--corpus", str(corpus), "--out", str(out),
-            "--schedulers", "vllm-fcfs,sjf,ltr", "--seeds", "2", "--workers", "1"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        mp = out / "manifest.json"
-        try:
-            if json.loads(mp.read_text()).get("status") == "running":
-                break
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+    corpus = write_demo_corpus(tmp_path / "corpus", windows_per_source=2, requests_per_window=40)
+    out, gate = tmp_path / "res", tmp_path / "gate"
+    gate.mkdir()
+    args = ["run", "--corpus", str(corpus), "--out", str(out), "--schedulers", "vllm-fcfs,sjf,ltr", "--seeds", "2",
+            "--workers", "1"]
+    # the second window's first chunk is held at the gate: the kill comes mid-sweep, on any machine
+    body = "from schedport.cli import main\nsys.argv = ['schedport', *sys.argv[1:]]\nmain()"
+    proc = subprocess.Popen([sys.executable, "-c", _gate.driver(gate, ["demo-a-00"], body), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_gate.env())
+    try:
+        _gate.wait_held(gate, 1, proc)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
     assert json.loads((out / "manifest.json").read_text())["runs"][-1]["status"] == "running"
-    p = cli(*args[3:], timeout=300)
+    p = cli(*args, timeout=300)
     assert p.returncode == 0, p.stderr
     runs = json.loads((out / "manifest.json").read_text())["runs"]
     assert [r["status"] for r in runs] == ["abandoned", "finished"]
@@ -405,7 +403,7 @@ def test_simulate_writes_files_with_the_umask_permissions(trace_csv, tmp_path):
     r = subprocess.run([sys.executable, "-c", "import os, sys; os.umask(0o022); "
                         "from schedport.cli import main; sys.argv = sys.argv[1:]; main()",
                         "schedport", "simulate", "--trace", str(trace_csv), "--scheduler", "vllm-fcfs",
-                        "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
+                        "--out", str(tmp_path / "o")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     for name in ("requests.parquet", "summary.json"):
         assert (tmp_path / "o" / name).stat().st_mode & 0o777 == 0o644

@@ -23,6 +23,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+import _gate
+
 from schedport.config import EngineConfig
 from schedport.errors import SchedportError
 from schedport.store import KEY_COLUMNS, StoreError, StoreMismatch, read_results
@@ -150,19 +152,22 @@ def test_two_workers_bit_identical_to_one(corpus, reference, tmp_path):
 
 def test_resume_after_sigkill(corpus, reference, tmp_path):
     _, ref = reference
-    out = tmp_path / "results"
-    proc = subprocess.Popen([PY, "-c", _script(corpus, out, workers=2, flush_cells=1)],
+    out, gate = tmp_path / "results", tmp_path / "gate"
+    gate.mkdir()
+    # the first window's chunks run, every other chunk is held at the gate: when both workers
+    # hold one, the first window's cells are all handed out and the rest are provably pending
+    body = _script(corpus, out, workers=2, flush_cells=1)
+    proc = subprocess.Popen([PY, "-c", _gate.driver(gate, ["demo-a-00"], body)], env=_gate.env(),
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
     try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if len(list((out / "runs").glob("part-*.parquet"))) >= 2:
-                break
-            time.sleep(0.01)
+        _gate.wait_held(gate, 2, proc)
+        first_window = 3 * 6 * SEEDS  # schedulers x regions x seeds
+        _wait_rows(out, first_window, proc)  # every one of them written (flush_cells=1)
         proc.kill()  # SIGKILL the driver only, mid-sweep
         proc.wait()
-        # its worker processes notice and exit by themselves (no orphans computing forever)
-        deadline = time.monotonic() + 15
+        # its worker processes notice and exit by themselves (no orphans computing forever); the
+        # limit is a hang guard: a worker checks for its driver every second
+        deadline = time.monotonic() + 60
         while _group_members(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not _group_members(proc.pid)
@@ -174,7 +179,7 @@ def test_resume_after_sigkill(corpus, reference, tmp_path):
         proc.wait()
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()
     partial = read_results(out)
-    assert 0 < len(partial) < N_CELLS
+    assert len(partial) == first_window and set(partial.window_id) == {"demo-a-00"}
     assert json.loads((out / "manifest.json").read_text())["status"] == "running"  # it never got to finish
 
     res = run_sweep(corpus, out, schedulers=SCHEDS, seeds=SEEDS, workers=1, progress=False)
@@ -183,14 +188,28 @@ def test_resume_after_sigkill(corpus, reference, tmp_path):
     _assert_same(read_results(out), ref)
 
 
-def test_ctrl_c_keeps_finished_cells_and_exits_130(tmp_path):
-    # windows long enough that the sweep is still running a second after it starts, even on a
-    # fast machine (the module's small corpus finishes in under a second here)
-    corpus = write_demo_corpus(tmp_path / "corpus", windows_per_source=2, requests_per_window=150)
-    out = tmp_path / "results"
-    # a Ctrl-C at a terminal: when the tests themselves run in a background job, the shell
-    # started them with SIGINT ignored, which the child would inherit (and rightly honour)
-    driver = textwrap.dedent("""
+def _wait_rows(out: Path, n: int, proc, limit_s: float = 300.0) -> None:
+    """Wait until the store holds `n` rows (the limit only turns a hang into a failure)."""
+    end = time.monotonic() + limit_s
+    while True:
+        try:
+            if len(read_results(out)) >= n:
+                return
+        except Exception:  # a part being renamed into place, or no store yet
+            pass
+        assert proc.poll() is None and time.monotonic() < end, f"the store never reached {n} rows"
+        time.sleep(0.01)
+
+
+def test_ctrl_c_keeps_finished_cells_and_exits_130(corpus, reference, tmp_path):
+    _, ref = reference
+    out, gate = tmp_path / "results", tmp_path / "gate"
+    gate.mkdir()
+    # A Ctrl-C at a terminal: when the tests themselves run in a background job, the shell
+    # started them with SIGINT ignored, which the child would inherit (and rightly honour).
+    # The first window's chunks run and the next one is held at the gate, so the signal comes
+    # while finished cells wait to be flushed and others are still to do, however fast the machine.
+    body = textwrap.dedent("""
         import signal, sys, typer
         signal.signal(signal.SIGINT, signal.default_int_handler)
         from schedport.errors import SchedportError
@@ -203,31 +222,27 @@ def test_ctrl_c_keeps_finished_cells_and_exits_130(tmp_path):
         except SchedportError as e:
             print("error:", e, file=sys.stderr); sys.exit(2)
     """)
-    args = [PY, "-c", driver, "run", "--corpus", str(corpus), "--out", str(out), "--schedulers", SCHEDS,
-            "--seeds", str(SEEDS), "--workers", "1"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        mp = out / "manifest.json"
-        if mp.exists() and json.loads(mp.read_text()).get("status") == "running":
-            break
-        time.sleep(0.01)
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    args = [PY, "-c", _gate.driver(gate, ["demo-a-00"], body), "run", "--corpus", str(corpus), "--out", str(out),
+            "--schedulers", SCHEDS, "--seeds", str(SEEDS), "--workers", "1"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_gate.env())
+    try:
+        _gate.wait_held(gate, 1, proc)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=300)  # a hang guard: the driver exits at once on SIGINT
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     assert proc.returncode == 130, err
     assert "interrupted: kept" in err and "Traceback" not in err
     m = json.loads((out / "manifest.json").read_text())
     assert m["status"] == "interrupted" and m["runs"][-1]["status"] == "interrupted"
     kept = read_results(out)
-    assert 0 < len(kept) < N_CELLS and m["cells_done"] == len(kept)
+    assert len(kept) == 3 * 6 * SEEDS and set(kept.window_id) == {"demo-a-00"} and m["cells_done"] == len(kept)
     assert f"interrupted: kept {len(kept)} finished cells" in err
 
     res = run_sweep(corpus, out, schedulers=SCHEDS, seeds=SEEDS, workers=1, progress=False)
     assert res.cells_run == N_CELLS - len(kept)
-    whole = run_sweep(corpus, tmp_path / "whole", schedulers=SCHEDS, seeds=SEEDS, workers=1, progress=False)
-    assert whole.cells_run == N_CELLS
-    _assert_same(read_results(out), _sorted(read_results(tmp_path / "whole")))
+    _assert_same(read_results(out), ref)
 
 
 # ---------------------------------------------------------------------------- refusal, corruption

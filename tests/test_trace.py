@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -201,23 +200,15 @@ def test_save_errors(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def test_load_20k_rows_is_fast(tmp_path):
+def test_load_20k_rows_round_trips(tmp_path):
+    # the time it takes is measured in benchmarks/bench_io.py, not here
     rng = np.random.default_rng(1)
     n = 20_000
     t = Trace.from_arrays(np.cumsum(rng.exponential(0.2, n)), rng.integers(1, 5000, n),
                           rng.integers(1, 500, n), rng.choice(["chat", "code"], n))
     path = tmp_path / "big.csv"
     save_trace(t, path)
-    load_trace(path)  # warm imports
-    best = min(_timed(load_trace, path) for _ in range(3))
-    assert best < 0.1, f"loading 20k rows took {best * 1e3:.0f} ms"
     assert same(load_trace(path), t)
-
-
-def _timed(fn, *args) -> float:
-    t0 = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - t0
 
 
 # ------------------------------------------------------------------ round-trip property
