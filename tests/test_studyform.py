@@ -342,7 +342,7 @@ def test_abs_threshold_and_splits_flags(tmp_path):
     on_disk = json.loads((d / "portability.json").read_text())
     assert on_disk["parameters"]["abs_threshold"] == 0.01 and on_disk["parameters"]["n_splits"] == 20
     r = CliRunner().invoke(app, ["analyze", "--results", str(d), "--abs-threshold", "1.5"])
-    assert r.exit_code != 0 and "absolute threshold" in str(r.exception)
+    assert r.exit_code != 0 and "--abs-threshold" in str(r.exception)
 
 
 # --------------------------------------------------------------------------- bootstrap helpers

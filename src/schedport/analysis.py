@@ -220,6 +220,7 @@ import typer
 from scipy import stats
 
 from schedport.errors import SchedportError, read_json
+from schedport.guard import store_identity
 from schedport.outputs import parse_out_path
 
 __all__ = [
@@ -1303,6 +1304,10 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
     elapsed = time.perf_counter() - t_start
     out = {
         "schema": "schedport.portability/2",
+        "store": store_identity(manifest),
+        "selection": {"schedulers": list(st.schedulers), "sources": list(st.sources), "regions": list(st.regions),
+                      "windows_per_source": {s: int(df.loc[df["source"].astype(str) == s, "window_id"].nunique())
+                                             for s in st.sources}},
         "subset": _subset_info(manifest, st, workload),
         "study_form": sform,
         "metric_families": families,
@@ -1390,7 +1395,16 @@ def headline_digest(res: dict) -> dict:
         "split_half_min": min(sh) if sh else None,
         "split_half_max": max(sh) if sh else None,
         "claims": {c["id"]: c["verdict"] for c in sf["claims"]},
+        "selection": res.get("selection"),
     }
+
+
+def _selection_text(sel: Optional[dict]) -> str:
+    if not isinstance(sel, dict):
+        return "an unrecorded selection"
+    w = sel.get("windows_per_source") or {}
+    return (f"{len(sel.get('schedulers', []))} schedulers x {sum(w.values())} windows ("
+            + ", ".join(f"{k} {v}" for k, v in w.items()) + f") x {len(sel.get('regions', []))} regions")
 
 
 def load_comparison(path, res: dict) -> dict:
@@ -1414,7 +1428,12 @@ def load_comparison(path, res: dict) -> dict:
             raise SchedportError(f"{f}: {k} {dig[k]} differs from this store's {here[k]}; compare runs of one study")
     note = ("" if dig["region_def"] != here["region_def"] else
             f"both analyses use region definition {here['region_def']}")
-    return {"this": here, "other": dig, "other_path": str(f), "note": note}
+    differs = dig.get("selection") != here.get("selection")
+    sel_note = (f"the two analyses cover different selections (this: {_selection_text(here.get('selection'))}; "
+                f"the other: {_selection_text(dig.get('selection'))}): their numbers are not of one study"
+                if differs else "")
+    return {"this": here, "other": dig, "other_path": str(f), "note": note, "selection_differs": differs,
+            "selection_note": sel_note}
 
 
 def _subset_info(manifest: dict, st: _Study, workload: Optional[dict]) -> dict:
@@ -1869,6 +1888,8 @@ def analyze_command(
                                           "`schedport explain --list`)."),
 ) -> None:
     """Rank schedulers per source, region and metric; map where rankings hold and where they flip."""
+    check_analyze_options(results=results, q=q, n_boot=n_boot, seed=seed, n_splits=n_splits, threshold=threshold,
+                          abs_threshold=abs_threshold, metrics=metrics, explain=explain)
     mlist = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
     res = analyze(results, out, practical_threshold=threshold, q=q, n_boot=n_boot, seed=seed, metrics=mlist,
                   corpus_dir=corpus, expect_corpus=expect_corpus, validation=validation,
@@ -1885,9 +1906,35 @@ def analyze_command(
     typer.echo(f"report: {odir / 'report.html'}")
 
 
+def check_analyze_options(*, results, q, n_boot, seed, n_splits, threshold, abs_threshold, metrics, explain) -> None:
+    """Every `analyze` option checked before any work, each error naming its flag."""
+    from schedport.explain import check_results_dir, parse_selection
+
+    check_results_dir(results)
+    if not (0 < q < 1):
+        raise SchedportError(f"--q must be in (0, 1), got {q}")
+    if n_boot < 1:
+        raise SchedportError(f"--boot must be at least 1, got {n_boot}")
+    if seed < 0:
+        raise SchedportError(f"--seed must be >= 0, got {seed}")
+    if n_splits < 1:
+        raise SchedportError(f"--splits must be at least 1, got {n_splits}")
+    if not (threshold >= 0):
+        raise SchedportError(f"--threshold must be >= 0, got {threshold}")
+    if not (0 <= abs_threshold < 1):
+        raise SchedportError(f"--abs-threshold must be in [0, 1), got {abs_threshold}")
+    if metrics is not None and not metrics.strip(",").strip():
+        raise SchedportError("--metrics: empty; give metric names, or leave the option out for all")
+    if explain is not None:
+        if not explain.strip():
+            raise SchedportError("--explain: empty; give K or reversal numbers N1,N2,...")
+        parse_selection(explain, 10 ** 9)  # the form now; the numbers against the reversals found, later
+
+
 def summary_lines(res: dict) -> list[str]:
     """A few plain-text lines with the headline numbers in the study's form (for the terminal)."""
     from schedport.report import fmt, pct
+    from schedport.studyform import adjusted_text
 
     h = res["headline"]
     sf = res["study_form"]
@@ -1900,7 +1947,7 @@ def summary_lines(res: dict) -> list[str]:
         adj = half.get((d["source_a"], d["source_b"]), {}).get("adjusted")
         lines.append(f"tau {d['source_a']} vs {d['source_b']}: {fmt(d['value'])} "
                      f"[{fmt(d['ci_low'])}, {fmt(d['ci_high'])}] (main metrics, all regions; ceiling-adjusted "
-                     f"{fmt(adj, 2)})")
+                     f"{adjusted_text(adj)})")
     for e in sf["reversals"]:
         lines.append(f"reversals on {e['metric']}: {e['n_reversals']} of {e['n_comparisons']} cross-source "
                      f"comparisons ({pct(e['share'])} [{pct(e['ci_low'])}, {pct(e['ci_high'])}])")
@@ -1920,4 +1967,7 @@ def summary_lines(res: dict) -> list[str]:
         lines.append(f"claim '{c['study'][:60]}': {c['verdict']}")
     if res.get("missing_cells"):
         lines.append(f"{len(res['missing_cells'])} missing cell(s): analysed on complete blocks")
+    rc = res.get("region_comparison") or {}
+    if rc.get("selection_differs"):
+        lines.append(f"warning (--compare): {rc['selection_note']}")
     return lines

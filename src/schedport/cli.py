@@ -20,6 +20,7 @@ from rich.console import Console
 
 from schedport.errors import SchedportError
 from schedport.outputs import cause, output_dir, output_file, parse_out_path
+from schedport.guard import check_file_target, claim_dir
 
 try:  # typer >= 0.2x vendors click; its exceptions are not click's
     from typer._click import exceptions as _click_errors
@@ -57,6 +58,25 @@ def _register() -> None:
     app.command("explain")(explain_command)
 
 
+def check_not_inside_input(out_dir, results) -> None:
+    """An analysis written inside a results store other than its own would pass for that
+    store's analysis (`explain --list` would show it), and inside its own store's parts it
+    would be taken for one of them: refuse both."""
+    if results is None:
+        return
+    o = Path(out_dir).absolute()
+    for d in [o, *o.parents]:
+        if (d / "manifest.json").is_file():
+            from schedport.guard import WHAT, dir_kind
+
+            kind = dir_kind(d)
+            if kind in ("results", "corpus") and not (kind == "results" and d.resolve() == Path(results).resolve()
+                                                      and d == o):
+                raise SchedportError(f"{out_dir}: is inside {WHAT[kind]} at {d}; refusing to write an analysis "
+                                     f"there (choose another --out)")
+            break
+
+
 def _checked_analyze(command):
     """`analyze` with its output directory checked before the analysis and its temporary
     files removed when writing fails (same options and help as the wrapped command)."""
@@ -66,10 +86,23 @@ def _checked_analyze(command):
     def analyze(*args, **kwargs):
         from schedport.sweep import analysis_outputs_cleaned
 
+        from schedport.guard import claim_dir, claim_names, dir_kind
+
         results, out_dir = kwargs.get("results"), kwargs.get("out")
         if out_dir is not None:
+            same = results is not None and Path(results).exists() and Path(out_dir).exists() \
+                and Path(out_dir).resolve() == Path(results).resolve()
+            if not same:
+                # a folder of its own: new, empty, an earlier analysis, or one without schedport's files
+                kind = claim_dir(out_dir, {"analysis"}, inputs=[kwargs.get("corpus"), kwargs.get("validation")])
+                if kind == "other":
+                    claim_names(out_dir, ["report.html"])
+                check_not_inside_input(out_dir, results)
             output_dir(out_dir, create=False)
         elif results is not None and Path(results).is_dir():
+            if dir_kind(results) not in ("results", "empty", "other"):
+                # analysis writes beside the store's parts: refuse a corpus or another kind here
+                claim_dir(results, {"results"}, option="--results")
             output_dir(results)
         with analysis_outputs_cleaned(out_dir if out_dir is not None else results):
             return command(*args, **kwargs)
@@ -100,6 +133,7 @@ def simulate(
 
     if horizon is not None and not (horizon > 0 and math.isfinite(horizon)):
         raise SchedportError(f"--horizon must be a positive, finite number of seconds, got {horizon}")
+    claim_dir(out_dir, {"run"}, inputs=[trace, engine])
     output_dir(out_dir, create=False)
     t0 = time.perf_counter()
     res = run_sim(trace, scheduler, engine=engine, load=load, seed=seed, exact=exact, horizon_s=horizon)
@@ -131,6 +165,7 @@ def replay(
     from schedport.replay import replay as run_replay
     from schedport.trace import load_trace
 
+    claim_dir(out_dir, {"run"}, inputs=[trace, engine])
     output_dir(out_dir, create=False)
     tr = load_trace(trace)
     t0 = time.perf_counter()
@@ -144,6 +179,13 @@ def replay(
               f"TPOT p50 {_f(s['tpot_p50_s'])} s; send lag p99 {s['send_lag_p99_s'] * 1e3:.1f} ms  "
               f"[{time.perf_counter() - t0:.1f} s wall]")
     out.print(f"wrote {out_dir / 'requests.parquet'} and {out_dir / 'summary.json'}")
+    failed = s["n_requests"] - s["n_completed"] - s["n_rejected"]
+    if s["n_completed"] == 0 or failed > s["n_requests"] / 2:
+        t = res.requests
+        bad = t[~t.status.isin(["completed", "rejected"])]
+        first = f" (first: request {int(bad.index[0])}, {bad.status.iloc[0]}: {bad.detail.iloc[0]})" if len(bad) else ""
+        raise SchedportError(f"{endpoint}: {s['n_completed']} of {s['n_requests']} requests completed and {failed} "
+                             f"failed{first}; the files are written, but they measure failures, not the server")
     if not res.lag_ok:
         raise SchedportError(f"the client fell behind the schedule: send lag p99 "
                              f"{s['send_lag_p99_s'] * 1e3:.1f} ms > --max-lag {max_lag * 1e3:.0f} ms; "
@@ -171,6 +213,7 @@ def calibrate(
     for key, v in given.items():
         if v is not None and v < 1:
             raise SchedportError(f"--{key.replace('_', '-')} must be a positive integer, got {v}")
+    check_file_target(out_path)
     output_file(out_path)
     t0 = time.perf_counter()
     cal = run_cal(endpoint, out_path, model=model, repeats=repeats, seed=seed, overrides=given, log=out.print)
@@ -213,6 +256,7 @@ def validate(
 
     if (trace is None) == (corpus is None):
         raise SchedportError("give either --trace FILE (repeatable) or --corpus DIR, not both or neither")
+    claim_dir(out_dir, {"validation"}, inputs=[engine, corpus, *(trace or [])])
     output_dir(out_dir, create=False)
     if corpus is not None:
         named = corpus_traces(corpus, windows)
@@ -266,6 +310,7 @@ def example(
 
     if n < 1:
         raise SchedportError(f"--requests must be at least 1, got {n}")
+    check_file_target(out_path)
     output_file(out_path)
     save_trace(make_example_trace(n, seed), out_path)
     out.print(f"wrote {n} requests to {out_path}")
@@ -287,6 +332,7 @@ def trace_convert(
     from schedport import sources
     from schedport.trace import save_trace
 
+    check_file_target(out_path, inputs=inputs)
     output_file(out_path)
     sel = {k: v for k, v in dict(start_s=start, duration_s=duration, rows=rows).items() if v is not None}
     if fmt == "servegen":

@@ -61,6 +61,7 @@ import typer
 from schedport import __version__
 from schedport.errors import ConfigError, DataError, SchedportError
 from schedport.outputs import cause, parse_out_path
+from schedport.guard import WHAT, claim_dir, dir_kind
 
 MANIFEST_SCHEMA = 1
 SPEC_SCHEMA = 1
@@ -174,7 +175,12 @@ def load_corpus(dir: str | os.PathLike[str] = DEFAULT_OUT) -> Corpus:
     """
     root = Path(dir)
     mpath = root / "manifest.json"
-    hint = f"build it with `schedport corpus build --out {root}`"
+    kind = dir_kind(root)
+    if kind == "empty":
+        hint = f"build it with `schedport corpus build --out {root}`"
+    else:  # never advise a build that would be refused, or replace what is there
+        hint = (f"it holds {WHAT.get(kind, 'other files')}; give a corpus directory, or build one in a new "
+                f"directory with `schedport corpus build --out NEW_DIR`")
     if not mpath.is_file():
         raise DataError(f"{root}: not a corpus directory (no manifest.json); {hint}")
     try:
@@ -966,9 +972,13 @@ def build_corpus(spec: str | os.PathLike[str] | None = None,
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out}: exists and is not a directory")
-    if out.is_dir() and not (out / "manifest.json").is_file() and any(out.iterdir()):
-        raise ConfigError(f"{out}: exists, is not empty and holds no corpus (no manifest.json); "
-                          "refusing to replace it (choose another --out)")
+    # only an earlier corpus is ever replaced: a results store, a folder with a manifest of
+    # another kind, or any other non-empty folder is refused (guard.claim_dir)
+    try:
+        claim_dir(out, {"corpus"}, allow_other=False, inputs=[root, spec])
+    except SchedportError as e:
+        raise ConfigError(str(e)) from None
+    _remove_stale_builds(out)
     srcs, built_spec = _resolve_sources(raw, root, spec_dir, download, log)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -1034,6 +1044,31 @@ def build_corpus(spec: str | os.PathLike[str] | None = None,
     corpus = load_corpus(out)
     corpus.reproduction = repro
     return corpus
+
+
+def _remove_stale_builds(out: Path) -> None:
+    """Remove the temporary folders of builds of `out` whose process is gone (a build killed
+    with -9 cannot clean up after itself); a live build's folder is left alone."""
+    parent = out.parent
+    if not parent.is_dir():
+        return
+    pat = re.compile(rf"\.{re.escape(out.name)}\.(building|old)-(\d+)-[0-9a-f]{{8}}")
+    for p in parent.iterdir():
+        m = pat.fullmatch(p.name)
+        if m and p.is_dir() and not _pid_alive(int(m.group(2))):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _sel_text(sel: dict) -> str:

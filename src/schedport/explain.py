@@ -67,6 +67,7 @@ import numpy as np
 import typer
 
 from schedport.errors import SchedportError, read_json
+from schedport.guard import store_identity
 from schedport.trace import Trace
 
 __all__ = ["FEATURES", "Variant", "build_variant", "transplant_arrivals", "poisson_arrivals",
@@ -385,6 +386,13 @@ def read_portability(results: str | os.PathLike[str], hint: str = "") -> dict:
     res = read_json(p)
     if not isinstance(res, dict):
         raise SchedportError(f"{p}: expected a JSON object (the analysis of a results store)")
+    mpath = Path(results) / "manifest.json"
+    if "store" in res and mpath.is_file():
+        man = read_json(mpath)
+        if isinstance(man, dict) and res["store"] != store_identity(man):
+            raise SchedportError(f"{p}: is the analysis of another results store (created "
+                                 f"{(res['store'] or {}).get('created')}, this one {man.get('created')}); "
+                                 f"run `schedport analyze --results {results}`{hint}")
     return res
 
 
@@ -422,6 +430,29 @@ def ranked_reversals(res: dict) -> list[dict]:
 def _cell_key(content_sha: str, scheduler: str, rho: float, seed: int, engine_hash: str, code: str) -> str:
     text = json.dumps([content_sha, scheduler, repr(float(rho)), int(seed), engine_hash, code])
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _cell_checksum(cell: dict) -> str:
+    """The sha256 sealing one cached run: its identity (variant, scheduler, rho, seed, engine) and
+    every number of its summary, so an edited or damaged cell is recomputed, never believed."""
+    body = {k: cell.get(k) for k in ("content_sha256", "scheduler", "rho", "seed", "engine_hash", "summary")}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _read_cell(path: Path, sha: str, sched: str, rho: float, seed: int, engine_hash: str) -> dict | None:
+    """The summary of a cached cell that is exactly the run asked for and passes its checksum;
+    None for anything else (missing, unreadable, edited, another run's)."""
+    try:
+        cell = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(cell, dict) and isinstance(cell.get("summary"), dict)
+            and cell.get("sha256") == _cell_checksum(cell)):
+        return None
+    if (cell.get("content_sha256"), cell.get("scheduler"), cell.get("rho"), cell.get("seed"),
+            cell.get("engine_hash")) != (sha, sched, float(rho), int(seed), engine_hash):
+        return None
+    return cell["summary"]
 
 
 def _write_json_atomic(path: Path, obj: Any) -> None:
@@ -506,7 +537,7 @@ class Explainer:
         self._ex = None
         self._traces: dict[str, Trace] = {}
         self._store_caps = self._read_store_capacities()
-        self.timings = {"runs": 0, "capacities": 0, "cached_cells": 0}
+        self.timings = {"runs": 0, "capacities": 0, "cached_cells": 0, "refused_cells": 0}
 
     # ---------------------------------------------------------------- inputs
 
@@ -683,12 +714,12 @@ class Explainer:
                 if (sha, sched, seed) in out or seed in todo.get((sha, sched), (None, ()))[1]:
                     continue
                 if p.is_file():
-                    try:
-                        out[(sha, sched, seed)] = json.loads(p.read_text())["summary"]
+                    summary = _read_cell(p, sha, sched, rho, seed, self.engine_hash)
+                    if summary is not None:
+                        out[(sha, sched, seed)] = summary
                         self.timings["cached_cells"] += 1
                         continue
-                    except (OSError, ValueError, KeyError):
-                        pass
+                    self.timings["refused_cells"] += 1
                 todo.setdefault((sha, sched), (trace, []))[1].append(seed)
         if not todo:
             return out
@@ -747,9 +778,10 @@ class Explainer:
                     seed = int(row["seed"])
                     summary = {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
                     key = _cell_key(sha, sched, rho, seed, self.engine_hash, self.code)
-                    _write_json_atomic(self.cache / "cells" / key[:2] / f"{key}.json",
-                                       {"content_sha256": sha, "scheduler": sched, "rho": float(rho), "seed": seed,
-                                        "engine_hash": self.engine_hash, "summary": summary})
+                    cell = {"content_sha256": sha, "scheduler": sched, "rho": float(rho), "seed": seed,
+                            "engine_hash": self.engine_hash, "summary": summary}
+                    cell["sha256"] = _cell_checksum(cell)
+                    _write_json_atomic(self.cache / "cells" / key[:2] / f"{key}.json", cell)
                     out[(sha, sched, seed)] = summary
                     self.timings["runs"] += 1
                 bar.advance(task, len(rows))
@@ -760,7 +792,8 @@ class Explainer:
     def explain_reversal(self, rev: dict, features: Optional[Sequence[str]] = None) -> dict:
         """Build the variants of one reversal, run A and B on them, and attribute the gap (the JSON contract)."""
         t0 = time.perf_counter()
-        runs0, caps0, cached0 = (self.timings[k] for k in ("runs", "capacities", "cached_cells"))
+        runs0, caps0, cached0, refused0 = (self.timings[k] for k in ("runs", "capacities", "cached_cells",
+                                                                     "refused_cells"))
         feats = self.features_for(rev, features)
         A, B, metric, region = rev["scheduler_a"], rev["scheduler_b"], rev["metric"], rev["region"]
         x, y = rev["condition_a"]["source"], rev["condition_b"]["source"]
@@ -827,7 +860,8 @@ class Explainer:
                            "features": {f: FEATURES[f][1] for f in feats}},
                 "variants": records,
                 "run_info": {"runs": self.timings["runs"] - runs0, "capacities": self.timings["capacities"] - caps0,
-                             "cached_runs": self.timings["cached_cells"] - cached0, "wall_s": round(wall, 2),
+                             "cached_runs": self.timings["cached_cells"] - cached0,
+                             "refused_cached_runs": self.timings["refused_cells"] - refused0, "wall_s": round(wall, 2),
                              "engine_hash": self.engine_hash, "seeds": self.seeds,
                              "note": "wall time and run counts depend on what the cache already held"}}
 
@@ -884,6 +918,22 @@ def _check_request(reversal, pair, metric, region, sources, features) -> None:
         bad = [f for f in features if f not in FEATURES]
         if bad:
             raise SchedportError(f"--features: unknown {', '.join(bad)} (known: {', '.join(FEATURES)})")
+
+
+def check_results_dir(results) -> None:
+    """A `--results` that is missing, a file, or not a results store: one line saying which."""
+    from schedport.guard import WHAT, dir_kind
+
+    p = Path(results)
+    if not p.exists():
+        raise SchedportError(f"{p}: no such directory (--results takes the folder `schedport run --out` wrote)")
+    if not p.is_dir():
+        raise SchedportError(f"{p}: is a file; --results takes the folder `schedport run --out` wrote")
+    kind = dir_kind(p)
+    if kind != "results":
+        what = "nothing" if kind == "empty" else WHAT.get(kind, "other files")
+        raise SchedportError(f"{p}: not a results store (no manifest.json of kind schedport-results; it holds "
+                             f"{what}); --results takes the folder `schedport run --out` wrote")
 
 
 def parse_selection(spec, n_reversals: int) -> list[int]:
@@ -986,17 +1036,40 @@ def explain_command(
 ) -> None:
     """Explain why a ranking flips: run the pair on hybrid windows that each take one traffic feature from the
     other source, and name the feature whose transplant reproduces the flip."""
+    from schedport.guard import check_file_target, claim_dir
+    from schedport.outputs import output_file
+
+    check_results_dir(results)
     if out is not None and out.exists() and out.is_dir():
         raise SchedportError(f"--out: {out} is a directory; give a file name (FILE.json)")
+    if seed < 0:
+        raise SchedportError(f"--seed must be >= 0, got {seed}")
+    if n_boot < 1:
+        raise SchedportError(f"--boot must be at least 1, got {n_boot}")
+    if features is not None and not features.strip():
+        raise SchedportError("--features: empty; give feature names, or leave the option out for all")
+    if out is not None:
+        check_file_target(out, inputs=[results, corpus])
+        output_file(out)
+    if cache is not None:
+        claim_dir(cache, {"explain"}, option="--cache", allow_other=False, inputs=[corpus])
     if list_only:
-        for d in ranked_reversals(read_portability(results, " first")):
+        revs = ranked_reversals(read_portability(results, " first"))
+        for d in revs:
             typer.echo(f"{d['id']:4d}  {d['metric']:<24} {d['pair']} @ {d['region']}: {d['source_a']} "
                        f"{d['effect_a']:+.3f}, {d['source_b']} {d['effect_b']:+.3f}")
+        if not revs:
+            typer.echo(f"{results}: the study form finds no cross-source reversal, so there is nothing to explain")
         return
     flist = [f.strip() for f in features.split(",") if f.strip()] if features else None
-    d = explain(results, reversal=reversal, pair=pair, metric=metric, region=region, sources=sources,
-                corpus_dir=corpus, cache_dir=cache, features=flist, executor=executor, workers=workers,
-                ray_address=ray_address, n_boot=n_boot, seed=seed)
+    try:
+        d = explain(results, reversal=reversal, pair=pair, metric=metric, region=region, sources=sources,
+                    corpus_dir=corpus, cache_dir=cache, features=flist, executor=executor, workers=workers,
+                    ray_address=ray_address, n_boot=n_boot, seed=seed)
+    except KeyboardInterrupt:
+        typer.echo("interrupted: every finished run is kept in the explain cache; rerun the same command to "
+                   "resume", err=True)
+        raise
     text = json.dumps(d, indent=1, allow_nan=False)
     if out is None:
         typer.echo(text)
@@ -1012,8 +1085,10 @@ def explain_command(
             raise io_error(out, e) from None
         typer.echo(d["verdict"]["sentence"])
         ri = d["run_info"]
+        refused = ri.get("refused_cached_runs", 0)
         typer.echo(f"{ri['runs']} runs, {ri['capacities']} capacities, {ri['cached_runs']} cached, "
-                   f"{ri['wall_s']:.1f} s; wrote {out}")
+                   + (f"{refused} cached runs failed their checksum and were recomputed, " if refused else "")
+                   + f"{ri['wall_s']:.1f} s; wrote {out}")
 
 
 # ============================================================================ the report section

@@ -249,8 +249,11 @@ async def _server_info(session, base: str, model: str | None, timeout_s: float) 
     except (aiohttp.ClientError, ValueError) as e:
         raise EndpointError(f"{url}: {type(e).__name__}: {e}") from None
     data = body.get("data") if isinstance(body, dict) else None
-    if not data:
+    if isinstance(data, list) and not data:
         raise EndpointError(f"{url}: the server lists no model")
+    if not isinstance(data, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in data):
+        raise EndpointError(f"{url}: not an OpenAI model list (expected {{\"data\": [{{\"id\": ...}}, ...]}}, "
+                            f"got {str(body)[:80]})")
     ids = [m.get("id") for m in data]
     if model is None:
         model = ids[0]

@@ -82,7 +82,12 @@ class _Nums:
     def __call__(self, key: str, kind: str = "num") -> str:
         v = resolve_key(self.res, key)
         text = _FORMATTERS[kind](v)
-        return f'<span class="num" data-key="{_esc(key)}" data-fmt="{kind}">{_esc(text)}</span>'
+        mark = ""
+        if key.endswith(".adjusted") and isinstance(v, (int, float)) and v > 1:
+            # a ratio over a noisy ceiling can pass 1: shown as it is, marked, never as "better than perfect"
+            mark = ("<sup class='flag' title='above 1: the split-half reliability it is divided by is itself "
+                    "noisy here; read as at the ceiling (1)'>&gt;1</sup>")
+        return f'<span class="num" data-key="{_esc(key)}" data-fmt="{kind}">{_esc(text)}</span>{mark}'
 
     def ci(self, key: str, kind: str = "num") -> str:
         """value [low, high] for a dict at `key` with value/ci_low/ci_high."""
@@ -333,6 +338,7 @@ td.l,th.l{text-align:left}
 img.fig{max-width:100%;height:auto;display:block;margin:8px 0}
 img.small{max-width:100%;height:auto}
 .note{background:#fff8e1;border-left:4px solid #E69F00;padding:6px 10px;margin:8px 0;font-size:0.9em}
+.warn{background:#fdecea;border-left:4px solid #D55E00;padding:6px 10px;margin:8px 0}
 .modeled{background:#e8f1fb;border-left:4px solid #0072B2;padding:4px 8px}
 pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:0.8em}
 details{margin:6px 0}summary{cursor:pointer;font-weight:600}
@@ -550,6 +556,8 @@ def _region_card(res: dict, n: _Nums) -> str:
         return ""
     a, b = rc["this"], rc["other"]
     rows = []
+    warn = (f"<p class='warn'><b>Not one study:</b> {_esc(rc['selection_note'])}.</p>"
+            if rc.get("selection_differs") else "")
 
     def _row(label: str, ka: Optional[str], kb: Optional[str], kind: str = "num", ci: bool = False) -> None:
         def cell(k):
@@ -586,13 +594,17 @@ def _region_card(res: dict, n: _Nums) -> str:
     return ("<div class='card' id='card-regiondefs'><h3>The headline under both region definitions</h3>"
             f"<p class='sub'>This run: {_esc(a['region_def_description'])}. Other: "
             f"{_esc(b['region_def_description'])} (from {_esc(rc['other_path'])}). Intervals as in each run's own "
-            "report.</p>" + note
+            "report.</p>" + warn + note
             + f"<div class='scroll'><table><tr><th class='l'>figure</th><th>{_esc(a['region_def'])} (this run)</th>"
             f"<th>{_esc(b['region_def'])}</th></tr>" + "".join(rows) + "</table></div></div>")
 
 
 def _headline(res: dict, n: _Nums) -> str:
     out = ['<section id="headline" aria-label="headline findings">']
+    rc = res.get("region_comparison") or {}
+    if rc.get("selection_differs"):
+        out.append(f"<p class='warn' id='compare-warning'><b>--compare: not one study.</b> "
+                   f"{_esc(rc['selection_note'])}.</p>")
     out.append(_claims_card(res, n))
     out.append(_region_card(res, n))
     out.append(_tau_card(res, n))

@@ -463,6 +463,19 @@ def move_aside(root: Path) -> Path:
     return dest
 
 
+def _holds_no_cells(root: Path) -> bool:
+    """True when the store at `root` has no results part at all (and no analysis of one)."""
+    runs = root / "runs"
+    if (root / "portability.json").exists():
+        return False
+    try:
+        return not any(_PART_RE.fullmatch(p.name) for p in runs.iterdir())
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
 def open_store(root: str | os.PathLike[str], *, corpus_sha256: str, engine_config: dict, engine_hash: str,
                metric_columns: Sequence[str], corpus_dir: str | None = None, force: bool = False,
                ) -> tuple[ResultsStore, Path | None]:
@@ -512,6 +525,12 @@ def open_store(root: str | os.PathLike[str], *, corpus_sha256: str, engine_confi
         return None
 
     problem = identity_problem()
+    if isinstance(problem, StoreMismatch) and not force and _holds_no_cells(root):
+        # a run that failed before its first cell (a bad engine config, say) left only its
+        # manifest: nothing a user could lose, so the corrected rerun starts the store afresh
+        _check_unlocked(root)
+        (root / "manifest.json").unlink()
+        problem = None
     if problem is not None:
         if not force:
             raise problem

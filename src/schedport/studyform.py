@@ -563,7 +563,7 @@ def claims(st, sf: dict, cross_pairs: list, metric_tau: dict, modeled: Sequence[
         out.append({"id": "azure_bailian", "study": STUDY_FINDINGS["azure_bailian"],
                     "here": f"tau {d['value']:.3f} [{d['ci_low']:.3f}, {d['ci_high']:.3f}] ({az} vs {bl}, main "
                             f"metrics and regions averaged); ceiling-adjusted "
-                            f"{'n/a' if adj is None else f'{adj:.2f}'}{_mod(az, bl)}",
+                            f"{adjusted_text(adj)}{_mod(az, bl)}",
                     "verdict": v, "value": d["value"], "ci_low": d["ci_low"], "ci_high": d["ci_high"],
                     "adjusted": adj,
                     "rule": f"near-perfect = tau >= {NEAR_PERFECT}: holds if the whole 95% interval is >= "
@@ -654,3 +654,10 @@ def claims(st, sf: dict, cross_pairs: list, metric_tau: dict, modeled: Sequence[
                         "others (the share is then 100% by construction; the share without that metric is given)"})
     return out
 
+
+
+def adjusted_text(adj) -> str:
+    """A ceiling-adjusted tau for display; above 1 (a ratio over a noisy ceiling) it is marked."""
+    if adj is None:
+        return "n/a"
+    return f"{adj:.2f}" + (" (above 1: at the noise ceiling, which is itself noisy here)" if adj > 1 else "")

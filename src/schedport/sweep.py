@@ -657,7 +657,7 @@ def run_sweep(corpus_dir: str | os.PathLike[str], out: str | os.PathLike[str], *
                  seeds=seeds, quick=quick)
     store, moved = open_store(out, corpus_sha256=corpus.corpus_sha256, engine_config=cfg.to_dict(),
                               engine_hash=cfg.config_hash(), metric_columns=metric_columns(cfg),
-                              corpus_dir=str(corpus_dir), force=force)
+                              corpus_dir=os.path.abspath(corpus_dir), force=force)
     sw = _Sweep(corpus, corpus_dir, sel, cfg, store, workers, flush_cells, flush_seconds, keep_requests)
     from schedport.regions import parse_region_def
     rdef = parse_region_def(region_def, list(cfg.slo_profiles))

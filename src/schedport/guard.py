@@ -1,0 +1,141 @@
+"""What an output location already holds, and whether a command may write there.
+
+One rule for every command that writes: before writing, it asks `claim_dir` (a directory) or
+`claim_file` (a file). The command may replace only what it made itself, of the same kind,
+recognised by the marker that kind writes (a manifest's ``kind``, or the fixed file names of a
+run's outputs); anything else is refused with one line naming the path and what is there, and
+no command may write onto one of its own inputs. The kinds:
+
+============  ==================================================================
+corpus        ``manifest.json`` with kind ``schedport-corpus`` (`corpus build`)
+results       ``manifest.json`` with kind ``schedport-results`` (`run`)
+analysis      ``portability.json`` without a manifest (`analyze --out`)
+run           ``summary.json`` + ``requests.parquet`` (`simulate`, `replay`)
+validation    ``validation.json`` (`validate`)
+explain       ``cells/`` + ``variants/`` of an explain cache (`explain --cache`)
+foreign       a manifest.json of another kind, or files of a kind listed above
+              mixed with others: something schedport did not make, or not alone
+empty         a missing or empty directory
+other         a directory with files, none of them schedport's
+============  ==================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from schedport.errors import SchedportError
+
+WHAT = {"corpus": "a corpus (manifest kind schedport-corpus)",
+        "results": "a results store (manifest kind schedport-results)",
+        "analysis": "an analysis (portability.json)",
+        "run": "a simulate/replay output (summary.json, requests.parquet)",
+        "validation": "a validation (validation.json)",
+        "explain": "an explain cache (cells/, variants/)",
+        "foreign": "files schedport did not make",
+        "other": "other files"}
+
+_MANIFEST_KINDS = {"schedport-corpus": "corpus", "schedport-results": "results"}
+
+
+def dir_kind(path) -> str:
+    """The kind of what the directory at `path` holds (see the module docstring)."""
+    p = Path(path)
+    if not p.exists():
+        return "empty"
+    if not p.is_dir():
+        return "file"
+    try:
+        names = {q.name for q in p.iterdir() if not q.name.startswith(".")}
+    except OSError:
+        return "other"
+    if not names:
+        return "empty"
+    if "manifest.json" in names:
+        try:
+            kind = json.loads((p / "manifest.json").read_text(encoding="utf-8")).get("kind")
+        except (OSError, ValueError, AttributeError):
+            return "foreign"
+        if kind is None and (p / "runs").is_dir():
+            return "results"  # a store written by hand (no kind): read page by page, never replaced
+        return _MANIFEST_KINDS.get(kind, "foreign")
+    if "portability.json" in names:
+        return "analysis"
+    if {"summary.json", "requests.parquet"} & names:
+        return "run" if names <= {"summary.json", "requests.parquet"} else "foreign"
+    if "validation.json" in names:
+        return "validation"
+    if names <= {"cells", "variants"} and (p / "cells").is_dir():
+        return "explain"
+    return "other"
+
+
+def check_not_input(target, inputs, option: str = "--out") -> None:
+    """Refuse a `target` that is one of the command's `inputs`, or a folder holding one (writing
+    or replacing it would destroy the input). A target inside an input folder is left to the
+    kind checks: a new folder there destroys nothing."""
+    t = Path(target)
+    for src in inputs:
+        if src is None:
+            continue
+        s = Path(src)
+        if not s.exists():
+            continue
+        tr, sr = t.resolve(), s.resolve()
+        if tr == sr or tr in sr.parents:
+            rel = "is" if tr == sr else "holds"
+            raise SchedportError(f"{t}: {option} {rel} this command's input {s}; writing there would "
+                                 f"destroy it (choose another {option})")
+
+
+def claim_dir(path, may_replace: set[str], option: str = "--out", inputs=(), allow_other: bool = True) -> str:
+    """Check that a command may write into the directory `path`; return its kind.
+
+    Allowed: a missing or empty directory, one of the kinds in `may_replace`, and (when
+    `allow_other`) a directory with none of schedport's files, where the command's own
+    file names are checked by `claim_names`. Anything else is a one-line `SchedportError`
+    naming the path and what is there.
+    """
+    check_not_input(path, inputs, option)
+    kind = dir_kind(path)
+    if kind in ("empty", *may_replace) or (kind == "other" and allow_other):
+        return kind
+    if kind == "file":
+        raise SchedportError(f"{path}: exists and is not a directory; choose another {option}")
+    raise SchedportError(f"{path}: holds {WHAT[kind]}; refusing to replace it (choose another {option})")
+
+
+def claim_names(path, names, option: str = "--out") -> None:
+    """In a directory of kind "other", refuse to overwrite a file of one of the `names` the
+    command writes: it was not made by this command."""
+    for n in names:
+        if (Path(path) / n).exists():
+            raise SchedportError(f"{Path(path) / n}: exists and was not written by schedport; refusing to "
+                                 f"replace it (choose another {option})")
+
+
+def check_file_target(path, inputs=(), option: str = "--out") -> None:
+    """A file output: never one of the inputs, never a file inside a corpus or a results store."""
+    check_not_input(path, inputs, option)
+    p = Path(path).absolute()
+    for d in p.parents:
+        kind = dir_kind(d) if (d / "manifest.json").is_file() else None
+        if kind in ("corpus", "results"):
+            raise SchedportError(f"{path}: is inside {WHAT[kind]} at {d}; refusing to write there "
+                                 f"(choose another {option})")
+        if d == d.parent:
+            break
+
+
+def store_identity(manifest: dict) -> dict:
+    """What identifies a results store for the artefacts derived from it: its corpus, engine,
+    selection and creation time (a store made again gets a new identity)."""
+    return {"corpus_sha256": manifest.get("corpus_sha256"), "engine_hash": manifest.get("engine_hash"),
+            "created": manifest.get("created")}
+
+
+def path_text(p) -> str:
+    """A path as an absolute string (for manifests read from another working directory)."""
+    return os.path.abspath(os.fspath(p))
