@@ -93,23 +93,29 @@ def test_replay_exact_tokens_sane_timings_and_rejections(server, calibrated, tmp
     assert sim.requests.loc[5, "status"] == "rejected"
 
 
-# A short request's first token counts as overtaking a long request sent earlier only when the
-# long one was provably still waiting as the short one reached the server: its first token came
-# more than this long after the short one was sent (on loopback a sent request is in the
-# engine's queue within milliseconds; this is a thousand times that).
+# A (long, short) pair counts only when the long request was provably still waiting as the short
+# one reached the server: its first token came more than this long after the short one was sent
+# (on loopback a sent request is in the engine's queue within milliseconds).
 QUEUED_MARGIN_S = 1.0
 
 
-def _overtakes(res) -> tuple[float, int]:
-    """Of the (long, short) pairs where the long request was sent first and was still waiting
-    when the short one arrived, the share in which the short one got its first token first, and
-    the number of such pairs: the server's admission decisions, whatever the machine's speed."""
+def _short_first(res) -> tuple[float, int]:
+    """Of the (long j, short i) pairs where j was sent first and was still waiting when i was
+    sent, the share in which i finished before j was half done, and the number of such pairs.
+
+    Finish and first-token times are as the client received them, and a busy server's front
+    end delivers them in bursts (all first tokens of a wave can arrive within a millisecond),
+    so no order within a step is trusted. Half of a long decode is >= 1.5 s here (see the
+    test), hundreds of steps: admitted first, a short request ends near the long one's start;
+    admitted after it, near its end.
+    """
     t = res.requests
-    sent, first = t.arrival_s.to_numpy(), t.first_token_s.to_numpy()
+    sent, first, fin = (t[c].to_numpy() for c in ("arrival_s", "first_token_s", "finish_s"))
     short = (t.output_tokens < 12).to_numpy()
     pairs = [(j, i) for j in np.flatnonzero(~short) for i in np.flatnonzero(short)
              if sent[j] < sent[i] and first[j] > sent[i] + QUEUED_MARGIN_S]
-    return (sum(first[i] < first[j] for j, i in pairs) / len(pairs) if pairs else float("nan")), len(pairs)
+    wins = sum(fin[i] < (first[j] + fin[j]) / 2 for j, i in pairs)
+    return (wins / len(pairs) if pairs else float("nan")), len(pairs)
 
 
 def test_priorities_honoured_under_overload(server, calibrated):
@@ -117,15 +123,18 @@ def test_priorities_honoured_under_overload(server, calibrated):
     long one sent earlier; under FCFS it keeps the sending order.
 
     The burst: 16 long requests, then (0.1 s later) 16 short ones, against 8 slots. The first 8
-    longs take the slots and hold them for at least 3 s: their length comes from the calibrated
-    decode-step time of this server, so a faster machine gets longer decodes. The other 8 longs
-    and all 16 shorts wait. Each of the 8 x 16 (waiting long, short) pairs is counted when the
-    long one was still waiting QUEUED_MARGIN_S after the short one was sent (`_overtakes`). For
-    such a pair the scheduler's rule decides the order at every slot release: sjf admits the
-    short one first, FCFS the long one. The only exception is a pair admitted in the same step,
-    where the two first tokens race to the client: at most one pair per slot and wave, so the
-    shares are >= 0.9 and <= 0.1 by construction. Asserted on the order of first tokens (each
-    follows its admission: the prompts are 16-63 tokens, one prefill step), not on latencies.
+    longs take the slots and hold them for a decode of at least 3 s: their length comes from the
+    calibrated decode-step time of this server (a faster machine gets longer decodes, a slower
+    one only takes longer). The other 8 longs and the 16 shorts wait. For each of the 8 x 16
+    (waiting long, short) pairs the scheduler's rule decides the order at every slot release:
+    sjf admits the short one first, FCFS the long one; `_short_first` reads that order with a
+    margin of half a long decode, so every pair is decided by the rule, and the shares are 1 and
+    0 by construction (asserted as >= 0.9 and <= 0.1).
+
+    A pair counts only if its long request was still waiting a second after the short one was
+    sent. When this machine holds the client back so long that fewer than half the pairs count
+    (a send lag of seconds: the premise, not the server, failed), the replay is repeated, up to
+    three times, as the replay itself does for lag.
     """
     from schedport.latency import make_latency_model
     from schedport.replay import replay
@@ -140,13 +149,13 @@ def test_priorities_honoured_under_overload(server, calibrated):
     tr = Trace(arrival, rng.integers(16, 64, n_long + n_short), out, None, "burst")
     got = {}
     for s in ("vllm-fcfs", "sjf"):
-        res = replay(tr, server.endpoint, engine=engine, scheduler=s, retries=1, max_lag_s=60.0)
-        assert res.summary["n_completed"] == len(tr)
-        got[s] = _overtakes(res)
-    for s, (_, n_pairs) in got.items():
-        # the design's premise (the long decodes outlast the sending by far): at least half the
-        # 8 x 16 pairs count (all of them when the sends keep their schedule)
-        assert n_pairs >= MAX_NUM_SEQS * n_short // 2, (s, got, long_out, step)
+        for _ in range(3):
+            res = replay(tr, server.endpoint, engine=engine, scheduler=s, retries=1, max_lag_s=60.0)
+            assert res.summary["n_completed"] == len(tr)
+            got[s] = _short_first(res)
+            if got[s][1] >= MAX_NUM_SEQS * n_short // 2:
+                break
+        assert got[s][1] >= MAX_NUM_SEQS * n_short // 2, (s, got, long_out, step)
     assert got["sjf"][0] >= 0.9 and got["vllm-fcfs"][0] <= 0.1, (got, long_out, step)
 
 

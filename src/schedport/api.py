@@ -34,6 +34,7 @@ import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -248,7 +249,13 @@ def check_metrics_horizon(trace: Trace, cfg: EngineConfig, alone_s=None, advice:
         return
     if alone_s is None:
         alone_s = make_latency_model(cfg).alone_time(trace.input_tokens, trace.output_tokens)
-    horizon, fastest = cfg.horizon_factor * trace.span_s, float(np.min(alone_s))
+    # only requests the engine can serve at all count: one rejected at arrival for its length
+    # completes at no horizon, and if none can be served the horizon decides nothing
+    limit = trace.input_tokens + (trace.output_tokens if cfg.over_length != "clamp" else 1)
+    servable = limit <= cfg.max_model_len
+    if not servable.any():
+        return
+    horizon, fastest = cfg.horizon_factor * trace.span_s, float(np.min(np.asarray(alone_s)[servable]))
     if horizon < fastest:
         raise SchedportError(
             f"{trace.name}: the metrics horizon ({cfg.horizon_factor:g} x the arrival span = {horizon:.3g} s) "
@@ -291,7 +298,8 @@ def served_trace(trace: Trace, cfg: EngineConfig) -> Trace:
 
 def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | str | Path | None = None,
              load: float | None = None, seed: int = 0, *, exact: bool = False,
-             horizon_s: float | None = None, time_scale: float | None = None) -> SimulationResult:
+             horizon_s: float | None = None, time_scale: float | None = None,
+             progress: Callable[[float, int, int], None] | None = None) -> SimulationResult:
     """Simulate `trace` under `scheduler` on `engine`; return the per-request table and summary.
 
     The table has the columns of `schedport.metrics.request_table` plus ``reject_reason``:
@@ -304,6 +312,8 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
     `exact=True` steps every iteration (the oracle the default fast mode must match).
     `time_scale` applies a precomputed `load_scale` factor instead of `load` (sweeps compute
     each window's capacity once and pass the factor to every cell).
+    `progress`, when given, is called every 1,024 engine steps with (simulated time, requests
+    arrived, requests in the trace): to show a long run advancing; it cannot change the result.
 
     With ``[latency] request_overhead_s = o > 0`` the engine is simulated on the (rescaled)
     trace with every arrival shifted by o -- each request reaches the engine's waiting queue
@@ -327,13 +337,14 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
     alone = lat.alone_time(trace.input_tokens, trace.output_tokens) if len(trace) else np.zeros(0)
     span = trace.span_s
     check_metrics_horizon(trace, cfg, alone, f" at load {load!r}; give a lower load" if load is not None
-                          else "; give a larger time scale")
+                          else (f"; spread the arrivals over a longer span, or give --load RHO" if time_scale is None
+                                else "; give a larger time scale"))
     overhead = cfg.request_overhead_s
     engine_trace = trace
     if overhead:
         engine_trace = Trace(trace.arrival_s + overhead, trace.input_tokens, trace.output_tokens,
                              trace.client_id, trace.name)
-    sim = Simulator(engine_trace, policy, cfg, lat, seed=seed, exact=exact, horizon_s=horizon_s)
+    sim = Simulator(engine_trace, policy, cfg, lat, seed=seed, exact=exact, horizon_s=horizon_s, progress=progress)
     out = sim.run()
     cid = trace.client_id if trace.client_id is not None else np.full(len(trace), None, dtype=object)
     table = request_table(

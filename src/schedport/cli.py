@@ -112,6 +112,9 @@ def _checked_analyze(command):
 
 out = Console()
 
+#: The largest `schedport example` trace: its columns take about 32 bytes a request while built.
+MAX_EXAMPLE_REQUESTS = 100_000_000
+
 
 _out_path = parse_out_path
 
@@ -135,8 +138,10 @@ def simulate(
         raise SchedportError(f"--horizon must be a positive, finite number of seconds, got {horizon}")
     claim_dir(out_dir, {"run"}, inputs=[trace, engine])
     output_dir(out_dir, create=False)
+    _say_reading(trace)
     t0 = time.perf_counter()
-    res = run_sim(trace, scheduler, engine=engine, load=load, seed=seed, exact=exact, horizon_s=horizon)
+    res = run_sim(trace, scheduler, engine=engine, load=load, seed=seed, exact=exact, horizon_s=horizon,
+                  progress=_StepProgress("simulate"))
     res.save(out_dir)
     s = res.summary
     wall = time.perf_counter() - t0
@@ -145,6 +150,11 @@ def simulate(
               f"TPOT p50 {_f(s['tpot_p50_s'])} s, {s['iterations']} iterations, "
               f"{s['preemptions']} preemptions  [{wall:.2f} s wall]")
     out.print(f"wrote {out_dir / 'requests.parquet'} and {out_dir / 'summary.json'}")
+    if s["n_requests"] and s["n_rejected"] == s["n_requests"]:
+        reasons = res.requests.reject_reason.dropna()
+        why = f" (first: {reasons.iloc[0]})" if len(reasons) else ""
+        raise SchedportError(f"{trace}: all {s['n_requests']} requests were rejected at arrival{why}; the files are "
+                             f"written, but nothing was served (check the lengths against [engine] max_model_len)")
 
 
 @app.command()
@@ -170,7 +180,8 @@ def replay(
     tr = load_trace(trace)
     t0 = time.perf_counter()
     res = run_replay(tr, endpoint, engine=engine, scheduler=scheduler, load=load, seed=seed, model=model,
-                     request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries, log=out.print)
+                     request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries, log=out.print,
+                     on_progress=_CountProgress("replay"))
     res.save(out_dir)
     s = res.summary
     out.print(f"{scheduler} on {res.server.model}: {s['n_completed']}/{s['n_requests']} completed, "
@@ -284,6 +295,47 @@ def validate(
                              "in validation.json); those runs do not replay the trace faithfully")
 
 
+def _say_reading(path, big: int = 100 * 2**20) -> None:
+    """One line on stderr before reading a large input, so a long read is not silence."""
+    try:
+        size = Path(path).stat().st_size
+    except OSError:
+        return
+    if Path(path).is_file() and size >= big:
+        typer.echo(f"reading {path} ({size / 2**30:.2f} GiB)...", err=True)
+
+
+class _StepProgress:
+    """Progress lines on stderr for a long simulation: none in its first 2 s, then one every 5 s."""
+
+    FIRST_S, EVERY_S = 2.0, 5.0
+
+    def __init__(self, label: str):
+        self.label, self.t0 = label, time.monotonic()
+        self.next = self.t0 + self.FIRST_S
+
+    def __call__(self, now: float, arrived: int, total: int) -> None:
+        t = time.monotonic()
+        if t < self.next:
+            return
+        self.next = t + self.EVERY_S
+        typer.echo(f"{self.label}: simulated {now:.1f} s, {arrived:,}/{total:,} requests arrived, "
+                   f"{t - self.t0:.0f} s elapsed", err=True)
+
+
+class _CountProgress(_StepProgress):
+    """Progress lines on stderr for a long replay: requests finished so far."""
+
+    def __call__(self, done: int, total: int) -> None:
+        t = time.monotonic()
+        if t < self.next and done < total:
+            return
+        if done == total and t - self.t0 < self.FIRST_S:
+            return
+        self.next = t + self.EVERY_S
+        typer.echo(f"{self.label}: {done:,}/{total:,} requests finished, {t - self.t0:.0f} s elapsed", err=True)
+
+
 def _f(v) -> str:
     return "n/a" if v is None else f"{v:.3f}"
 
@@ -310,6 +362,9 @@ def example(
 
     if n < 1:
         raise SchedportError(f"--requests must be at least 1, got {n}")
+    if n > MAX_EXAMPLE_REQUESTS:
+        raise SchedportError(f"--requests must be at most {MAX_EXAMPLE_REQUESTS:,} (about 3 GB of trace in memory), "
+                             f"got {n:,}")
     check_file_target(out_path)
     output_file(out_path)
     save_trace(make_example_trace(n, seed), out_path)
@@ -339,6 +394,8 @@ def trace_convert(
         if slot is None:
             raise SchedportError("--from servegen needs --slot SECONDS (the 600 s window to generate)")
         sel = {"slot_start_s": slot, "seed": seed, "rate_scale": rate_scale}
+    for p in inputs:
+        _say_reading(p)
     res = sources.read(fmt, list(inputs), **sel)
     if len(res.trace) == 0:
         raise SchedportError(f"{inputs[0]}: the selection holds no usable request")
@@ -357,6 +414,7 @@ def trace_check(path: Path = typer.Argument(..., help="Canonical trace to valida
 
     from schedport.trace import load_trace
 
+    _say_reading(path)
     t = load_trace(path)
     rate = (len(t) - 1) / t.span_s if t.span_s > 0 else float("nan")
     out.print(f"{path}: {len(t)} requests over {t.span_s:.1f} s ({rate:.2f} req/s); "
@@ -392,6 +450,8 @@ def main() -> None:
     except OSError as e:
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
         _fail(f"{where}{cause(e)}", 2)
+    except MemoryError:
+        _fail("out of memory: the input is larger than this machine can hold; use a smaller selection", 2)
     except (KeyboardInterrupt, typer.Abort):
         print("interrupted", file=sys.stderr)
         sys.exit(130)

@@ -34,7 +34,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from schedport.errors import ConfigError, DataError
+from schedport.errors import ConfigError, DataError, SchedportError
 
 ENV_VAR = "SCHEDPORT_DATA"
 DOWNLOAD_TIMEOUT_S = 60
@@ -458,11 +458,12 @@ def resolve_data_dir(cli_value: str | None = None) -> Path:
     ``../shared/datasets`` is looked for above the current directory's project root and
     the installed package's source tree; the user cache is the fallback.
     """
-    if cli_value:
-        return Path(cli_value).expanduser()
-    env = os.environ.get(ENV_VAR)
-    if env:
-        return Path(env).expanduser()
+    for given, what in ((cli_value, "--data-dir"), (os.environ.get(ENV_VAR), f"${ENV_VAR}")):
+        if given:
+            p = Path(given).expanduser()
+            if p.exists() and not p.is_dir():
+                raise SchedportError(f"{p}: is a file; {what} takes the folder that holds the public data files")
+            return p
     for cand in _mirror_candidates():
         if cand.is_dir():
             return cand.resolve()
@@ -563,6 +564,7 @@ def locate(name: str, data_dir: Path | str | None = None, download: bool = True)
 
 
 def _missing_message(entry: DataFile, root: Path, where: Path, reason: str) -> str:
-    return (f"missing data file {entry.relpath}: not in {root} or {cache_dir()} and {reason}; "
+    where_root = f"{root} (no such folder)" if not root.exists() else str(root)
+    return (f"missing data file {entry.relpath}: not in {where_root} or {cache_dir()} and {reason}; "
             f"get it from {entry.url} and put it in {where}/ (or pass --data-dir / set "
             f"{ENV_VAR})")

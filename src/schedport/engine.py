@@ -154,8 +154,10 @@ class Simulator:
 
     def __init__(self, trace: Trace, policy, config: EngineConfig, latency: LatencyModel, *,
                  seed: int = 0, exact: bool = False, horizon_s: float | None = None,
-                 observer: Callable[[StepRecord], None] | None = None):
+                 observer: Callable[[StepRecord], None] | None = None,
+                 progress: Callable[[float, int, int], None] | None = None):
         self.trace = trace
+        self.progress = progress
         self.config = config
         self.latency = latency
         self.seed = seed
@@ -371,6 +373,8 @@ class Simulator:
                     raise RuntimeError("internal: requests wait on an idle engine with no arrival to come")
                 break
             self.events += 1
+            if self.progress is not None and not self.events & 1023:
+                self.progress(now, i, n)    # (simulated time, arrived, total): reads the state, changes nothing
             if (not self.exact and plan.decode_only
                     and (self.cohort_n == len(self.running) if plan.cohort else len(plan.items) == len(self.running))
                     and sched.stable(plan)):

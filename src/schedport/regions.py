@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import os
 import tempfile
 from pathlib import Path
@@ -164,6 +165,9 @@ def slo_capacity(trace, cfg, profile: str = SLO_DEFAULT_PROFILE, target: float =
     return math.exp(lo)
 
 
+_REGION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
 def parse_regions(spec: str | None) -> dict[str, float]:
     """Turn a ``--regions`` value into an ordered {name: rho} dict.
 
@@ -194,8 +198,15 @@ def parse_regions(spec: str | None) -> dict[str, float]:
             rho = REGIONS[name]
         if not (math.isfinite(rho) and rho > 0):
             raise SchedportError(f"--regions: {name}: rho must be a positive number, got {rho}")
+        if not _REGION_NAME.fullmatch(name):
+            raise SchedportError(f"--regions: {name!r}: a region name is letters, digits, '-' and '_' "
+                                 f"(it names files and report rows)")
         if name in out:
             raise SchedportError(f"--regions: region {name!r} given twice")
+        same = [k for k, v in out.items() if v == rho]
+        if same:
+            raise SchedportError(f"--regions: {name} and {same[0]} are both rho {rho:g}: one load under two names "
+                                 f"would be analysed as two regions that always agree")
         out[name] = rho
     if not out:
         raise SchedportError("--regions: no region given")

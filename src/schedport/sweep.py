@@ -918,11 +918,15 @@ def run_command(
         "throughput", "--region-def", help="How rho is anchored: 'throughput' (offered / capacity) or "
         "'slo[:PROFILE[:TARGET]]' (offered / the rate at which vllm-fcfs meets TARGET of PROFILE's SLO; "
         "default slo:standard:0.9)."),
+    do_analyze: bool = typer.Option(
+        True, "--analyze/--no-analyze", help="After the sweep, analyse the store and write the report (default); "
+                                             "--no-analyze runs any selection (one window or scheduler too) and "
+                                             "leaves `schedport analyze` for later."),
 ) -> None:
     """Run the experiment matrix (schedulers x windows x regions x seeds), resumable, then the analysis."""
     try:
         _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
-                     workers, executor, ray_address, keep_requests, region_def)
+                     workers, executor, ray_address, keep_requests, region_def, do_analyze)
     except (KeyboardInterrupt, SweepInterrupted) as e:
         from rich.console import Console
 
@@ -932,7 +936,7 @@ def run_command(
 
 
 def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
-                 workers, executor, ray_address, keep_requests, region_def="throughput") -> None:
+                 workers, executor, ray_address, keep_requests, region_def="throughput", do_analyze=True) -> None:
     from rich.console import Console
 
     con = Console()
@@ -949,8 +953,9 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
         if "progress" in inspect.signature(build_corpus).parameters:
             kw["progress"] = lambda msg: con.print(str(msg), markup=False, soft_wrap=True)
         build_corpus(spec=None, data_dir=data_dir, out=corpus, **kw)
-    check_analysable(select(load_corpus(corpus), schedulers=schedulers, sources=sources, regions=regions,
-                            windows=windows, seeds=seeds, quick=quick))
+    if do_analyze:
+        check_analysable(select(load_corpus(corpus), schedulers=schedulers, sources=sources, regions=regions,
+                                windows=windows, seeds=seeds, quick=quick))
     res = run_sweep(corpus, out, schedulers=schedulers, sources=sources, regions=regions, windows=windows,
                     seeds=seeds, quick=quick, engine=engine, executor=executor, workers=workers,
                     ray_address=ray_address, keep_requests=keep_requests, force=force, region_def=region_def)
@@ -966,13 +971,27 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
         con.print(f"{res.cells_run} runs ({res.cells_skipped} already done, {res.cells_total} in the selection) "
                   f"in {_fmt_wall(res.wall_s)} wall ({rate:.1f} runs/s, {res.workers} {res.executor} workers); "
                   f"results in {out / 'runs'}", markup=False, soft_wrap=True)
+    if not do_analyze:
+        con.print(f"analysis skipped (--no-analyze); run `schedport analyze --results {out}` when ready",
+                  markup=False, soft_wrap=True)
+        return
     try:
         from schedport.analysis import analyze
     except ImportError:
         return
     kw = {"corpus_dir": corpus} if "corpus_dir" in inspect.signature(analyze).parameters else {}
     with analysis_outputs_cleaned(out):
-        analyze(out, out, **kw)
+        ares = analyze(out, out, **kw)
+    sel = (ares or {}).get("selection") or {}
+    if sel:
+        con.print(f"analysis over {len(sel['schedulers'])} schedulers x {sum(sel['windows_per_source'].values())} "
+                  f"windows x {len(sel['regions'])} regions of the store (sources: {', '.join(sel['sources'])})",
+                  markup=False, soft_wrap=True)
+    missing = (ares or {}).get("missing_cells") or []
+    if missing:
+        con.print(f"analysis: {len(missing)} cell(s) of incomplete blocks (a scheduler, window or region run for "
+                  f"only part of the selection) were left out; the report's notes list them, and a rerun of the "
+                  f"whole selection fills them in", markup=False, soft_wrap=True)
     for name in ("portability.json", "report.html"):
         if (out / name).exists():
             con.print(f"{'analysis' if name.endswith('json') else 'report'}: {out / name}", markup=False,

@@ -237,8 +237,36 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
         raise TraceError(f"{src}: file is empty; expected a header {_EXPECTED_HEADER} "
                          "and one row per request")
     if kind == "csv":
+        _check_memory(size, CSV_MEMORY_FACTOR, src)
         return _load_csv(p, src)
     return _load_parquet(p, src)
+
+
+#: Peak memory of loading a canonical CSV, in multiples of its size (measured: 3.4x on a 7M-row
+#: file without client ids, including the parse; client ids as Python strings add more).
+CSV_MEMORY_FACTOR = 4.0
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (Linux MemAvailable), None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _check_memory(size: int, factor: float, src: str) -> None:
+    """Refuse, before reading, a file whose load would need more memory than is available."""
+    avail = _available_memory()
+    need = size * factor
+    if avail is not None and need > avail:
+        raise TraceError(f"{src}: loading this {size / 2**30:.1f} GiB file needs about {need / 2**30:.1f} GiB of "
+                         f"memory and {avail / 2**30:.1f} GiB are available; cut it into smaller windows first "
+                         f"(e.g. split the CSV by rows)")
 
 
 def save_trace(trace: Trace, path: str | os.PathLike[str]) -> None:
@@ -564,6 +592,13 @@ def _load_csv(p: Path, src: str) -> Trace:
         data = p.read_bytes()
     except OSError as exc:
         raise TraceError(f"{src}: cannot read file ({exc.strerror or exc})") from exc
+    if data.isascii() and not any(c in data for c in (b'"', b"\x00", b"\r")):
+        # the common case, read without a text copy: structure on the bytes, values by pandas
+        shape = _structure_plain_bytes(data, src)
+        if shape is not None and not _check_header_quietly(shape[0]):
+            fast = _csv_fast(data, shape[0], shape[1], p.stem, None)
+            if fast is not None:
+                return fast
     text = _decode(data, src)
     columns: dict[str, np.ndarray] | None = None
     if '"' in text or "\x00" in text:
@@ -610,6 +645,41 @@ def _no_rows(src: str, has_header: bool) -> TraceError:
 def _ragged(src: str, line: int, expected: int, found: int) -> TraceError:
     return TraceError(f"{src}: line {line}: malformed CSV: expected {expected} fields "
                       f"as in the header, found {found}")
+
+
+def _structure_plain_bytes(data: bytes, src: str) -> tuple[list[str], int] | None:
+    """Header and record count of an ASCII, quote-free, '\\n'-only CSV, from its bytes with numpy
+    (8 bytes a line, no Python string per line: a large trace loads in about 3x its size in
+    memory instead of 10x); None when its rows may be ragged, for the exact pass to report.
+
+    Every record has as many fields as the header when the file's commas number exactly
+    (records x (fields - 1)) and no record has more fields (pandas refuses that in `_csv_fast`).
+    """
+    a = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(a == 10)
+    if not len(ends) or ends[-1] != len(a) - 1:
+        ends = np.append(ends, len(a))          # a last line without its newline
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    nonblank = np.flatnonzero(ends > starts)
+    del starts
+    if len(nonblank) < 2:
+        return None
+    h = int(nonblank[0])
+    first = 0 if h == 0 else int(ends[h - 1]) + 1
+    header = data[first:ends[h]].decode("ascii").split(",")
+    n = len(nonblank) - 1
+    if np.count_nonzero(a == 44) != (n + 1) * (len(header) - 1):
+        return None
+    return header, n
+
+
+def _check_header_quietly(header: list[str]) -> str:
+    """The header's problem ('' if none), for the fast path to leave to the exact one."""
+    try:
+        _check_header(header, "", "")
+    except TraceError as e:
+        return str(e) or "bad header"
+    return ""
 
 
 def _structure_plain(text: str, src: str) -> tuple[list[str], np.ndarray]:
