@@ -79,11 +79,12 @@ class FakeServer:
 
     def configure(self, *, delay: float = DELAY_S, modes: dict[int, str] | None = None,
                   models_status: int = 200, models: list[dict] | None = None, hold_until: int = 0,
-                  head_delay: float = 0.0, tail_delay: float = 0.0) -> None:
+                  head_delay: float = 0.0, tail_delay: float = 0.0, all_status: int = 0) -> None:
         """`hold_until` N: no response starts before N requests have arrived. `head_delay` /
         `tail_delay`: extra seconds before the first token / after the last one."""
         self.delay = delay
         self.hold_until, self.head_delay, self.tail_delay = hold_until, head_delay, tail_delay
+        self.all_status = all_status   # answer every completion with this HTTP status (0: normally)
         self.all_in = None
         self.modes = dict(modes or {})
         self.models_status = models_status
@@ -138,6 +139,8 @@ class FakeServer:
             if len(self.records) >= self.hold_until:
                 self.all_in.set()
             await self.all_in.wait()
+        if self.all_status:
+            return web.json_response({"object": "error", "message": "not implemented"}, status=self.all_status)
         prompt, n_out = body["prompt"], int(body["max_tokens"])
         n_in = len(prompt)
         if n_in + n_out > self.max_model_len:
@@ -680,7 +683,8 @@ def cli_here(monkeypatch, capsys, *args) -> Ran:
 
 def one_line_error(p) -> str:
     assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    # progress lines of a replay that ran for seconds may precede the error, as `run`'s do
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip() and not ln.startswith("replay: ")]
     assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
     assert lines[0].startswith("error: ")
     return lines[0]
@@ -787,3 +791,41 @@ def test_speed_index_is_measured_over_modelled_ttft_of_a_lone_prompt(fake, tmp_p
     assert speed_index(fake.url, engine, prompt_tokens=256, n=3) >= 50.0 * 0.999 > idx
     with pytest.raises(SchedportError, match="cannot reach"):
         speed_index(f"http://127.0.0.1:{closed_port()}", engine)
+
+
+# --------------------------------------------------------------------------- failures are loud
+
+
+def test_cli_replay_against_a_server_that_fails_every_request_exits_nonzero(fake, monkeypatch, capsys,
+                                                                             cli_inputs, tmp_path):
+    tr, eng = cli_inputs
+    fake.configure(all_status=501)
+    out = tmp_path / "out"
+    p = cli_here(monkeypatch, capsys, "replay", "--endpoint", fake.url, "--trace", tr, "--engine", eng,
+                 "--out", out)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    last = [ln for ln in p.stderr.splitlines() if ln.strip()][-1]
+    assert last.startswith("error: ") and "0 of 5 requests completed and 5 failed" in last and "HTTP 501" in last
+    df, s = read_back(out, 5)          # the measurements are still written, for a look
+    assert s["n_completed"] == 0
+
+
+def test_cli_replay_models_list_that_is_not_a_list_is_one_line(fake, monkeypatch, capsys, cli_inputs, tmp_path):
+    tr, eng = cli_inputs
+    fake.configure(models="notalist")
+    p = cli_here(monkeypatch, capsys, "replay", "--endpoint", fake.url, "--trace", tr, "--engine", eng,
+                 "--out", tmp_path / "out")
+    assert "not an OpenAI model list" in one_line_error(p)
+
+
+def test_cli_replay_reports_progress_on_long_runs(fake, monkeypatch, capsys, cli_inputs, tmp_path):
+    from schedport import cli as cli_mod
+
+    tr, eng = cli_inputs
+    monkeypatch.setattr(cli_mod._StepProgress, "FIRST_S", 0.0)
+    monkeypatch.setattr(cli_mod._StepProgress, "EVERY_S", 0.0)
+    p = cli_here(monkeypatch, capsys, "replay", "--endpoint", fake.url, "--trace", tr, "--engine", eng,
+                 "--out", tmp_path / "out", "--max-lag", "60")
+    assert p.returncode == 0, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("replay: ")]
+    assert lines and lines[-1].startswith("replay: 5/5 requests finished"), p.stderr

@@ -1860,7 +1860,7 @@ def analyze(results_dir, out_dir=None, *, practical_threshold: float = 0.05, q: 
 
 
 def analyze_command(
-    results: Path = typer.Option(..., "--results", help="Results store written by `schedport run`."),
+    results: Path = typer.Option(..., "--results", parser=parse_out_path, help="Results store written by `schedport run`."),
     out: Optional[Path] = typer.Option(None, "--out", parser=parse_out_path,
                                        help="Where to write portability.json and report.html "
                                                           "(default: the results directory)."),

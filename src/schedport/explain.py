@@ -68,6 +68,7 @@ import typer
 
 from schedport.errors import SchedportError, read_json
 from schedport.guard import store_identity
+from schedport.outputs import parse_out_path
 from schedport.trace import Trace
 
 __all__ = ["FEATURES", "Variant", "build_variant", "transplant_arrivals", "poisson_arrivals",
@@ -1009,7 +1010,8 @@ def add_explanations(res: dict, results_dir, out_dir, k, *, corpus_dir=None, val
 
 
 def explain_command(
-    results: Path = typer.Option(..., "--results", help="Results store written by `schedport run` (read only)."),
+    results: Path = typer.Option(..., "--results", parser=parse_out_path,
+                                 help="Results store written by `schedport run` (read only)."),
     reversal: Optional[int] = typer.Option(None, "--reversal", help="Number of a study-form reversal, strongest "
                                                                     "first (see --list; needs portability.json)."),
     pair: Optional[str] = typer.Option(None, "--pair", help="Scheduler pair A,B (with --metric, --region, --sources)."),

@@ -12,7 +12,7 @@ results       ``manifest.json`` with kind ``schedport-results`` (`run`)
 analysis      ``portability.json`` without a manifest (`analyze --out`)
 run           ``summary.json`` + ``requests.parquet`` (`simulate`, `replay`)
 validation    ``validation.json`` (`validate`)
-explain       ``cells/`` + ``variants/`` of an explain cache (`explain --cache`)
+explain       ``cells/``, ``variants/``, ``capacity.json`` of an explain cache (`explain --cache`)
 foreign       a manifest.json of another kind, or files of a kind listed above
               mixed with others: something schedport did not make, or not alone
 empty         a missing or empty directory
@@ -55,11 +55,14 @@ def dir_kind(path) -> str:
         return "empty"
     if "manifest.json" in names:
         try:
-            kind = json.loads((p / "manifest.json").read_text(encoding="utf-8")).get("kind")
+            man = json.loads((p / "manifest.json").read_text(encoding="utf-8"))
+            kind = man.get("kind")
         except (OSError, ValueError, AttributeError):
             return "foreign"
         if kind is None and (p / "runs").is_dir():
             return "results"  # a store written by hand (no kind): read page by page, never replaced
+        if kind is None and isinstance(man.get("windows"), list) and "corpus_sha256" in man:
+            return "corpus"   # a corpus written by a test or an older version (no kind)
         return _MANIFEST_KINDS.get(kind, "foreign")
     if "portability.json" in names:
         return "analysis"
@@ -67,7 +70,7 @@ def dir_kind(path) -> str:
         return "run" if names <= {"summary.json", "requests.parquet"} else "foreign"
     if "validation.json" in names:
         return "validation"
-    if names <= {"cells", "variants"} and (p / "cells").is_dir():
+    if names <= {"cells", "variants", "capacity.json"} and (p / "cells").is_dir():
         return "explain"
     return "other"
 

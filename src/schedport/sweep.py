@@ -940,6 +940,10 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
     from rich.console import Console
 
     con = Console()
+    from schedport.guard import claim_dir
+
+    # a store (resumed) or a new folder; never a corpus, an analysis, a cache or a run output
+    claim_dir(out, {"results"}, inputs=[corpus, engine, data_dir])
     output_dir(out, create=False)  # before a corpus build or any simulation
     from schedport.schedulers import validate_scheduler_params
     validate_scheduler_params(_engine_config(engine))     # before a corpus build or any worker
