@@ -191,6 +191,12 @@ Other fields
     ``bounded_metrics`` and ``threshold_rule``.
 
 Provenance and refusal
+    ``store`` {corpus_sha256, engine_hash, created}: the identity of the store analysed
+    (`guard.store_identity`); `explain` refuses a ``portability.json`` whose ``store`` is not
+    its results store's. ``selection`` {schedulers, sources, regions, windows_per_source}: what
+    was analysed; ``region_comparison`` (``--compare``) carries ``selection_differs`` and
+    ``selection_note`` when the two analyses cover different selections (flagged on the report's
+    first screen). Ceiling-adjusted values above 1 are kept as computed and marked where shown.
     The manifest's corpus hash, engine config and hash, package version and git commit are
     copied into ``provenance``. A store without a manifest, without rows, or with more than
     one corpus hash (manifest or a ``corpus_sha256`` column) is refused with a one-line
