@@ -499,3 +499,16 @@ def test_no_command_overwrites_an_artefact_of_another_kind(store_a, corpus, expl
                      ["trace", "convert", trace_csv, "--from", "canonical", "--out", arts[kind] / "x.csv"]):
             assert "refusing to write there" in error_line(cli(*argv))
             assert tree_digest(arts[kind]) == before[kind]
+
+
+def test_a_simulation_too_big_for_the_memory_available_is_refused_before_it_starts(trace_csv, tmp_path,
+                                                                                   monkeypatch, capsys):
+    import schedport.trace as tr
+
+    real = tr._available_memory
+    # enough to read the 100-request file, not enough to simulate it at SIM_BYTES_PER_REQUEST
+    monkeypatch.setattr(tr, "_available_memory", lambda: 50 * 1024 if real() else None)
+    code, err = _main(["simulate", "--trace", trace_csv, "--scheduler", "vllm-fcfs", "--out", tmp_path / "o"],
+                      monkeypatch, capsys)
+    assert code == 2 and err.count("\n") == 1 and "simulating 100 requests needs about" in err
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())

@@ -263,6 +263,24 @@ def check_metrics_horizon(trace: Trace, cfg: EngineConfig, alone_s=None, advice:
             f"count as completed{advice}")
 
 
+#: Peak memory of a simulation per request, with its result table (measured: about 730 bytes a
+#: request on 300,000 requests under vllm-fcfs); the bound `check_simulation_memory` applies.
+SIM_BYTES_PER_REQUEST = 1024
+
+
+def check_simulation_memory(trace) -> None:
+    """Refuse, before the engine starts, a trace whose simulation would not fit the memory
+    available (a one-line error instead of a machine that swaps for minutes, then a MemoryError)."""
+    from schedport.trace import _available_memory
+
+    if not isinstance(trace, Trace):
+        return
+    avail, need = _available_memory(), len(trace) * SIM_BYTES_PER_REQUEST
+    if avail is not None and need > avail:
+        raise SchedportError(f"{trace.name}: simulating {len(trace):,} requests needs about {need / 2**30:.1f} GiB of "
+                             f"memory and {avail / 2**30:.1f} GiB are available; simulate a window of it")
+
+
 def check_seed(seed) -> int:
     """`seed` as an int if it is a non-negative integer (numpy's generators refuse others)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -329,6 +347,7 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
         trace = load_trace(trace)
     seed = check_seed(seed)
     horizon_s = check_horizon(horizon_s)
+    check_simulation_memory(trace)
     cfg = _resolve_engine(engine)
     policy = get_policy(scheduler)
     trace, scale = scaled(trace, cfg, load=load, time_scale=time_scale)
