@@ -411,6 +411,13 @@ def test_a_file_or_a_missing_folder_as_results_or_data_dir(trace_csv, tmp_path):
     assert "is a file; --results takes" in error_line(cli("explain", "--results", trace_csv, "--list"))
     assert "is a file; --data-dir takes" in error_line(cli("corpus", "build", "--data-dir", trace_csv,
                                                            "--out", tmp_path / "c"))
+    # a missing folder is a valid --data-dir (a download fills it); where a file cannot be had,
+    # the message says the folder is missing (the download itself depends on the network)
+    from schedport import datadir
+
+    entry = next(iter(datadir.DATA_FILES.values()))
+    msg = datadir._missing_message(entry, tmp_path / "nodata", tmp_path / "nodata", "download failed")
+    assert f"{tmp_path / 'nodata'} (no such folder)" in msg
 
 
 @pytest.mark.parametrize("args,flag", [
@@ -512,3 +519,13 @@ def test_a_simulation_too_big_for_the_memory_available_is_refused_before_it_star
                       monkeypatch, capsys)
     assert code == 2 and err.count("\n") == 1 and "simulating 100 requests needs about" in err
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_analyze_says_when_the_workload_figure_is_left_out(store_a, tmp_path):
+    a = _copy(store_a, tmp_path / "a")
+    m = json.loads((a / "manifest.json").read_text())
+    m["corpus_dir"] = str(tmp_path / "moved-away")       # the corpus is no longer where the run found it
+    (a / "manifest.json").write_text(json.dumps(m))
+    p = cli("analyze", "--results", a, "--boot", "20", "--splits", "5")
+    assert p.returncode == 0, p.stderr
+    assert "workload figure left out of the report: the corpus named by the results manifest" in p.stdout

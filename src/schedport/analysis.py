@@ -1906,6 +1906,9 @@ def analyze_command(
         add_explanations(res, results, odir, explain, corpus_dir=corpus, validation=validation)
     for line in summary_lines(res):
         typer.echo(line)
+    wl = res.get("workload") or {}
+    if not wl.get("available"):
+        typer.echo(f"workload figure left out of the report: {wl.get('note', 'no corpus')}")
     typer.echo(f"wrote {odir / 'portability.json'}")
     if validation is not None:
         typer.echo(f"report includes the validation section from {validation}")

@@ -19,8 +19,8 @@ import typer
 from rich.console import Console
 
 from schedport.errors import SchedportError
+from schedport.guard import check_file_target, check_not_inside_store, claim_dir, claim_names, dir_kind
 from schedport.outputs import cause, output_dir, output_file, parse_out_path
-from schedport.guard import check_file_target, claim_dir
 
 try:  # typer >= 0.2x vendors click; its exceptions are not click's
     from typer._click import exceptions as _click_errors
@@ -58,25 +58,6 @@ def _register() -> None:
     app.command("explain")(explain_command)
 
 
-def check_not_inside_input(out_dir, results) -> None:
-    """An analysis written inside a results store other than its own would pass for that
-    store's analysis (`explain --list` would show it), and inside its own store's parts it
-    would be taken for one of them: refuse both."""
-    if results is None:
-        return
-    o = Path(out_dir).absolute()
-    for d in [o, *o.parents]:
-        if (d / "manifest.json").is_file():
-            from schedport.guard import WHAT, dir_kind
-
-            kind = dir_kind(d)
-            if kind in ("results", "corpus") and not (kind == "results" and d.resolve() == Path(results).resolve()
-                                                      and d == o):
-                raise SchedportError(f"{out_dir}: is inside {WHAT[kind]} at {d}; refusing to write an analysis "
-                                     f"there (choose another --out)")
-            break
-
-
 def _checked_analyze(command):
     """`analyze` with its output directory checked before the analysis and its temporary
     files removed when writing fails (same options and help as the wrapped command)."""
@@ -85,8 +66,6 @@ def _checked_analyze(command):
     @functools.wraps(command)
     def analyze(*args, **kwargs):
         from schedport.sweep import analysis_outputs_cleaned
-
-        from schedport.guard import claim_dir, claim_names, dir_kind
 
         results, out_dir = kwargs.get("results"), kwargs.get("out")
         if out_dir is not None:
@@ -97,7 +76,7 @@ def _checked_analyze(command):
                 kind = claim_dir(out_dir, {"analysis"}, inputs=[kwargs.get("corpus"), kwargs.get("validation")])
                 if kind == "other":
                     claim_names(out_dir, ["report.html"])
-                check_not_inside_input(out_dir, results)
+                check_not_inside_store(out_dir, results)
             output_dir(out_dir, create=False)
         elif results is not None and Path(results).is_dir():
             if dir_kind(results) not in ("results", "empty", "other"):

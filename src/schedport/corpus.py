@@ -60,8 +60,8 @@ import typer
 
 from schedport import __version__
 from schedport.errors import ConfigError, DataError, SchedportError
-from schedport.outputs import cause, parse_out_path
 from schedport.guard import WHAT, claim_dir, dir_kind
+from schedport.outputs import cause, parse_out_path, process_alive
 
 MANIFEST_SCHEMA = 1
 SPEC_SCHEMA = 1
@@ -1055,20 +1055,8 @@ def _remove_stale_builds(out: Path) -> None:
     pat = re.compile(rf"\.{re.escape(out.name)}\.(building|old)-(\d+)-[0-9a-f]{{8}}")
     for p in parent.iterdir():
         m = pat.fullmatch(p.name)
-        if m and p.is_dir() and not _pid_alive(int(m.group(2))):
+        if m and p.is_dir() and int(m.group(2)) != os.getpid() and not process_alive(int(m.group(2))):
             shutil.rmtree(p, ignore_errors=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _sel_text(sel: dict) -> str:

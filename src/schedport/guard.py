@@ -1,7 +1,7 @@
 """What an output location already holds, and whether a command may write there.
 
 One rule for every command that writes: before writing, it asks `claim_dir` (a directory) or
-`claim_file` (a file). The command may replace only what it made itself, of the same kind,
+`check_file_target` (a file). The command may replace only what it made itself, of the same kind,
 recognised by the marker that kind writes (a manifest's ``kind``, or the fixed file names of a
 run's outputs); anything else is refused with one line naming the path and what is there, and
 no command may write onto one of its own inputs. The kinds:
@@ -23,7 +23,6 @@ other         a directory with files, none of them schedport's
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from schedport.errors import SchedportError
@@ -139,6 +138,17 @@ def store_identity(manifest: dict) -> dict:
             "created": manifest.get("created")}
 
 
-def path_text(p) -> str:
-    """A path as an absolute string (for manifests read from another working directory)."""
-    return os.path.abspath(os.fspath(p))
+def check_not_inside_store(out_dir, results) -> None:
+    """Refuse an analysis folder inside a results store other than its own, or inside a corpus:
+    there it would pass for that store's analysis (`explain --list` would show it)."""
+    if results is None:
+        return
+    o = Path(out_dir).absolute()
+    for d in [o, *o.parents]:
+        if (d / "manifest.json").is_file():
+            kind = dir_kind(d)
+            own = kind == "results" and d == o and d.resolve() == Path(results).resolve()
+            if kind in ("results", "corpus") and not own:
+                raise SchedportError(f"{out_dir}: is inside {WHAT[kind]} at {d}; refusing to write an analysis "
+                                     f"there (choose another --out)")
+            return

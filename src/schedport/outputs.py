@@ -139,6 +139,22 @@ def _existing_ancestor(p: Path) -> Path:
     return q
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie, killed but not yet reaped, counts as gone):
+    whose temporary files may be removed, and whose driver a worker outlives."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def file_mode() -> int:
     """The permission bits a plain `open()` would give a new file under the current umask."""
     mask = os.umask(0)

@@ -58,7 +58,7 @@ import typer
 
 from schedport.corpus import Window
 from schedport.errors import SchedportError
-from schedport.outputs import output_dir, parse_out_path, writing
+from schedport.outputs import output_dir, parse_out_path, process_alive, writing
 
 FLUSH_SECONDS = 5.0
 FLUSH_CELLS = 1000
@@ -264,26 +264,12 @@ def _worker_init(driver_pid: int) -> None:
     import schedport.api  # noqa: F401
 
 
-def _driver_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a killed driver not yet reaped by its parent is a zombie: dead for our purpose
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rpartition(")")[2].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def _watch_driver(pid: int, period: float = 1.0) -> None:
     # A SIGKILLed driver cannot stop its workers (forkserver children are not its own), and
     # they would otherwise wait for work forever: exit within a second of its death.
     while True:
         time.sleep(period)
-        if not _driver_alive(pid):
+        if not process_alive(pid):
             os._exit(1)
 
 
