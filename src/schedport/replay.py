@@ -30,6 +30,9 @@ Schedulers: the server runs its own scheduler. Those a stock vLLM server can exp
 to per-request priorities for ``--scheduling-policy priority`` (lower value served first, ties
 by arrival): see `request_priorities`.
 
+Every request carries ``X-Request-Id: schedport-<salt>-<row>`` (`request_id`; the salt is
+``summary["prompt_salt"]``), so a server's logs and its own request ids name the trace row.
+
 Needs the ``validate`` extra (aiohttp): ``pip install 'schedport[validate]'``.
 """
 
@@ -41,6 +44,7 @@ import gc
 import json
 import math
 import secrets
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -273,8 +277,24 @@ def _body(model: str, prompt: list[int], n_out: int, priority: int | None) -> di
     return body
 
 
+def request_id(salt: int, row: int) -> str:
+    """The id a replay gives row `row` of an attempt with prompt salt `salt` (sent as the
+    ``X-Request-Id`` header, so the server's logs and request ids name the trace row: vLLM
+    makes it ``cmpl-<this>-0-<suffix>``)."""
+    return f"schedport-{salt:016x}-{row}"
+
+
+def parse_request_id(server_id: str) -> tuple[int, int] | None:
+    """The (salt, row) a server-side request id carries, or None if it is not a replay's."""
+    m = _REQUEST_ID.search(server_id)
+    return (int(m.group(1), 16), int(m.group(2))) if m else None
+
+
+_REQUEST_ID = re.compile(r"schedport-([0-9a-f]{16})-(\d+)(?:\D|$)")
+
+
 async def _send(session, url: str, body: dict, want: int, t_zero: float, timeout_s: float,
-                out: _Outcome) -> None:
+                out: _Outcome, rid: str | None = None) -> None:
     """Send one request, timing its stream into `out` (never raises)."""
     aiohttp = _need_aiohttp()
     clock = time.perf_counter
@@ -282,7 +302,7 @@ async def _send(session, url: str, body: dict, want: int, t_zero: float, timeout
     timer = out.timer
     try:
         async with asyncio.timeout(timeout_s):
-            async with session.post(url, json=body) as r:
+            async with session.post(url, json=body, headers={"X-Request-Id": rid} if rid else None) as r:
                 if r.status != 200:
                     text = (await r.text())[:300].replace("\n", " ")
                     out.status = "rejected" if r.status == 400 else "error"
@@ -353,7 +373,7 @@ async def _replay_async(trace: Trace, base: str, model: str | None, priorities, 
             if wait > 0:
                 await asyncio.sleep(wait)
             task = asyncio.create_task(_send(session, url, bodies[i], int(trace.output_tokens[i]),
-                                             t_zero, timeout_s, outs[i]))
+                                             t_zero, timeout_s, outs[i], request_id(salt, i)))
             task.add_done_callback(finished)
             tasks.append(task)
         await asyncio.gather(*tasks)
