@@ -137,6 +137,14 @@ def test_counts_and_throughput(table):
     assert s["output_tokens_per_s"] == pytest.approx(1.0)  # (3 + 1 + 2) / 6
 
 
+def test_backlog_at_last_arrival_counts_the_accepted_requests_still_queued(table):
+    # last arrival at 3.0; accepted: r0, r1 (first tokens 1 and 3, served), r3, r4 (first token 4,
+    # still queued); the rejected r2 was never queued
+    assert run(table)["backlog_at_last_arrival"] == 0.5
+    everyone_rejected = make([(0.0, 2, "rejected", NAN, NAN), (1.0, 2, "rejected", NAN, NAN)])
+    assert run(everyone_rejected, alone=np.ones(2))["backlog_at_last_arrival"] is None
+
+
 def test_latency_stats_count_every_request_censored_at_the_end_of_observation(table):
     """horizon 5, last finish 6: T_end = 6. r2 (rejected, a=2) and r3 (unfinished, a=2, t1=4)
     count as if what they lacked arrived at T_end."""

@@ -12,19 +12,21 @@ from schedport.analysis import analyze, compute_portability, load_comparison
 from schedport.api import simulate
 from schedport.config import EngineConfig, engine_config_from_dict
 from schedport.errors import SchedportError
-from schedport.regions import THROUGHPUT, CapacityCache, offered_rate, parse_region_def, slo_capacity
+from schedport.regions import DRAIN, SUSTAINABLE, CapacityCache, offered_rate, parse_region_def, slo_capacity
 from schedport.store import read_results
 from schedport.sweep import load_corpus, run_sweep, write_demo_corpus
 
 
 def test_parse_region_def():
-    assert parse_region_def(None).spec == THROUGHPUT
-    assert parse_region_def("throughput").spec == THROUGHPUT
+    assert parse_region_def(None).spec == parse_region_def("sustainable").spec == SUSTAINABLE
+    assert parse_region_def("drain").spec == DRAIN
+    assert parse_region_def("throughput").spec == DRAIN     # what stores made before recorded
     assert parse_region_def("slo").spec == "slo:standard:0.9"
     assert parse_region_def("slo:strict:0.8").spec == "slo:strict:0.8"
     assert parse_region_def("slo:relaxed").spec == "slo:relaxed:0.9"
     assert parse_region_def("slo").cache_hash("abc") == "abc|slo:standard:0.9"
-    assert parse_region_def("throughput").cache_hash("abc") == "abc"  # old caches stay valid
+    assert parse_region_def("drain").cache_hash("abc") == "abc"  # old caches stay valid
+    assert parse_region_def(None).cache_hash("abc") == "abc|sustainable"
     for bad, msg in (("latency", "expected"), ("slo:standard:1.5", r"in \(0, 1\)"), ("slo:standard:x", "number"),
                      ("slo:nope", "not in the engine config"), ("slo:a:0.5:1", "expected")):
         with pytest.raises(SchedportError, match=msg) as ei:
@@ -50,7 +52,7 @@ def test_slo_capacity_is_the_attainment_crossing(corpus):
 
     assert att(rate) >= 0.9
     assert att(rate * 1.01) < 0.9  # the bisection stops within 0.1% of the crossing
-    # cached under its own key, beside the throughput capacity
+    # cached under its own key, beside the capacities
     cache = CapacityCache(corpus.parent / "cap.json")
     assert cache.capacity(trace, cfg, definition=parse_region_def("slo")) == rate
     assert cache.get(trace.content_sha256(), cfg.config_hash() + "|slo:standard:0.9") == rate
@@ -95,7 +97,8 @@ def test_headlines_compared_across_region_definitions(tmp_path):
     analyze(b, n_boot=50, n_splits=20)
     res = analyze(a, n_boot=50, n_splits=20, compare=b)
     rc = res["region_comparison"]
-    assert rc["this"]["region_def"] == "throughput" and rc["other"]["region_def"] == "slo:standard:0.9"
+    # the synthetic store records no definition, as stores made before any other did: drain
+    assert rc["this"]["region_def"] == "drain" and rc["other"]["region_def"] == "slo:standard:0.9"
     assert len(rc["this"]["reversals"]) == len(rc["other"]["reversals"]) == 5
     html = (a / "report.html").read_text()
     assert "The headline under both region definitions" in html

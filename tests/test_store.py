@@ -274,7 +274,7 @@ def test_capacity_cache_roundtrip_merge_and_corruption(tmp_path):
     t = make_example_trace(30, 1)
     cap = c.capacity(t, cfg)
     c.save()
-    assert capacity_cache(path).get(t.content_sha256(), cfg.config_hash()) == cap
+    assert capacity_cache(path).get(t.content_sha256(), cfg.config_hash() + "|sustainable") == cap
     assert oct(os.stat(path).st_mode & 0o777) == "0o644"
     path.write_text("[1, 2]")
     with pytest.raises(SchedportError, match="not a schedport capacity cache"):

@@ -46,6 +46,22 @@ Unit of replication: the window
     ``missing_cells`` and the per-condition block sizes in ``complete_blocks``; a condition
     with fewer than `MIN_WINDOWS` complete windows is skipped with a note.
 
+Regime check (``regimes``)
+    Is a region the same load in every source? For each (source, region): the median over
+    windows (seeds averaged first) of the reference scheduler's (`REGIME_SCHEDULER`, vllm-fcfs)
+    ``backlog_at_last_arrival``, the share of its accepted requests still without a first token
+    when the window's last request arrives; beside it the fluid value max(0, 1 - 1/rho) of a
+    queue started empty at offered load rho, the median ``ttft_p50_s`` and the median
+    ``slo_attainment_standard``. ``regimes`` = {"scheduler", "spread_limit", "rows": [{source,
+    region, rho, n_windows, backlog_median, fluid_backlog, vs_fluid, ttft_p50_s_median,
+    slo_attainment_standard_median}], "flagged": [{region, spread, low, high}], "available",
+    "note"}. A region is flagged when its sources' median backlogs differ by more than
+    `REGIME_SPREAD` (0.1): there a cross-source comparison compares different regimes. The
+    report puts the flag on its first screen. A store without the reference scheduler or the
+    backlog column gives no rows and says why in ``note``. A batch engine admits up to
+    max_num_seqs requests at once, so its backlog can sit below the fluid value by up to that
+    share of the window (docs/corpus.md, "Capacity").
+
 Rankings
     Within each window, schedulers are ranked 1..K on each metric (1 = best; ties get the
     average rank, ``scipy.stats.rankdata``). NaN (e.g. no completed request, so no latency)
@@ -305,8 +321,13 @@ ID_COLUMNS = ("source", "window_id", "region", "scheduler", "seed")
 BOOKKEEPING = frozenset({
     "rho", "time_scale", "n_requests", "n_completed", "n_unfinished", "makespan_s",
     "horizon_s", "iterations", "corpus_sha256", "engine_hash", "wall_s", "status", "capacity_rps",
-    "window_sha256", "load_scale", "predictor_tau",
+    "window_sha256", "load_scale", "predictor_tau", "backlog_at_last_arrival",
 })
+#: The regime check: the reference scheduler whose queue it reads, the metrics it reports beside
+#: the backlog, and the spread of backlog between sources above which a region is flagged.
+REGIME_SCHEDULER = "vllm-fcfs"
+REGIME_METRICS = ("ttft_p50_s", "slo_attainment_standard")
+REGIME_SPREAD = 0.1
 MIN_WINDOWS = 2
 CI_LEVEL = 0.95
 #: Random splits for the split-half reliability (noise ceiling).
@@ -1294,11 +1315,11 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
                         "conditions)",
         "reversal_rule": "opposite signs of the median effects, both BH q <= q, both |median effect| >= threshold",
     }
-    from schedport.regions import parse_region_def
+    from schedport.regions import LEGACY_DRAIN, parse_region_def
 
     sel = manifest.get("selectors") if isinstance(manifest.get("selectors"), dict) else {}
     try:
-        rdef = parse_region_def(sel.get("region_def"))
+        rdef = parse_region_def(sel.get("region_def", LEGACY_DRAIN))   # stores made before recorded none
         rdef_spec, rdef_text = rdef.spec, rdef.describe()
     except SchedportError:
         rdef_spec, rdef_text = str(sel.get("region_def")), f"recorded as {sel.get('region_def')!r} (not known here)"
@@ -1316,6 +1337,7 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
                                              for s in st.sources}},
         "subset": _subset_info(manifest, st, workload),
         "study_form": sform,
+        "regimes": regime_check(df, st.regions, st.sources),
         "metric_families": families,
         "duplicates": {"by_source": dups["by_source"], "by_condition": dups["by_condition"]},
         "headline": headline,
@@ -1373,6 +1395,53 @@ def _bh_by_group(p: np.ndarray, groups: np.ndarray) -> np.ndarray:
     return out
 
 
+def regime_check(df: pd.DataFrame, regions: Sequence[str], sources: Sequence[str]) -> dict:
+    """Is a region the same regime in every source? The reference scheduler's queue, per source and region.
+
+    For each (source, region): the median over windows (seeds averaged first) of
+    `REGIME_SCHEDULER`'s ``backlog_at_last_arrival`` (the share of accepted requests still
+    queued when the last one arrives), beside the fluid value max(0, 1 - 1/rho) of a queue
+    started empty at offered load rho, the median ``ttft_p50_s`` and the median standard-SLO
+    attainment. A region whose sources' median backlogs differ by more than `REGIME_SPREAD` is
+    flagged: there "at this load" compares different regimes across sources. The check reads
+    only the store; a store without the reference scheduler or the backlog column (made before
+    it was recorded) gives an empty table and says why.
+    """
+    out = {"scheduler": REGIME_SCHEDULER, "spread_limit": REGIME_SPREAD, "rows": [], "flagged": [],
+           "available": False, "note": ""}
+    if "backlog_at_last_arrival" not in df.columns:
+        out["note"] = "the store has no backlog_at_last_arrival column (made before it was recorded): no regime check"
+        return out
+    ref = df[df["scheduler"].astype(str) == REGIME_SCHEDULER]
+    if ref.empty:
+        out["note"] = f"{REGIME_SCHEDULER} is not in the store: no regime check"
+        return out
+    cols = ["backlog_at_last_arrival", "rho"] + [m for m in REGIME_METRICS if m in ref.columns]
+    per_window = (ref.assign(source=ref["source"].astype(str), region=ref["region"].astype(str))
+                  .groupby(["source", "region", "window_id"], observed=True)[cols]
+                  .mean(numeric_only=True).reset_index())
+    for region in regions:
+        spread_of = []
+        for source in sources:
+            g = per_window[(per_window["source"] == source) & (per_window["region"] == region)]
+            if g.empty:
+                continue
+            rho = float(g["rho"].iloc[0])
+            med = {c: (float(np.nanmedian(g[c])) if g[c].notna().any() else None) for c in cols if c != "rho"}
+            row = {"source": source, "region": region, "rho": rho, "n_windows": int(len(g)),
+                   "backlog_median": med["backlog_at_last_arrival"], "fluid_backlog": max(0.0, 1.0 - 1.0 / rho)}
+            row.update({f"{m}_median": med.get(m) for m in REGIME_METRICS})
+            row["vs_fluid"] = None if row["backlog_median"] is None else row["backlog_median"] - row["fluid_backlog"]
+            out["rows"].append(row)
+            if row["backlog_median"] is not None:
+                spread_of.append(row["backlog_median"])
+        if len(spread_of) > 1 and max(spread_of) - min(spread_of) > REGIME_SPREAD:
+            out["flagged"].append({"region": region, "spread": max(spread_of) - min(spread_of),
+                                   "low": min(spread_of), "high": max(spread_of)})
+    out["available"] = bool(out["rows"])
+    return out
+
+
 def headline_digest(res: dict) -> dict:
     """The study-form headline of a portability dict in a few numbers (for comparing two runs).
 
@@ -1402,6 +1471,7 @@ def headline_digest(res: dict) -> dict:
         "split_half_max": max(sh) if sh else None,
         "claims": {c["id"]: c["verdict"] for c in sf["claims"]},
         "selection": res.get("selection"),
+        "regimes_flagged": [f["region"] for f in (res.get("regimes") or {}).get("flagged", [])],
     }
 
 
@@ -1976,6 +2046,10 @@ def summary_lines(res: dict) -> list[str]:
         lines.append(f"claim '{c['study'][:60]}': {c['verdict']}")
     if res.get("missing_cells"):
         lines.append(f"{len(res['missing_cells'])} missing cell(s): analysed on complete blocks")
+    rg = res.get("regimes") or {}
+    for f in rg.get("flagged", []):
+        lines.append(f"warning (regimes): at {f['region']} the sources' median {rg['scheduler']} backlog at the last "
+                     f"arrival spans {fmt(f['low'], 2)}-{fmt(f['high'], 2)}: not one regime")
     rc = res.get("region_comparison") or {}
     if rc.get("selection_differs"):
         lines.append(f"warning (--compare): {rc['selection_note']}")

@@ -106,22 +106,49 @@ def _resolve_engine(engine) -> EngineConfig:
     return load_engine_config(engine)
 
 
-def capacity(trace: Trace, engine: EngineConfig | str | Path | None = None) -> float:
+#: The capacity definitions `capacity` knows: the steady-state rate of a saturated engine (the
+#: default), and the older all-at-once rate that includes the drain.
+SUSTAINABLE = "sustainable"
+DRAIN = "drain"
+CAPACITY_DEFINITIONS = (SUSTAINABLE, DRAIN)
+#: The sustainable rate is read from a saturated replay of at least this many batches' worth of
+#: the window's mix (the mix is repeated when the window is shorter).
+SATURATED_BATCHES = 4
+
+
+def capacity(trace: Trace, engine: EngineConfig | str | Path | None = None,
+             definition: str = SUSTAINABLE) -> float:
     """The engine's capacity for this request mix, in requests per second.
 
-    Measured by the simulator itself, independently of the scheduler under test: every request
-    of the trace is released at time zero and served by the reference scheduler (vllm-fcfs);
-    capacity = requests completed / makespan. This includes the drain at the end, when the
-    batch thins out, so it is a sustained rate for this mix, not a peak.
+    Measured by the simulator itself, independently of the scheduler under test, on the
+    reference scheduler (vllm-fcfs), from a replay in which every request is released at time
+    zero. Two definitions:
+
+    ``sustainable`` (the default): the highest arrival rate the engine serves without a growing
+    queue, i.e. its completion rate in steady state with a non-empty queue. It is read from the
+    saturated part of the replay only: after the first `max_num_seqs` completions (the batch
+    admitted at time zero has turned over, and the running batch has its steady, length-biased
+    mix) and before the last request is admitted (after which the queue is empty and the batch
+    drains). Windows with fewer than `SATURATED_BATCHES` x `max_num_seqs` requests are replayed
+    as that many copies of their mix, so the saturated part is always at least two batches
+    long. This is the service rate mu of queueing theory: at offered load rho = lambda / mu > 1
+    the queue of a fluid model grows at lambda - mu (docs/corpus.md, "Capacity").
+
+    ``drain``: requests completed / makespan of the same replay. The makespan includes the
+    drain at the end, when the batch thins out while the longest requests finish, so windows
+    with long-tailed lengths get a lower capacity (and their "overload" is not overloaded);
+    kept for comparison with stores made before the sustainable definition.
 
     ``[latency] request_overhead_s`` is ignored: capacity is a throughput, and a fixed delay
-    before each request's entry into the engine adds latency, not engine work (it would only
-    shift the all-at-zero burst by a constant).
+    before each request's entry into the engine adds latency, not engine work.
     """
+    if definition not in CAPACITY_DEFINITIONS:
+        raise SchedportError(f"capacity definition must be one of {', '.join(CAPACITY_DEFINITIONS)}, "
+                             f"got {definition!r}")
     cfg = _resolve_engine(engine)
     if cfg.request_overhead_s:
         cfg = dataclasses.replace(cfg, request_overhead_s=0.0)
-    return _capacity_cached(_TraceKey(trace), cfg)
+    return _capacity_cached(_TraceKey(trace), cfg, definition)
 
 
 class _TraceKey:
@@ -139,17 +166,29 @@ class _TraceKey:
 
 
 @lru_cache(maxsize=512)
-def _capacity_cached(key: _TraceKey, cfg: EngineConfig) -> float:
+def _capacity_cached(key: _TraceKey, cfg: EngineConfig, definition: str) -> float:
     t = key.trace
-    burst = Trace(np.zeros(len(t)), t.input_tokens, t.output_tokens, t.client_id, t.name)
-    lat = make_latency_model(cfg)
-    out = Simulator(burst, get_policy(CAPACITY_REFERENCE), cfg, lat).run()
+    copies = 1 if definition == DRAIN else max(1, math.ceil(SATURATED_BATCHES * cfg.max_num_seqs / max(len(t), 1)))
+    tile = (lambda a: np.tile(a, copies))
+    clients = None if t.client_id is None else tile(np.asarray(t.client_id, dtype=object))
+    burst = Trace(np.zeros(len(t) * copies), tile(t.input_tokens), tile(t.output_tokens), clients, t.name)
+    out = Simulator(burst, get_policy(CAPACITY_REFERENCE), cfg, make_latency_model(cfg)).run()
     done = out.status == "completed"
     if not done.any():
         raise TraceError(f"{t.name}: no request of this trace can ever be served by this engine, "
                          f"so its capacity (and any --load) is undefined")
-    makespan = float(np.nanmax(out.finish_s))
-    return float(done.sum()) / makespan
+    if definition == DRAIN:
+        return float(done.sum()) / float(np.nanmax(out.finish_s))
+    fin = np.sort(out.finish_s[done])
+    queue_empty = float(np.nanmax(out.first_token_s))       # the last request is admitted
+    turned_over = fin[min(cfg.max_num_seqs, len(fin)) - 1]  # the batch admitted at zero has turned over
+    steady = fin[(fin > turned_over) & (fin <= queue_empty)]
+    if len(steady) < cfg.max_num_seqs or not queue_empty > turned_over:
+        # only when most of the mix is rejected: too few served requests to saturate the engine
+        raise TraceError(f"{t.name}: only {int(done.sum())} of {len(burst)} requests of the replayed mix can be "
+                         f"served, too few to saturate the engine ({cfg.max_num_seqs} slots), so its sustainable "
+                         f"capacity is undefined; use --region-def drain")
+    return float(len(steady)) / (queue_empty - float(turned_over))
 
 
 def load_scale(trace: Trace, load: float, engine: EngineConfig | str | Path | None = None) -> float:

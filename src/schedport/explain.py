@@ -428,8 +428,10 @@ def ranked_reversals(res: dict) -> list[dict]:
 # ============================================================================ the runner
 
 
-def _cell_key(content_sha: str, scheduler: str, rho: float, seed: int, engine_hash: str, code: str) -> str:
-    text = json.dumps([content_sha, scheduler, repr(float(rho)), int(seed), engine_hash, code])
+def _cell_key(content_sha: str, scheduler: str, rho: float, seed: int, anchor_hash: str, code: str) -> str:
+    """The cache name of one run: `anchor_hash` is the engine hash under the region definition
+    (`RegionDefinition.cache_hash`), since one rho is another time scale under another one."""
+    text = json.dumps([content_sha, scheduler, repr(float(rho)), int(seed), anchor_hash, code])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -492,7 +494,7 @@ class Explainer:
         from schedport.analysis import _window_key, load_store
         from schedport.config import engine_config_from_dict
         from schedport.corpus import load_corpus
-        from schedport.regions import parse_region_def
+        from schedport.regions import LEGACY_DRAIN, parse_region_def
         from schedport.sweep import code_fingerprint
 
         if n_boot < 1:
@@ -516,7 +518,7 @@ class Explainer:
             raise SchedportError(f"{cdir}: corpus {self.corpus.corpus_sha256[:12]} is not the store's "
                                  f"({str(manifest['corpus_sha256'])[:12]}); give the corpus it was run on")
         sel = manifest.get("selectors") if isinstance(manifest.get("selectors"), dict) else {}
-        self.region_def = parse_region_def(sel.get("region_def"), list(self.cfg.slo_profiles))
+        self.region_def = parse_region_def(sel.get("region_def", LEGACY_DRAIN), list(self.cfg.slo_profiles))
         self.cap_hash = self.region_def.cache_hash(self.engine_hash)
         self.code = code_fingerprint()
         self.seeds = sorted(int(s) for s in df["seed"].unique())
@@ -703,14 +705,14 @@ class Explainer:
         runs go to `sweep.run_chunk`, one task per (window, scheduler). Each finished run is written
         at once to its own cell file. Returns {(content sha, scheduler, seed): summary}.
         """
-        from schedport.regions import capacity_cache
+        from schedport.regions import THROUGHPUT_KINDS, capacity_cache
         from schedport.sweep import _progress, measure_capacity, run_chunk
 
         out: dict = {}
         todo: dict = {}
         for trace, sha, sched in jobs:
             for seed in self.seeds:
-                key = _cell_key(sha, sched, rho, seed, self.engine_hash, self.code)
+                key = _cell_key(sha, sched, rho, seed, self.cap_hash, self.code)
                 p = self.cache / "cells" / key[:2] / f"{key}.json"
                 if (sha, sched, seed) in out or seed in todo.get((sha, sched), (None, ()))[1]:
                     continue
@@ -725,7 +727,7 @@ class Explainer:
         if not todo:
             return out
         cache = capacity_cache(self.cache / "capacity.json")
-        throughput = self.region_def.kind == "throughput"
+        throughput = self.region_def.kind in THROUGHPUT_KINDS   # depends on the mix alone
         caps: dict = {}
         need_cap: dict = {}
         for (sha, _), (trace, _) in todo.items():
@@ -778,7 +780,7 @@ class Explainer:
                 for row in rows:
                     seed = int(row["seed"])
                     summary = {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-                    key = _cell_key(sha, sched, rho, seed, self.engine_hash, self.code)
+                    key = _cell_key(sha, sched, rho, seed, self.cap_hash, self.code)
                     cell = {"content_sha256": sha, "scheduler": sched, "rho": float(rho), "seed": seed,
                             "engine_hash": self.engine_hash, "summary": summary}
                     cell["sha256"] = _cell_checksum(cell)

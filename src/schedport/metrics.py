@@ -44,6 +44,11 @@ The completed-only statistics stay as separately named columns, ``*_completed``.
 - ``throughput_rps`` = n_completed / makespan_s; ``output_tokens_per_s`` = sum of N over
   completed / makespan_s. Both are 0 when nothing completed and None (undefined) in the
   degenerate case of completions with a zero makespan.
+- ``backlog_at_last_arrival``: the share of the requests the engine accepted (not rejected)
+  that had not had their first token when the last request arrived, i.e. were still queued.
+  For a fluid queue started empty at offered load rho it is max(0, 1 - 1/rho); the study's
+  regime check compares the two (`schedport.analysis`, ``regimes``). None when every request
+  was rejected.
 - ``ttft_{mean,p50,p90,p99}_s``, ``e2e_{mean,p99}_s``: over every request, censored as above.
   ``tpot_{mean,p50,p99}_s``: over every request with N > 1, censored. Percentiles use numpy's
   default (linear interpolation between order statistics, NumPy's method 7, as in
@@ -127,6 +132,7 @@ BASE_SUMMARY_KEYS = (
     "makespan_s",
     "throughput_rps",
     "output_tokens_per_s",
+    "backlog_at_last_arrival",
     "ttft_mean_s",
     "ttft_p50_s",
     "ttft_p90_s",
@@ -461,6 +467,8 @@ def summarize(
         makespan, thr, tok_thr = 0.0, 0.0, 0.0
 
     within = completed & (finish - t0 <= horizon)
+    accepted = status != "rejected"
+    n_accepted = n - n_rejected
     out = {
         "n_requests": n,
         "n_completed": n_completed,
@@ -469,6 +477,8 @@ def summarize(
         "makespan_s": makespan,
         "throughput_rps": thr,
         "output_tokens_per_s": tok_thr,
+        "backlog_at_last_arrival": (float(np.count_nonzero(~(first[accepted] <= arrival.max())))
+                                    / n_accepted if n_accepted else nan),
     }
     for tag, st in (("", everyone), ("_completed", done)):
         out.update({

@@ -2,17 +2,19 @@
 
 A window is run in a region by scaling its time axis so that its offered load
 rho = (offered request rate) / (engine capacity for the window's request mix) hits the
-region's value. Capacity is measured by the simulator (`schedport.api.capacity`: every
-request released at once, served by the reference scheduler), so it depends only on the
-window's content and the engine configuration -- never on the scheduler under test. It is
-worth caching: measuring it costs about one simulation per window, and the sweep, the
-corpus listing and the analysis all need it. The cache is a small JSON file keyed by
-(window content sha256, engine config hash), written atomically.
+region's value. Capacity is measured by the simulator (`schedport.api.capacity`), so it
+depends only on the window's content and the engine configuration -- never on the scheduler
+under test. By default it is the *sustainable* capacity: the steady-state completion rate of
+the engine saturated with the window's mix under the reference scheduler, so rho > 1 means a
+queue that grows, in every source (docs/corpus.md, "Capacity"). It is worth caching: measuring
+it costs one simulation of the window (of a few copies of a short one), and the sweep, the
+corpus listing and the analysis all need it. The cache is a small JSON file keyed by (window
+content sha256, engine config hash, definition), written atomically.
 
-A second, selectable definition anchors regions on latency instead (`RegionDefinition`,
-``--region-def slo:PROFILE:TARGET``): rho is then measured against the rate at which the
-reference scheduler meets TARGET of the SLO (`slo_capacity`), cached in the same file under
-its own key, so a region is the same latency regime in every source.
+Two other definitions are selectable (`RegionDefinition`, ``--region-def``): ``drain``, the
+earlier requests / makespan of an all-at-once replay, and ``slo:PROFILE:TARGET``, where rho is
+measured against the rate at which the reference scheduler meets TARGET of the SLO
+(`slo_capacity`), so a region is the same latency regime in every source.
 
 The region scale factor is exactly `schedport.api.load_scale`'s formula,
 ``offered / (capacity * rho)`` with ``offered = (n - 1) / span``, so a sweep cell and a
@@ -43,8 +45,15 @@ REGIONS: dict[str, float] = {
 CACHE_KIND = "schedport-capacity-cache"
 CACHE_SCHEMA = 1
 
-#: The default region definition: rho = offered rate / throughput capacity.
-THROUGHPUT = "throughput"
+#: The default region definition: rho = offered rate / sustainable capacity (steady state of a
+#: saturated engine, `schedport.api.capacity`).
+SUSTAINABLE = "sustainable"
+#: The earlier definition: rho = offered rate / (requests / makespan of an all-at-once replay),
+#: which includes the drain. Stores made before `sustainable` recorded it as ``throughput``.
+DRAIN = "drain"
+LEGACY_DRAIN = "throughput"
+#: Definitions anchored on a throughput (every other is ``slo:...``).
+THROUGHPUT_KINDS = (SUSTAINABLE, DRAIN)
 #: Latency-anchored regions (``slo``, ``slo:PROFILE`` or ``slo:PROFILE:TARGET``): rho = offered rate /
 #: the rate at which the reference scheduler meets TARGET of PROFILE's SLO (DistServe's goodput capacity).
 SLO_DEFAULT_PROFILE = "standard"
@@ -57,15 +66,19 @@ SLO_RTOL = 1e-3
 
 
 class RegionDefinition:
-    """How a region's rho is anchored: on throughput capacity, or on the rate that meets an SLO.
+    """How a region's rho is anchored: on a throughput capacity, or on the rate that meets an SLO.
 
-    ``throughput``: rho = offered rate / capacity (`schedport.api.capacity`: every request
-    released at once under the reference scheduler), the study's definition. ``slo:P:X``: rho =
-    offered rate / r*, where r* is the highest rate at which the reference scheduler
-    (vllm-fcfs) still meets fraction X of SLO profile P's requests (found by bisection,
-    `slo_capacity`), so one rho is the same latency regime in every window and source: at
-    rho = 1 the reference just meets X of the SLO. Either way a region's time scale is
-    offered / (anchor x rho).
+    ``sustainable`` (the default): rho = offered rate / the engine's sustainable capacity for the
+    window's request mix, the steady-state completion rate of a saturated engine under the
+    reference scheduler (`schedport.api.capacity`): rho > 1 is a queue that grows, in every
+    source. ``drain``: rho = offered rate / (requests / makespan) of the same all-at-once replay,
+    the definition of stores made before (recorded there as ``throughput``): its makespan
+    includes the drain, so long-tailed windows get a low capacity and a mild "overload".
+    ``slo:P:X``: rho = offered rate / r*, where r* is the highest rate at which the reference
+    scheduler (vllm-fcfs) still meets fraction X of SLO profile P's requests (found by
+    bisection, `slo_capacity`), so one rho is the same latency regime in every window and
+    source: at rho = 1 the reference just meets X of the SLO. Either way a region's time scale
+    is offered / (anchor x rho).
     """
 
     def __init__(self, kind: str, profile: str | None = None, target: float | None = None):
@@ -73,41 +86,49 @@ class RegionDefinition:
 
     @property
     def spec(self) -> str:
-        """The canonical text form (``throughput`` or ``slo:standard:0.9``), as recorded in stores."""
-        return THROUGHPUT if self.kind == THROUGHPUT else f"slo:{self.profile}:{self.target:g}"
+        """The canonical text form (``sustainable``, ``drain`` or ``slo:standard:0.9``), as recorded in stores."""
+        return self.kind if self.kind in THROUGHPUT_KINDS else f"slo:{self.profile}:{self.target:g}"
 
     def describe(self) -> str:
         """One sentence for reports: what rho = 1 means under this definition."""
-        if self.kind == THROUGHPUT:
-            return ("throughput-anchored: rho = offered rate / the engine's throughput capacity for the window's "
-                    "request mix (all requests released at once under vllm-fcfs)")
+        if self.kind == SUSTAINABLE:
+            return ("sustainable-capacity-anchored: rho = offered rate / the rate the engine sustains on the window's "
+                    "request mix with a queue (vllm-fcfs, saturated, steady state): above 1 the queue grows")
+        if self.kind == DRAIN:
+            return ("drain-anchored: rho = offered rate / (requests / makespan) when all the window's requests are "
+                    "released at once under vllm-fcfs (the makespan includes the drain)")
         return (f"latency-anchored: rho = offered rate / the rate at which {REFERENCE_SCHEDULER} meets "
                 f"{100 * self.target:g}% of the {self.profile} SLO on that window (bisection)")
 
     def cache_hash(self, config_hash: str) -> str:
-        """The capacity-cache key part for an engine config under this definition."""
-        return config_hash if self.kind == THROUGHPUT else f"{config_hash}|{self.spec}"
+        """The capacity-cache key part for an engine config under this definition (the drain
+        definition keeps the bare config hash it had in caches made before the others)."""
+        return config_hash if self.kind == DRAIN else f"{config_hash}|{self.spec}"
 
     def anchor(self, trace, cfg) -> float:
         """The anchor rate in req/s of `trace` on engine `cfg` (its capacity, or its SLO rate)."""
         from schedport.api import capacity
 
-        if self.kind == THROUGHPUT:
-            return capacity(trace, cfg)
+        if self.kind in THROUGHPUT_KINDS:
+            return capacity(trace, cfg, self.kind)
         return slo_capacity(trace, cfg, self.profile, self.target)
 
 
 def parse_region_def(spec: str | None, slo_profiles=None) -> RegionDefinition:
-    """Turn ``--region-def`` (``throughput``, ``slo``, ``slo:PROFILE`` or ``slo:PROFILE:TARGET``) into a definition.
+    """Turn ``--region-def`` (``sustainable``, ``drain``, ``slo``, ``slo:PROFILE`` or ``slo:PROFILE:TARGET``)
+    into a definition; None or empty is the default, ``sustainable``.
 
-    An unknown kind, an SLO profile the engine config does not define (when `slo_profiles` is
-    given) or a target outside (0, 1) is a one-line error.
+    ``throughput`` (what stores made before the sustainable definition recorded) reads as
+    ``drain``. An unknown kind, an SLO profile the engine config does not define (when
+    `slo_profiles` is given) or a target outside (0, 1) is a one-line error.
     """
-    if spec is None or spec.strip() in ("", THROUGHPUT):
-        return RegionDefinition(THROUGHPUT)
+    if spec is None or spec.strip() in ("", SUSTAINABLE):
+        return RegionDefinition(SUSTAINABLE)
+    if spec.strip() in (DRAIN, LEGACY_DRAIN):
+        return RegionDefinition(DRAIN)
     parts = [p.strip() for p in spec.strip().split(":")]
     if parts[0] != "slo" or len(parts) > 3:
-        raise SchedportError(f"--region-def: {spec!r}: expected 'throughput' or 'slo[:PROFILE[:TARGET]]'")
+        raise SchedportError(f"--region-def: {spec!r}: expected 'sustainable', 'drain' or 'slo[:PROFILE[:TARGET]]'")
     profile = parts[1] if len(parts) > 1 and parts[1] else SLO_DEFAULT_PROFILE
     if slo_profiles is not None and profile not in slo_profiles:
         raise SchedportError(f"--region-def: SLO profile {profile!r} is not in the engine config (known: "
@@ -137,7 +158,7 @@ def slo_capacity(trace, cfg, profile: str = SLO_DEFAULT_PROFILE, target: float =
 
     key = f"slo_attainment_{profile}"
     offered = offered_rate(trace)
-    cap = capacity(trace, cfg)
+    cap = capacity(trace, cfg, DRAIN)     # the bracket only (as before the sustainable definition)
 
     def attainment(rate: float) -> float:
         res = simulate(trace, REFERENCE_SCHEDULER, engine=cfg, time_scale=offered / rate)
@@ -291,9 +312,9 @@ class CapacityCache:
 
     def capacity(self, trace, cfg, window_sha256: str | None = None,
                  definition: "RegionDefinition | None" = None) -> float:
-        """The anchor of `trace` on engine `cfg` (throughput capacity unless `definition` says
+        """The anchor of `trace` on engine `cfg` (sustainable capacity unless `definition` says
         otherwise): from the cache, else measured and recorded."""
-        rdef = definition or RegionDefinition(THROUGHPUT)
+        rdef = definition or RegionDefinition(SUSTAINABLE)
         sha = window_sha256 or trace.content_sha256()
         h = rdef.cache_hash(cfg.config_hash())
         cap = self.get(sha, h)

@@ -338,6 +338,7 @@ td.l,th.l{text-align:left}
 img.fig{max-width:100%;height:auto;display:block;margin:8px 0}
 img.small{max-width:100%;height:auto}
 .note{background:#fff8e1;border-left:4px solid #E69F00;padding:6px 10px;margin:8px 0;font-size:0.9em}
+tr.flag td{background:#fdecea}
 .warn{background:#fdecea;border-left:4px solid #D55E00;padding:6px 10px;margin:8px 0}
 .modeled{background:#e8f1fb;border-left:4px solid #0072B2;padding:4px 8px}
 pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:0.8em}
@@ -605,6 +606,7 @@ def _headline(res: dict, n: _Nums) -> str:
     if rc.get("selection_differs"):
         out.append(f"<p class='warn' id='compare-warning'><b>--compare: not one study.</b> "
                    f"{_esc(rc['selection_note'])}.</p>")
+    out.append(_regime_warning(res))
     out.append(_claims_card(res, n))
     out.append(_region_card(res, n))
     out.append(_tau_card(res, n))
@@ -711,6 +713,41 @@ def _breakdowns(res: dict) -> str:
             f"<p class='sub'>{_esc(rv['counting'])}.</p>")
 
 
+_FLAG = " class='flag'"
+
+
+def _regime_warning(res: dict) -> str:
+    """The first screen's regime flag: regions where the sources' queues differ (empty if none)."""
+    rg = res.get("regimes") or {}
+    if not rg.get("flagged"):
+        return ""
+    parts = [f"{_esc(f['region'])} (backlog {fmt(f['low'], 2)}&ndash;{fmt(f['high'], 2)})" for f in rg["flagged"]]
+    return (f"<p class='warn' id='regime-warning'><b>Not the same regime in every source:</b> at "
+            f"{', '.join(parts)} the sources' median {_esc(rg['scheduler'])} "
+            f"backlog at the last arrival differs by more than {fmt(rg['spread_limit'], 2)}, so a comparison "
+            f"across sources there compares different loads (<a href='#regimes'>regime check</a>).</p>")
+
+
+def _regime_table(res: dict) -> str:
+    """The regime check: per source and region, the reference scheduler's queue beside the fluid value."""
+    rg = res.get("regimes") or {}
+    if not rg.get("available"):
+        return f"<p class='note'>{_esc(rg.get('note') or 'no regime check in this analysis')}.</p>"
+    flagged = {f["region"] for f in rg.get("flagged", [])}
+    rows = "".join(
+        f"<tr{_FLAG if r['region'] in flagged else ''}><td class='l'>{_esc(r['region'])}"
+        f"</td><td class='l'>{_esc(r['source'])}</td><td>{fmt(r['rho'], 2)}</td><td>{r['n_windows']}</td>"
+        f"<td>{fmt(r['backlog_median'], 2)}</td><td>{fmt(r['fluid_backlog'], 2)}</td>"
+        f"<td>{fmt(r.get('ttft_p50_s_median'), 3)}</td><td>{fmt(r.get('slo_attainment_standard_median'), 3)}</td></tr>"
+        for r in sorted(rg["rows"], key=lambda r: (r["rho"], r["source"])))
+    return (f"<p class='sub'>{_esc(rg['scheduler'])} in every source and region: median over windows of the share of "
+            "accepted requests still queued when the last request arrives, beside a fluid queue's max(0, 1 - 1/rho); "
+            f"regions whose sources differ by more than {fmt(rg['spread_limit'], 2)} are flagged.</p>"
+            "<div class='scroll'><table><tr><th class='l'>region</th><th class='l'>source</th><th>rho</th>"
+            "<th>windows</th><th>backlog</th><th>fluid</th><th>TTFT p50 (s)</th><th>standard attainment</th></tr>"
+            + rows + "</table></div>")
+
+
 def _methodology(res: dict) -> str:
     p = res["parameters"]
     regions = ", ".join(f"{r['name']} (rho {fmt(r['rho'], 2)})" for r in p["regions"])
@@ -741,6 +778,13 @@ def _methodology(res: dict) -> str:
         "all schedulers tie; averages skip undefined values.",
         f"Best-changes share (pooled, per source x region): "
         f"{_esc(res['headline']['metrics']['best_changes_with_metric']['definition'])}.",
+        "Regime check (<code>regimes</code>): per source and region, the reference scheduler's (vllm-fcfs) median "
+        "over windows of backlog_at_last_arrival, the share of accepted requests without a first token when the "
+        "last request arrives, beside the fluid value max(0, 1 - 1/rho) of a queue started empty, with the median "
+        "TTFT p50 and standard-SLO attainment; a region whose sources' backlogs differ by more than "
+        f"{fmt((res.get('regimes') or {}).get('spread_limit'), 2)} is flagged on the first screen. A batch engine "
+        "admits its first max_num_seqs requests at once, so its queue can sit below the fluid value by up to that "
+        "share of the window.",
         "Metric families: two metrics whose within-window ranks agree in every window of every condition measure "
         "one ranking twice (e.g. goodput = attainment x n_requests / horizon); only the first of each group is "
         "analysed (a main metric first) and the others are dropped from every statistic "
@@ -907,6 +951,8 @@ relative, {_esc(pct(p.get('abs_threshold'), 0))} absolute for bounded metrics<br
 {modeled_note}{miss_note}
 {_headline(res, n)}
 {_why_it_flips(res)}
+<h2 id="regimes">Regime check: is a region the same load in every source?</h2>
+{_regime_table(res)}
 <h2 id="figures">Figures</h2>
 {fig_html}
 <h2 id="rankings">Rankings per source and region (main metrics)</h2>

@@ -216,9 +216,10 @@ def metric_columns(cfg) -> list[str]:
 # ============================================================================ the work (in workers)
 
 
-def measure_capacity(trace, cfg, region_def: str = "throughput") -> tuple[float, float]:
-    """Worker task: (anchor in req/s, seconds spent) of one window on engine `cfg`: its throughput
-    capacity, or under a latency-anchored `region_def` the rate meeting its SLO target."""
+def measure_capacity(trace, cfg, region_def: str = "sustainable") -> tuple[float, float]:
+    """Worker task: (anchor in req/s, seconds spent) of one window on engine `cfg`: its capacity
+    under `region_def` (sustainable or drain), or under a latency-anchored one the rate meeting
+    its SLO target."""
     from schedport.regions import parse_region_def
 
     t0 = time.perf_counter()
@@ -699,7 +700,7 @@ class _Sweep:
         self.workers, self.flush_cells, self.flush_seconds = workers, flush_cells, flush_seconds
         self.keep_requests = keep_requests
         self.chash = cfg.config_hash()
-        self.region_def, self.cap_hash = "throughput", self.chash  # set by run_sweep (--region-def)
+        self.region_def, self.cap_hash = "sustainable", self.chash + "|sustainable"  # set by run_sweep
         self.ex = None
         self.todo: dict[tuple[str, str], list[tuple[str, float, int]]] = {}
         self.skipped = 0
@@ -714,7 +715,9 @@ class _Sweep:
 
     def plan(self) -> None:
         """Split the selection into finished cells (skipped) and chunks still to run."""
-        before = {(r.get("selectors") or {}).get("region_def", "throughput")
+        from schedport.regions import LEGACY_DRAIN, parse_region_def
+
+        before = {parse_region_def((r.get("selectors") or {}).get("region_def", LEGACY_DRAIN)).spec
                   for r in self.store.manifest.get("runs", [])} if self.store.done else set()
         if before - {self.region_def}:
             raise SchedportError(f"{self.store.root}: its regions were run with --region-def "
@@ -901,9 +904,10 @@ def run_command(
     keep_requests: bool = typer.Option(
         False, "--keep-requests", help="Also keep every run's per-request table in OUT/requests/ (large)."),
     region_def: str = typer.Option(
-        "throughput", "--region-def", help="How rho is anchored: 'throughput' (offered / capacity) or "
-        "'slo[:PROFILE[:TARGET]]' (offered / the rate at which vllm-fcfs meets TARGET of PROFILE's SLO; "
-        "default slo:standard:0.9)."),
+        "sustainable", "--region-def", help="How rho is anchored: 'sustainable' (offered / the rate the engine "
+        "sustains with a queue, the default), 'drain' (offered / requests per makespan of an all-at-once replay, "
+        "the earlier definition) or 'slo[:PROFILE[:TARGET]]' (offered / the rate at which vllm-fcfs meets TARGET "
+        "of PROFILE's SLO; default slo:standard:0.9)."),
     do_analyze: bool = typer.Option(
         True, "--analyze/--no-analyze", help="After the sweep, analyse the store and write the report (default); "
                                              "--no-analyze runs any selection (one window or scheduler too) and "
@@ -922,7 +926,7 @@ def run_command(
 
 
 def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
-                 workers, executor, ray_address, keep_requests, region_def="throughput", do_analyze=True) -> None:
+                 workers, executor, ray_address, keep_requests, region_def="sustainable", do_analyze=True) -> None:
     from rich.console import Console
 
     con = Console()
