@@ -103,3 +103,20 @@ def test_regime_check_flags_a_region_whose_sources_queue_differently():
     assert "no backlog_at_last_arrival" in regime_check(df.drop(columns="backlog_at_last_arrival"), ["light"],
                                                          ["a"])["note"]
     assert "not in the store" in regime_check(df[df.scheduler == "sjf"], ["light"], ["a"])["note"]
+
+
+def test_the_report_flags_a_region_that_is_not_one_regime(tmp_path):
+    from _synthstore import REGIONS6, SCHEDULERS13, make_runs, write_store
+    from schedport.analysis import analyze
+
+    runs = make_runs(n_windows=5, regions=REGIONS6[4:], schedulers=SCHEDULERS13[9:12])
+    # vllm-fcfs queues a third of azure's windows at severe and a tenth of the others'
+    runs["backlog_at_last_arrival"] = np.where(runs["region"] == "severe",
+                                               np.where(runs["source"] == "azure", 0.33, 0.10), 0.15)
+    store = write_store(tmp_path / "res", runs)
+    res = analyze(store, n_boot=20, n_splits=10)
+    assert [f["region"] for f in res["regimes"]["flagged"]] == ["severe"]
+    html = (store / "report.html").read_text()
+    first_screen = html[:html.index("<h2")]
+    assert "id='regime-warning'" in first_screen and "severe (backlog 0.10&ndash;0.33)" in first_screen
+    assert "<h2 id=\"regimes\">" in html and html.count("<tr class='flag'>") == 3

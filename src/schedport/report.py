@@ -588,6 +588,12 @@ def _region_card(res: dict, n: _Nums) -> str:
          "region_comparison.other.split_half_min")
     _row("split-half reliability, highest", "region_comparison.this.split_half_max",
          "region_comparison.other.split_half_max")
+    def _flagged(d):
+        f = d.get("regimes_flagged")
+        return "n/a" if f is None else (_esc(", ".join(f)) or "none")
+
+    rows.append(f"<tr><td class='l'>regions not one regime across sources</td><td>{_flagged(a)}</td>"
+                f"<td>{_flagged(b)}</td></tr>")
     for cid in a["claims"]:
         _row(f"claim {cid}", f"region_comparison.this.claims.{cid}",
              f"region_comparison.other.claims.{cid}" if cid in b["claims"] else None, kind="str")
