@@ -19,7 +19,7 @@ import math
 import statistics
 import time
 
-from schedport.api import SATURATED_BATCHES, _capacity_cached, capacity
+from schedport.api import SATURATED_BATCHES, SATURATED_MAX, _capacity_cached, capacity
 from schedport.config import load_engine_config
 from schedport.corpus import load_corpus
 
@@ -44,7 +44,8 @@ def main() -> None:
             t0 = time.perf_counter()
             caps[d] = capacity(t, cfg, d)
             wall[d] += time.perf_counter() - t0
-            copies = 1 if d == "drain" else max(1, math.ceil(SATURATED_BATCHES * cfg.max_num_seqs / len(t)))
+            copies = 1 if d == "drain" else max(1, min(math.ceil(SATURATED_BATCHES * cfg.max_num_seqs / len(t)),
+                                                       SATURATED_MAX // len(t)))
             simulated[d] += copies * len(t)
         ratio[w.source].append(caps["sustainable"] / caps["drain"])
     print(f"{len(windows)} windows: sustainable {wall['sustainable']:.1f} s ({simulated['sustainable']:,} requests "

@@ -120,3 +120,14 @@ def test_the_report_flags_a_region_that_is_not_one_regime(tmp_path):
     first_screen = html[:html.index("<h2")]
     assert "id='regime-warning'" in first_screen and "severe (backlog 0.10&ndash;0.33)" in first_screen
     assert "<h2 id=\"regimes\">" in html and html.count("<tr class='flag'>") == 3
+
+
+def test_simulate_load_follows_the_region_definition_as_a_sweep_cell_does():
+    from schedport.regions import time_scale
+
+    t, _ = _windows()
+    for spec in (None, "drain", "slo"):
+        anchor = parse_region_def(spec).anchor(t, CFG)
+        assert simulate(t, "vllm-fcfs", engine=CFG, load=1.2, region_def=spec).scale == time_scale(t, anchor, 1.2)
+    with pytest.raises(SchedportError, match="expected 'sustainable'"):
+        simulate(t, "vllm-fcfs", engine=CFG, load=1.2, region_def="peak")

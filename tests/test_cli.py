@@ -118,3 +118,17 @@ def test_load_must_be_positive(example, tmp_path):
     msg = one_line_error(cli("simulate", "--trace", example, "--scheduler", "vllm-fcfs", "--load", "-1",
                              "--out", tmp_path / "o"))
     assert "--load" in msg
+
+
+def test_simulate_region_def_names_what_load_is_relative_to(tmp_path):
+    trace = tmp_path / "t.csv"
+    assert cli("example", "--out", trace, "--requests", "200").returncode == 0
+    got = {}
+    for d in ("sustainable", "drain"):
+        p = cli("simulate", "--trace", trace, "--scheduler", "vllm-fcfs", "--load", "1.6", "--region-def", d,
+                "--out", tmp_path / d)
+        assert p.returncode == 0, p.stderr
+        got[d] = json.loads((tmp_path / d / "summary.json").read_text())["backlog_at_last_arrival"]
+    assert got["sustainable"] > got["drain"]      # the drain's lower capacity is a lighter "overload"
+    p = cli("simulate", "--trace", trace, "--scheduler", "vllm-fcfs", "--region-def", "drain", "--out", tmp_path / "x")
+    assert p.returncode != 0 and "give --load too" in p.stderr and "Traceback" not in p.stderr

@@ -112,8 +112,10 @@ SUSTAINABLE = "sustainable"
 DRAIN = "drain"
 CAPACITY_DEFINITIONS = (SUSTAINABLE, DRAIN)
 #: The sustainable rate is read from a saturated replay of at least this many batches' worth of
-#: the window's mix (the mix is repeated when the window is shorter).
+#: the window's mix (the mix is repeated when the window is shorter), up to `SATURATED_MAX`
+#: requests (an engine configured with a huge max_num_seqs is bounded by its KV cache instead).
 SATURATED_BATCHES = 4
+SATURATED_MAX = 16384
 
 
 def capacity(trace: Trace, engine: EngineConfig | str | Path | None = None,
@@ -145,10 +147,12 @@ def capacity(trace: Trace, engine: EngineConfig | str | Path | None = None,
     if definition not in CAPACITY_DEFINITIONS:
         raise SchedportError(f"capacity definition must be one of {', '.join(CAPACITY_DEFINITIONS)}, "
                              f"got {definition!r}")
-    cfg = _resolve_engine(engine)
-    if cfg.request_overhead_s:
-        cfg = dataclasses.replace(cfg, request_overhead_s=0.0)
-    return _capacity_cached(_TraceKey(trace), cfg, definition)
+    return _capacity_cached(_TraceKey(trace), _without_overhead(_resolve_engine(engine)), definition)
+
+
+def _without_overhead(cfg: EngineConfig) -> EngineConfig:
+    """`cfg` with no per-request overhead: a delay outside the engine is not engine work."""
+    return dataclasses.replace(cfg, request_overhead_s=0.0) if cfg.request_overhead_s else cfg
 
 
 class _TraceKey:
@@ -168,7 +172,9 @@ class _TraceKey:
 @lru_cache(maxsize=512)
 def _capacity_cached(key: _TraceKey, cfg: EngineConfig, definition: str) -> float:
     t = key.trace
-    copies = 1 if definition == DRAIN else max(1, math.ceil(SATURATED_BATCHES * cfg.max_num_seqs / max(len(t), 1)))
+    n = max(len(t), 1)
+    copies = 1 if definition == DRAIN else max(1, min(math.ceil(SATURATED_BATCHES * cfg.max_num_seqs / n),
+                                                      SATURATED_MAX // n))
     tile = (lambda a: np.tile(a, copies))
     clients = None if t.client_id is None else tile(np.asarray(t.client_id, dtype=object))
     burst = Trace(np.zeros(len(t) * copies), tile(t.input_tokens), tile(t.output_tokens), clients, t.name)
@@ -184,23 +190,32 @@ def _capacity_cached(key: _TraceKey, cfg: EngineConfig, definition: str) -> floa
     turned_over = fin[min(cfg.max_num_seqs, len(fin)) - 1]  # the batch admitted at zero has turned over
     steady = fin[(fin > turned_over) & (fin <= queue_empty)]
     if len(steady) < cfg.max_num_seqs or not queue_empty > turned_over:
-        # only when most of the mix is rejected: too few served requests to saturate the engine
-        raise TraceError(f"{t.name}: only {int(done.sum())} of {len(burst)} requests of the replayed mix can be "
-                         f"served, too few to saturate the engine ({cfg.max_num_seqs} slots), so its sustainable "
-                         f"capacity is undefined; use --region-def drain")
+        # most of the mix rejected, or a max_num_seqs the replay cannot fill
+        raise TraceError(f"{t.name}: a replay of {len(burst)} requests ({int(done.sum())} served) never kept a queue "
+                         f"for {cfg.max_num_seqs} completions after the first {cfg.max_num_seqs} (max_num_seqs), so "
+                         f"its sustainable capacity is undefined; lower max_num_seqs or use --region-def drain")
     return float(len(steady)) / (queue_empty - float(turned_over))
 
 
-def load_scale(trace: Trace, load: float, engine: EngineConfig | str | Path | None = None) -> float:
-    """The time-axis factor that brings `trace` to offered load `load` (rho) on this engine."""
+def load_scale(trace: Trace, load: float, engine: EngineConfig | str | Path | None = None,
+               region_def: str | None = None) -> float:
+    """The time-axis factor that brings `trace` to offered load `load` (rho) on this engine.
+
+    rho is relative to the anchor of `region_def` (`schedport.regions.parse_region_def`: the
+    sustainable capacity when None, or ``drain``, or ``slo[:PROFILE[:TARGET]]``), exactly as a
+    study region is."""
     if isinstance(load, bool) or not isinstance(load, (int, float, np.floating, np.integer)) \
             or not (load > 0 and np.isfinite(load)):
         raise SchedportError(f"--load must be a positive, finite number, got {load!r}")
     if len(trace) < 2 or trace.span_s <= 0:
         raise TraceError(f"{trace.name}: --load needs at least two requests with distinct arrival "
                          f"times (the offered rate is undefined otherwise)")
+    from schedport.regions import parse_region_def
+
+    cfg = _resolve_engine(engine)
+    rdef = parse_region_def(region_def, list(cfg.slo_profiles))
     offered = (len(trace) - 1) / trace.span_s
-    scale = offered / (capacity(trace, engine) * load)
+    scale = offered / (rdef.anchor(trace, cfg) * load)
     if not (np.isfinite(scale) and scale > 0):
         raise SchedportError(f"{trace.name}: --load {load!r} gives a time scale of {scale!r}, which is not a "
                              f"positive finite number; give a load nearer 1 (the study's regions are 0.3-1.6)")
@@ -260,7 +275,7 @@ def rescale(trace: Trace, factor: float) -> Trace:
 
 
 def scaled(trace: Trace, cfg: EngineConfig, *, load: float | None = None,
-           time_scale: float | None = None) -> tuple[Trace, float]:
+           time_scale: float | None = None, region_def: str | None = None) -> tuple[Trace, float]:
     """`trace` brought to offered load `load` on `cfg` (or stretched by a precomputed
     `time_scale`), and the factor used; unchanged with factor 1 when neither is given.
     Simulations and replays of one run share it, so both see the same arrivals."""
@@ -270,7 +285,7 @@ def scaled(trace: Trace, cfg: EngineConfig, *, load: float | None = None,
         scale = check_time_scale(time_scale)
         why = f"(time scale {scale!r})"
     elif load is not None:
-        scale = load_scale(trace, load, cfg)
+        scale = load_scale(trace, load, cfg, region_def)
         why = f"(load {load!r}, time scale {scale:.4g})"
     else:
         check_clock(trace)
@@ -356,14 +371,17 @@ def served_trace(trace: Trace, cfg: EngineConfig) -> Trace:
 def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | str | Path | None = None,
              load: float | None = None, seed: int = 0, *, exact: bool = False,
              horizon_s: float | None = None, time_scale: float | None = None,
-             progress: Callable[[float, int, int], None] | None = None) -> SimulationResult:
+             progress: Callable[[float, int, int], None] | None = None,
+             region_def: str | None = None) -> SimulationResult:
     """Simulate `trace` under `scheduler` on `engine`; return the per-request table and summary.
 
     The table has the columns of `schedport.metrics.request_table` plus ``reject_reason``:
     for a request rejected at arrival, why (e.g. it can never fit the KV cache); else None.
 
     `trace` is a `Trace` or a path to a canonical CSV/Parquet file; `engine` an `EngineConfig`,
-    a TOML path, or None for the documented defaults. `load` rescales time to offered load rho.
+    a TOML path, or None for the documented defaults. `load` rescales time to offered load rho
+    against the sustainable capacity, or against the anchor of `region_def` (``drain``,
+    ``slo[:PROFILE[:TARGET]]``; `load_scale`).
     `horizon_s` cuts the simulation (requests still in flight end `unfinished`); metrics count
     completions within 1.5 x the arrival span (`[metrics] horizon_factor`) either way.
     `exact=True` steps every iteration (the oracle the default fast mode must match).
@@ -389,7 +407,7 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
     check_simulation_memory(trace)
     cfg = _resolve_engine(engine)
     policy = get_policy(scheduler)
-    trace, scale = scaled(trace, cfg, load=load, time_scale=time_scale)
+    trace, scale = scaled(trace, cfg, load=load, time_scale=time_scale, region_def=region_def)
     trace = served_trace(trace, cfg)
     lat = make_latency_model(cfg)
     alone = lat.alone_time(trace.input_tokens, trace.output_tokens) if len(trace) else np.zeros(0)

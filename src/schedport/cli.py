@@ -109,6 +109,9 @@ def simulate(
     exact: bool = typer.Option(False, "--exact/--fast", help="--exact steps every iteration (the oracle; "
                                "slower); --fast, the default, fast-forwards with bit-identical results."),
     horizon: Optional[float] = typer.Option(None, "--horizon", help="Stop the simulation at S seconds."),
+    region_def: Optional[str] = typer.Option(
+        None, "--region-def", help="What --load is relative to, as in `run`: 'sustainable' (the default), 'drain' "
+                                   "or 'slo[:PROFILE[:TARGET]]'."),
 ) -> None:
     """Simulate one trace under one scheduler; write per-request results and the run summary."""
     from schedport.api import simulate as run_sim
@@ -119,8 +122,10 @@ def simulate(
     output_dir(out_dir, create=False)
     _say_reading(trace)
     t0 = time.perf_counter()
+    if region_def is not None and load is None:
+        raise SchedportError("--region-def says what --load is relative to; give --load too")
     res = run_sim(trace, scheduler, engine=engine, load=load, seed=seed, exact=exact, horizon_s=horizon,
-                  progress=_StepProgress("simulate"))
+                  progress=_StepProgress("simulate"), region_def=region_def)
     res.save(out_dir)
     s = res.summary
     wall = time.perf_counter() - t0
