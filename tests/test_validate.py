@@ -125,7 +125,7 @@ def test_validate_refuses_cells_of_another_engine(fake_server, tmp_path):
     validate("http://fake", _traces(), tmp_path, engine=cfg, schedulers=["vllm-fcfs", "sjf"],
              regions={"light": 0.3})
     other = engine_config_from_dict({**ENGINE, "latency": {**ENGINE["latency"], "a": 0.005}})
-    with pytest.raises(SchedportError, match="another trace, engine or seed"):
+    with pytest.raises(SchedportError, match="run with another engine_sha256"):
         validate("http://fake", _traces(), tmp_path, engine=other, schedulers=["vllm-fcfs", "sjf"],
                  regions={"light": 0.3})
 

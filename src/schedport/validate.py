@@ -102,8 +102,9 @@ def _open_cell(out: Path, nt: NamedTrace, cfg, region: str, rho: float, sched: s
     meta = _cell_meta(nt, cfg, region, rho, scale, sched, seed)
     old = _read_json(path / "cell.json")
     if old is not None and {k: old.get(k) for k in meta} != meta:
-        raise SchedportError(f"{path / 'cell.json'}: this cell was run with another trace, "
-                             f"engine or seed; use a new --out or remove {path}")
+        changed = ", ".join(k for k in meta if old.get(k) != meta[k])
+        raise SchedportError(f"{path / 'cell.json'}: this cell was run with another {changed} (a time scale "
+                             f"moves with the capacity definition); use a new --out or remove {path}")
     sim = simulate(nt.trace, sched, engine=cfg, seed=seed, time_scale=scale)
     return _Cell(path, meta, old, scale, sim)
 
