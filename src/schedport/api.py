@@ -131,9 +131,9 @@ def capacity(trace: Trace, engine: EngineConfig | str | Path | None = None,
     saturated part of the replay only: after the first `max_num_seqs` completions (the batch
     admitted at time zero has turned over, and the running batch has its steady, length-biased
     mix) and before the last request is admitted (after which the queue is empty and the batch
-    drains). Windows with fewer than `SATURATED_BATCHES` x `max_num_seqs` requests are replayed
-    as that many copies of their mix, so the saturated part is always at least two batches
-    long. This is the service rate mu of queueing theory: at offered load rho = lambda / mu > 1
+    drains). A window with fewer than `SATURATED_BATCHES` x `max_num_seqs` requests is replayed
+    as enough copies of its mix to reach that many (at most `SATURATED_MAX` requests), so the
+    saturated part is at least two batches long. This is the service rate mu of queueing theory: at offered load rho = lambda / mu > 1
     the queue of a fluid model grows at lambda - mu (docs/corpus.md, "Capacity").
 
     ``drain``: requests completed / makespan of the same replay. The makespan includes the
