@@ -233,7 +233,11 @@ def test_validate_end_to_end(server, calibrated, tmp_path):
     out = tmp_path / "val"
     args = ["validate", "--endpoint", server.endpoint, "--engine", str(engine), "--trace", str(trace_path),
             "--schedulers", "vllm-fcfs,sjf,spf,edf", "--regions", "light,high", "--out", str(out),
-            "--max-lag", "1.0"]   # the bound's failure path is tested with the fake server
+            "--max-lag", "60"]
+    # The client-lag bound is not what this test checks (its failure path is tested with the fake
+    # server): with both cores busy a 1 s bound failed here once in three whole-suite runs (the
+    # client fell behind a 5 s replay). 60 s is longer than any of these replays, so only a
+    # machine stalled for a minute could break it, and that would fail the test by its timeouts.
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     v = json.loads((out / "validation.json").read_text())
