@@ -322,6 +322,7 @@ BOOKKEEPING = frozenset({
     "rho", "time_scale", "n_requests", "n_completed", "n_unfinished", "makespan_s",
     "horizon_s", "iterations", "corpus_sha256", "engine_hash", "wall_s", "status", "capacity_rps",
     "window_sha256", "load_scale", "predictor_tau", "backlog_at_last_arrival",
+    "host_swap_full_events", "stall_recomputes",
 })
 #: The regime check: the reference scheduler whose queue it reads, the metrics it reports beside
 #: the backlog, and the spread of backlog between sources above which a region is flagged.

@@ -440,5 +440,7 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
                         counters={"preemptions": out.preemptions_total, "iterations": out.iterations,
                                   "recomputed_tokens": out.recomputed_tokens,
                                   "swapped_bytes": out.swapped_blocks * cfg.block_bytes,
-                                  "load_scale": scale, **run_counters(sim)})
+                                  "load_scale": scale, **run_counters(sim),
+                                  "host_swap_full_events": out.host_full_events,
+                                  "stall_recomputes": out.stall_recomputes})
     return SimulationResult(table, summary, scale)

@@ -123,6 +123,8 @@ class SimOutput:
     swapped_blocks: int
     steps_fast_forwarded: int
     events: int
+    host_full_events: int = 0     # runs of steps in which the host swap space could not take a swap-out
+    stall_recomputes: int = 0     # recomputes that broke a stall the full host left (swapping policies)
 
 
 class KVCache:
@@ -190,6 +192,9 @@ class Simulator:
         self.swap_overlap = False
         self.swap_bytes_pending = 0
         self.swapped_blocks_total = 0
+        self.host_full_events = 0
+        self.host_full_prev = False
+        self.stall_recomputes = 0
         self.sched = policy.bind(self)
         # The decode cohort (fast mode only): running requests that decode one token per step are
         # advanced together by bumping `dclock` instead of touching each one; a member's true
@@ -225,6 +230,10 @@ class Simulator:
         """Give `blocks` more KV blocks to `req` (caller checked they are free)."""
         self.cache.free -= blocks
         req.blocks += blocks
+
+    def swap_fits(self, req: Request) -> bool:
+        """Can the host swap space take `req`'s KV blocks now?"""
+        return self.host_used + req.blocks <= self.host_blocks
 
     def preempt(self, req: Request, swap: bool = False) -> None:
         """Preempt `req` and hand it back to waiting.
@@ -707,6 +716,8 @@ class Simulator:
             swapped_blocks=self.swapped_blocks_total,
             steps_fast_forwarded=self.steps_fast_forwarded,
             events=self.events,
+            host_full_events=self.host_full_events,
+            stall_recomputes=self.stall_recomputes,
         )
 
 

@@ -38,7 +38,7 @@ class Plan:
     """One iteration's batch: (request, tokens) pairs plus what happened while forming it."""
 
     __slots__ = ("items", "admitted", "preempted", "decode_only", "allocates_decode_blocks", "pad",
-                 "emitted", "cohort", "rejoin")
+                 "emitted", "cohort", "rejoin", "host_full")
 
     def __init__(self, allocates_decode_blocks: bool = True):
         self.items: list[tuple[Request, int]] = []
@@ -50,6 +50,7 @@ class Plan:
         self.emitted: list[Request] = []  # filled by the engine: requests that got a token this step
         self.cohort = False  # True: every decode-cohort member also decodes one token (not in items)
         self.rejoin: list[Request] = []   # cohort members sitting this step out (budget ran out first)
+        self.host_full = False  # a swap-out was wanted and the host swap space could not take it
 
     def add(self, req: Request, k: int) -> None:
         self.items.append((req, k))
@@ -293,6 +294,9 @@ class BatchingMode:
             sim.host_blocks = int(cfg.swap_space_gib * 2**30 // sim.block_bytes)
             sim.pcie_bytes_per_s = cfg.pcie_gb_s * 1e9
             sim.swap_overlap = bool(params.get("swap_overlap", False))
+        # FastServe's host gate (`MLFQ.get_next_batch`): no job in its context stage starts
+        # while less than this share of the host swap space is free (0: no gate)
+        self.host_gate = float(params.get("host_gate", 0.0)) if self.swap else 0.0
 
     def never_fits(self, req: Request) -> str:
         """Why `req` can never be served in this mode ('' if it can)."""
@@ -558,6 +562,8 @@ class Continuous(BatchingMode):
         cache = sim.cache
         bs = cache.block_size
         order = sched.order
+        gated = self._host_gated()
+        host_was_full, sim.host_full_prev = sim.host_full_prev, False
         if not len(order) and len(sim.running) <= self.max_num_seqs:
             # nothing waiting: if every running request gets its full need, rank order is moot
             if sim.bulk:
@@ -566,7 +572,7 @@ class Continuous(BatchingMode):
                 plan = self._plan_running_unconstrained(sim.running, cache, self.budget)
             if plan is not None:
                 return plan
-        elif len(sim.running) + len(order) <= self.max_num_seqs:
+        elif len(sim.running) + len(order) <= self.max_num_seqs and not gated:
             plan = self._plan_everyone(sched, now)
             if plan is not None:
                 return plan
@@ -616,13 +622,17 @@ class Continuous(BatchingMode):
                 selected += 1
                 k = min(req.prompt + req.generated - req.computed, budget)
                 need = -(-(req.computed + k) // bs) - req.blocks
-                while need > cache.free and pending:
-                    sim.preempt(pending.pop(), swap)
-                    plan.preempted += 1
+                if need > cache.free and pending:
+                    self._make_room(need, pending, plan)
                 if need > cache.free:
-                    sim.preempt(req, swap)
-                    plan.preempted += 1
                     selected -= 1
+                    if not swap or sim.swap_fits(req):
+                        sim.preempt(req, swap)
+                        plan.preempted += 1
+                    else:
+                        plan.host_full = True       # the host cannot take it: it sits out, holding its KV
+                        if req.sync >= 0:
+                            members_sit.append(req)
                     continue
                 if need > 0:
                     sim.allocate(req, need)
@@ -632,11 +642,12 @@ class Continuous(BatchingMode):
                     plan.add(req, k)
                 budget -= k
             elif req.phase == WAITING and admitting:
+                if gated and not req.generated and not req.swapped:
+                    continue                            # a context-stage job: held back, the rest go on
                 k = min(req.prompt + req.generated - req.computed, budget)
                 need = -(-(req.computed + k) // bs)
-                while need > cache.free - wm and pending:
-                    sim.preempt(pending.pop(), swap)
-                    plan.preempted += 1
+                if need > cache.free - wm and pending:
+                    self._make_room(need + wm, pending, plan)
                 if need > cache.free - wm:
                     admitting = False                   # head-of-line: nothing ranked below it starts
                     continue
@@ -666,9 +677,56 @@ class Continuous(BatchingMode):
                 plan.cohort = False
         if cached:
             self._rank_hint = ranked
-        if plan.preempted or plan.admitted:
+        if plan.host_full:
+            sim.host_full_prev = True
+            if not host_was_full:
+                sim.host_full_events += 1
+            if not plan.items and not (plan.cohort and sim.cohort_n) and not plan.preempted and sim.running:
+                # every job that could run needs a block the full host cannot free: the last resort
+                # that breaks the stall is the engine's recompute of the worst-ranked holder, counted
+                victim = max(sim.running, key=lambda r: key(r, now))
+                sim.preempt(victim, False)
+                sim.stall_recomputes += 1
+                plan.preempted += 1
+                if cached:
+                    self._rank_hint = None
+        if plan.preempted or plan.admitted or plan.host_full:
+            # (a step that found the host full is not repeated unchanged: which job is worst-ranked
+            # among those holding KV may differ in the next one, as FastServe's front pushes reorder)
             plan.decode_only = False
         return plan
+
+    def _host_gated(self) -> bool:
+        """Is the host gate closed this step (less than `host_gate` of the host swap space free)?"""
+        sim = self.sim
+        return bool(self.host_gate and sim.host_blocks
+                    and sim.host_blocks - sim.host_used < self.host_gate * sim.host_blocks)
+
+    def _make_room(self, need: int, pending: deque, plan: Plan) -> None:
+        """Preempt running requests not yet reached (`pending`), the worst-ranked first, until
+        `need` blocks are free or none is left.
+
+        With swap preemption the victims go to the host swap space. If it cannot take the ones
+        that would make room, none is preempted and the step is marked `host_full`: a swapping
+        policy never recomputes through a full host, and never evicts a job for a request that
+        still could not run.
+        """
+        sim = self.sim
+        cache = sim.cache
+        if self.swap:
+            room = sim.host_blocks - sim.host_used
+            freed = cache.free
+            for victim in reversed(pending):
+                if freed >= need:
+                    break
+                if victim.blocks > room:
+                    plan.host_full = True
+                    return
+                room -= victim.blocks
+                freed += victim.blocks
+        while need > cache.free and pending:
+            sim.preempt(pending.pop(), self.swap)
+            plan.preempted += 1
 
     def _plan_everyone(self, sched: "BoundPolicy", now: float) -> Plan | None:
         """Ranked mode when everything fits: every running request gets its full need and every

@@ -9,11 +9,11 @@ declaration (and, if it needs a new mechanism, one small `Ordering` or gate clas
 
 from __future__ import annotations
 
-import heapq
 import math
 import numbers
 from collections import deque
 from functools import partial
+from operator import attrgetter
 
 import numpy as np
 
@@ -201,20 +201,40 @@ class PredictedRank(SortedEachStep):
 
 
 class SkipJoinMLFQ(SortedEachStep):
-    """FastServe's skip-join multi-level feedback queue (Wu et al., arXiv 2305.05920).
+    """FastServe's skip-join multi-level feedback queue, as LLMServe/FastServe's `MLFQ` runs it.
 
-    `levels` queues with quanta q_i = q1 * ratio**i seconds of attained service; an arriving job
-    joins the highest queue whose quantum covers its estimated prefill time (skip-join); a job
-    that uses up its level's quantum moves down one level; a job that has not run for
-    `starve_limit_s` is promoted to the top queue. Within a queue, first come first served by
-    the time it entered the queue. Preemptive at iteration granularity (the engine ranks running
-    and waiting together). Attained service is the wall time of the iterations the job ran in.
+    Wu et al., 'Fast Distributed Inference Serving for Large Language Models', arXiv 2305.05920;
+    the rules are those of the official code, ``fastserve/scheduler.py``, class ``MLFQ``:
+
+    * **Skip-join** (`add_request`): a job joins level p, the smallest with
+      ``q1_s * ratio**p >= t_init``, where t_init is its batch-1 prefill time under the latency
+      model (the official code reads it from a profiled database); it goes to the back of that
+      queue.
+    * **Quanta** ``q1_s * ratio**p`` (`base_quantum` 0.01 s, `threshold` 2). The official queues
+      grow without bound; `levels` (24: a job would need 0.01 x (2^23 - 1) s ~ 23 h of service to
+      reach the last one) bounds them and the last level keeps what reaches it.
+    * **Demotion** (`pop_finished_requests`): after every step each job that ran is put back at
+      the *front* of its queue, in batch order, and first moves down one level if its processing
+      time since it joined its level (the summed times of the steps it ran in) exceeds the
+      level's quantum; a demotion resets that time.
+    * **Starvation** (`prevent_starvation`, called from `get_next_batch` every
+      `starvation_period` = 1,000 iterations): every job not in that step's batch whose last step
+      ended `starve_limit_s` (3 s) or more before the step began goes to the front of the top
+      queue, keeping its processing time. A job that has never run has ``last_step_time = 0.0``
+      there, so it is always due (`never_run_starves = true`); `false` measures its idle time from
+      its arrival instead.
+    * **Host gate, swap-only eviction**: the batching mode's ranked fill applies them
+      (`Continuous._plan_ranked`, `host_gate` and `preemption = "swap"`).
+
+    The queues are deques: a key is (level, position, index), where a push to the front takes a
+    position below every other and a push to the back one above. The engine ranks running and
+    waiting jobs together every step.
     """
 
     preemptive = True
-    static_keys = True                  # a waiting key changes only by a promotion in `prepare`
+    static_keys = True                  # a waiting key changes only at a starvation check
     per_request_steps = True            # per-step, per-request bookkeeping in `after_step`
-    cached_key = True                   # req.key = (level, entered, idx), set wherever they change
+    cached_key = True                   # req.key = (level, position, idx), set wherever they change
 
     def __init__(self, sim, params):
         super().__init__(sim, params)
@@ -223,17 +243,26 @@ class SkipJoinMLFQ(SortedEachStep):
         r = float(params["ratio"])
         self.quanta = [q1 * r ** i for i in range(self.levels)]
         self.starve = float(params["starve_limit_s"])
+        self.every = int(params["starve_every"])
+        self.never_run_starves = bool(params["never_run_starves"])
         self.lat = sim.latency
-        self._due: list = []            # (time it may starve, idx, request) of jobs not running
+        self._front = 0                 # positions handed out by pushes to the front (negated)
+        self._back = 0                  # and by pushes to the back
+        self.promotions = 0             # starvation promotions, for the run summary
+        self.deepest = 0                # the lowest level any job reached
         self._ran: list = []            # the jobs scheduled in the last step run
 
     def _state(self, req):
-        # [level, entered, base, seg_start, last_end]
+        # [level, position, processing time of closed runs, open run's start, last step's end]
         if req.aux is None:
             t_init = self.lat.prefill_time(req.prompt)
             lvl = next((i for i, q in enumerate(self.quanta) if q >= t_init), self.levels - 1)
-            req.aux = [lvl, req.arrival, 0.0, math.nan, req.arrival]
-            req.key = (lvl, req.arrival, req.idx)
+            self._back += 1
+            last = -math.inf if self.never_run_starves else req.arrival
+            req.aux = [lvl, self._back, 0.0, math.nan, last]
+            req.key = (lvl, self._back, req.idx)
+            if lvl > self.deepest:
+                self.deepest = lvl
         return req.aux
 
     def key(self, req, now):
@@ -241,108 +270,92 @@ class SkipJoinMLFQ(SortedEachStep):
         return (s[0], s[1], req.idx)    # == req.key, which sorting and ranking read instead
 
     def push(self, req, now):
-        self._watch(req, self._state(req))
+        self._state(req)
         super().push(req, now)
 
-    def _watch(self, req, s) -> None:
-        """Note when a job that stopped running (or joined below the top) may starve."""
-        if s[0] > 0:
-            heapq.heappush(self._due, (s[4] + self.starve, req.idx, req))
+    def _to_front(self, req, s) -> None:
+        self._front += 1
+        s[1] = -self._front
+        req.key = (s[0], s[1], req.idx)
 
-    def _stale(self, entry) -> bool:
-        due, _, r = entry
-        s = r.aux
-        return r.phase == DONE or s[0] == 0 or s[4] + self.starve != due
-
-    @property
-    def _next_starve(self) -> float:
-        """The earliest time a job not running can starve (entries made stale by a later run,
-        a promotion or a finish are dropped as they surface)."""
-        h = self._due
-        while h and self._stale(h[0]):
-            heapq.heappop(h)
-        return h[0][0] if h else math.inf
-
-    def prepare(self, now):
-        """Promote jobs that have not run for `starve_limit_s` to the top queue: waiting ones and
-        running ones that hold their KV but sat the last steps out (the ranked fill leaves them
-        resident), as vllm-ltr counts idle steps over every request (`_general_schedule`)."""
-        h = self._due
-        while h and h[0][0] - 1e-6 <= now:
-            entry = h[0]
-            if self._stale(entry):
-                heapq.heappop(h)
-                continue
-            r = entry[2]
-            s = r.aux
-            if not now - s[4] >= self.starve:
-                break                           # due within rounding of now, not yet starved
-            heapq.heappop(h)
-            self._close(s)
-            s[0], s[1], s[2] = 0, now, 0.0
-            r.key = (0, now, r.idx)
-            if r.phase != RUNNING:
-                self._sorted_at = None          # a waiting key changed: re-sort
-
-    def _close(self, s):
+    @staticmethod
+    def _close(s):
         if not math.isnan(s[3]):
             s[2] += s[4] - s[3]
             s[3] = math.nan
 
     def _run(self, s, start, end) -> bool:
-        """Account one run of consecutive steps [start, end]; demote if the quantum is used up
-        (and say so: the request's key changed)."""
+        """Account one step [start, end] the job ran in; demote it if its processing time now
+        exceeds its level's quantum (and say so)."""
         if s[4] != start or math.isnan(s[3]):
             self._close(s)
             s[3] = start
         s[4] = end
-        if s[0] < self.levels - 1 and s[2] + (end - s[3]) >= self.quanta[s[0]]:
+        if s[0] < self.levels - 1 and s[2] + (end - s[3]) > self.quanta[s[0]]:
             s[0] += 1
-            s[1] = end
             s[2] = 0.0
             s[3] = math.nan
+            if s[0] > self.deepest:
+                self.deepest = s[0]
             return True
         return False
 
-    def after_step(self, plan, start, end):
-        run = self._run
-        for r, _ in plan.items:
+    def _check_due(self) -> bool:
+        return not self.sim.iterations % self.every
+
+    def _promote_starved(self, batch_ids: set, start: float) -> None:
+        """`prevent_starvation`: every job outside the batch idle for `starve_limit_s`, collected
+        queue by queue from the top and each pushed to the front of the top queue in turn."""
+        limit = self.starve
+        due = [r for r in self.items if start - r.aux[4] >= limit]
+        due += [r for r in self.sim.running if r.idx not in batch_ids and start - r.aux[4] >= limit]
+        if not due:
+            return
+        due.sort(key=_KEY_ATTR)
+        for r in due:
             s = r.aux
-            if run(s, start, end):
-                r.key = (s[0], s[1], r.idx)
-        if len(plan.items) != len(self.sim.running):
-            # a running job that sat this step out: only one that ran in the previous step can
-            # have a run segment open or have ended a run at `start` (any other had its segment
-            # closed when it first sat out, or by a requeue or promotion)
+            self._close(s)
+            s[0] = 0
+            self._to_front(r, s)
+        self.promotions += len(due)
+        self._sorted_at = None          # waiting keys changed: re-sort
+
+    def after_step(self, plan, start, end):
+        batch = sorted((r for r, _ in plan.items), key=_KEY_ATTR)
+        if self._check_due():
+            self._promote_starved({r.idx for r in batch}, start)
+        run = self._run
+        for r in batch:                 # `pop_finished_requests`, in batch (rank) order
+            s = r.aux
+            run(s, start, end)
+            self._to_front(r, s)
+        # a running job that sat this step out ends its open run (its KV stays resident); only
+        # one that ran in the step before can have a run open
+        if len(batch) != len(self.sim.running):
             for r in self._ran:
                 s = r.aux
-                if r.phase == RUNNING and s[4] != end:     # not scheduled this step
-                    if s[3] == s[3]:               # its run segment ends (`_close`)
-                        s[2] += s[4] - s[3]
-                        s[3] = math.nan
-                    if s[4] == start:              # it ran in the step before: from now on it may starve
-                        self._watch(r, s)
-        self._ran = [r for r, _ in plan.items]
+                if r.phase == RUNNING and s[4] != end and s[3] == s[3]:
+                    self._close(s)
+        self._ran = batch
 
     def requeue(self, req, now):
-        s = self._state(req)
-        self._close(s)
-        self._watch(req, s)
+        # swapped or recomputed out of the batch's way: its place in its queue is kept
+        self._close(self._state(req))
         super().requeue(req, now)
 
     def fast_forward_limit(self, plan, now):
-        """The earliest time a waiting job may starve or a running job may sink below a waiting one.
+        """The next starvation check, and the earliest time a running job may sink below a waiting one.
 
-        In a decode-only batch every running job is served whatever the order, so a demotion
-        changes the batch only when it ranks the job below a waiting job: with nothing waiting
-        (the next arrival bounds the run), or while the job stays above the best waiting level,
-        demotions are accounted in `after_fast_forward` instead. A job at level l with the best
-        waiting job at level w sinks below it no sooner than its quantum at l plus the quanta of
-        levels l+1..w-1 (each level's service is at least its quantum). Returned 1 us early: a step
-        that starts before it cannot trigger the decision (the step-by-step tests compare within
-        float rounding of these sums); the step during which it falls due still starts before it.
+        In a decode-only batch every running job is served whatever the order. A job that ran
+        is at the front of its queue, ahead of every waiting job of its level, so a demotion
+        matters only when the job falls below the best waiting level lw: at level l <= lw it needs
+        its level's remaining quantum and then the quanta of levels l+1..lw; below lw, any
+        demotion may put it under some waiting job. Returned 1 us early (the
+        step-by-step tests compare within float rounding of these sums). The run also ends at
+        the step that is a starvation check, which `after_fast_forward` then performs.
         """
-        t = self._next_starve
+        k = self.every - self.sim.iterations % self.every
+        t = math.inf
         if self.items:
             lw = min(r.aux[0] for r in self.items)
             quanta = self.quanta
@@ -352,61 +365,106 @@ class SkipJoinMLFQ(SortedEachStep):
                 if lvl < self.levels - 1:
                     seg = now if (s[4] != now or math.isnan(s[3])) else s[3]
                     due = seg + (quanta[lvl] - s[2])
-                    for m in range(lvl + 1, lw):
+                    for m in range(lvl + 1, lw + 1):    # empty from lw on: its next demotion counts
                         due += quanta[m]
                     if due < t:
                         t = due
-        return None, (t - 1e-6 if t < math.inf else None)
+        return k, (t - 1e-6 if t < math.inf else None)
 
     def after_fast_forward(self, plan, starts, ends, k):
-        """Account k consecutive steps exactly as k calls of `after_step` would, demotions included."""
+        """Account k consecutive steps exactly as k calls of `after_step` would: demotions, the
+        front pushes after each step, and a starvation check at the last step."""
         start = float(starts[0])
         end = float(ends[k - 1])
         last = self.levels - 1
         quanta = self.quanta
         bounds = None
-        self._ran = [r for r, _ in plan.items]
-        for r, _ in plan.items:
+        order = sorted((r for r, _ in plan.items), key=_KEY_ATTR)
+        level0 = {r.idx: r.aux[0] for r in order}
+        demoted: dict[int, list] = {}         # step index -> jobs demoted at its end
+        for r in order:
             s = r.aux
             if s[4] != start or math.isnan(s[3]):
                 self._close(s)
                 s[3] = start
             s[4] = end
-            if s[0] < last and s[2] + (end - s[3]) >= quanta[s[0]]:
+            if s[0] < last and s[2] + (end - s[3]) > quanta[s[0]]:
                 if bounds is None:
                     bounds = (starts[:k].tolist(), ends[:k].tolist())
-                self._demote_within(s, bounds[0], bounds[1])
-                r.key = (s[0], s[1], r.idx)
+                for j in self._demote_within(s, bounds[0], bounds[1]):
+                    demoted.setdefault(j, []).append(r)
+                if s[0] > self.deepest:
+                    self.deepest = s[0]
+        # the batch's order after each step: within a level, the reverse of the step's order
+        # (each job was pushed to the front in turn), regrouped by level where jobs were demoted
+        lvl = dict(level0)
+        done = 0
+        for j in sorted(demoted):
+            if (j - done) % 2:
+                order = _reverse_within_levels(order, lvl)
+            for r in demoted[j]:
+                lvl[r.idx] += 1
+            order.reverse()
+            order.sort(key=lambda r: lvl[r.idx])
+            done = j + 1
+        if (k - done) % 2:
+            order = _reverse_within_levels(order, lvl)
+        if self._check_due():
+            self._promote_starved({r.idx for r in order}, float(starts[k - 1]))
+        self._ran = list(order)
+        for r in reversed(order):              # fresh front positions that sort as `order`
+            self._to_front(r, r.aux)
 
-    def _demote_within(self, s, starts, ends):
-        """Replay the demotions of one job over a run of steps (`starts`, `ends`), step-exact.
+    def _demote_within(self, s, starts, ends) -> list[int]:
+        """Replay the demotions of one job over a run of steps (`starts`, `ends`), step-exact;
+        return the indices of the steps at whose end it was demoted.
 
-        Within a level the test `service + (end_j - segment start) >= quantum` is monotone in j, so
-        the step that uses the quantum up is found by bisection; the next level's segment starts
-        with the following step, as it does when stepping one iteration at a time.
+        Within a level the test `time + (end_j - run start) > quantum` is monotone in j, so the
+        step that exceeds the quantum is found by bisection; the next level's run starts with
+        the following step, as it does when stepping one iteration at a time.
         """
         last = self.levels - 1
         k = len(ends)
         j = 0
+        at = []
         while s[0] < last:
             q, base, seg = self.quanta[s[0]], s[2], s[3]
-            if not base + (ends[k - 1] - seg) >= q:
+            if not base + (ends[k - 1] - seg) > q:
                 break
-            lo, hi = j - 1, k - 1           # the test fails at lo (or lo is before the segment), holds at hi
+            lo, hi = j - 1, k - 1           # the test fails at lo (or lo is before the run), holds at hi
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if base + (ends[mid] - seg) >= q:
+                if base + (ends[mid] - seg) > q:
                     hi = mid
                 else:
                     lo = mid
             s[0] += 1
-            s[1] = ends[hi]
             s[2] = 0.0
+            at.append(hi)
             if hi == k - 1:
                 s[3] = math.nan
                 break
             s[3] = starts[hi + 1]
             j = hi + 1
+        return at
+
+
+_KEY_ATTR = attrgetter("key")
+
+
+def _reverse_within_levels(order: list, lvl: dict) -> list:
+    """`order` (grouped by level) with each level's run of jobs reversed."""
+    out = []
+    i = 0
+    n = len(order)
+    while i < n:
+        j = i
+        L = lvl[order[i].idx]
+        while j < n and lvl[order[j].idx] == L:
+            j += 1
+        out.extend(reversed(order[i:j]))
+        i = j
+    return out
 
 
 class ResponseRatio(SortedEachStep):
@@ -813,11 +871,12 @@ REGISTRY: dict[str, Policy] = {p.name: p for p in [
     Policy("vtc", "Virtual token counters: least-served client first (w_p=1, w_q=2), counter lift",
            Continuous, VirtualTokenCounter, params={"w_p": 1.0, "w_q": 2.0},
            cite="Sheng et al., 'Fairness in Serving Large Language Models', OSDI 2024 (Ying1123/VTC-artifact)"),
-    Policy("fastserve", "FastServe skip-join MLFQ: quantum-demoted levels, starvation promotion",
+    Policy("fastserve", "FastServe skip-join MLFQ: quantum-demoted levels, starvation promotion, swap only",
            Continuous, SkipJoinMLFQ,
-           params={"levels": 8, "q1_s": 0.03, "ratio": 2.0, "starve_limit_s": 10.0,
-                   "preemption": "swap", "swap_overlap": True},
-           cite="Wu et al., 'Fast Distributed Inference Serving for Large Language Models', arXiv 2305.05920"),
+           params={"levels": 24, "q1_s": 0.01, "ratio": 2.0, "starve_limit_s": 3.0, "starve_every": 1000,
+                   "never_run_starves": True, "host_gate": 0.1, "preemption": "swap", "swap_overlap": True},
+           cite="Wu et al., 'Fast Distributed Inference Serving for Large Language Models', arXiv 2305.05920; "
+                "LLMServe/FastServe fastserve/scheduler.py, class MLFQ"),
     Policy("hrrn", "Highest response ratio next, (wait + service) / service, non-preemptive",
            Continuous, ResponseRatio, params={"size": "oracle"},
            cite="Brinch Hansen, 'Short-term scheduling in multiprogramming systems', SOSP 1971"),
@@ -907,6 +966,10 @@ PARAM_RULES: dict[str, tuple] = {
     "q1_s": _real_rule(lambda x: x > 0.0, "must be a number > 0 (seconds)"),
     "ratio": _real_rule(lambda x: x >= 1.0, "must be a number >= 1 (each level's quantum over the previous one's)"),
     "starve_limit_s": _real_rule(lambda x: x > 0.0, "must be a number > 0 (seconds)"),
+    "starve_every": _int_rule(1),
+    "never_run_starves": _BOOL_RULE,
+    "host_gate": _real_rule(lambda x: 0.0 <= x < 1.0,
+                            "must be a fraction in [0, 1) (share of host swap blocks that must be free)"),
 }
 
 #: Keys every policy accepts besides its own parameters (the batching modes read them).

@@ -65,7 +65,8 @@ FLUSH_CELLS = 1000
 DEFAULT_CORPUS = Path("corpus")
 DEFAULT_OUT = Path("results")
 #: Extra counters `schedport.api.simulate` adds to every summary (after the SLO metrics).
-SUMMARY_COUNTERS = ("recomputed_tokens", "swapped_bytes", "load_scale", "predictor_tau")
+SUMMARY_COUNTERS = ("recomputed_tokens", "swapped_bytes", "load_scale", "predictor_tau",
+                    "host_swap_full_events", "stall_recomputes")
 #: The ``--quick`` subset (documented in the module docstring and the CLI help).
 QUICK = {"schedulers": ("vllm-fcfs", "sarathi", "sjf", "vtc", "slo-admission"), "windows": 4,
          "regions": ("moderate", "near-saturation", "overload")}
