@@ -163,8 +163,13 @@ def test_priorities_honoured_under_overload(server, calibrated):
     got = {}
     for s in ("vllm-fcfs", "sjf"):
         for _ in range(3):
-            res = replay(tr, server.endpoint, engine=engine, scheduler=s, retries=1, max_lag_s=60.0)
-            assert res.summary["n_completed"] == len(tr)
+            # no request deadline but a hang guard: the long decodes' length comes from a speed
+            # measured once, and a machine several times slower later (two test suites and two
+            # busy loops on 2 cores did it) stretches one of them past the default 600 s
+            res = replay(tr, server.endpoint, engine=engine, scheduler=s, retries=1, max_lag_s=60.0,
+                         request_timeout_s=3600.0)
+            done = res.requests.status == "completed"
+            assert done.all(), res.requests.loc[~done, ["status", "detail", "output_tokens"]].to_dict("records")
             got[s] = _decided_pairs(res, server.admissions())
             if got[s][1] >= MIN_DECIDED_PAIRS:
                 break
