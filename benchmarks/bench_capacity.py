@@ -19,9 +19,9 @@ import math
 import statistics
 import time
 
-from schedport.api import SATURATED_BATCHES, SATURATED_MAX, _capacity_cached, capacity
-from schedport.config import load_engine_config
-from schedport.corpus import load_corpus
+from schedport.engine.runner import SATURATED_BATCHES, SATURATED_MAX, _capacity_cached, capacity
+from schedport.engine.config import load_engine_config
+from schedport.workload.corpus import load_corpus
 
 
 def main() -> None:

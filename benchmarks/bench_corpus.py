@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from schedport.corpus import build_corpus, verify_corpus
+from schedport.workload.corpus import build_corpus, verify_corpus
 
 
 def stats_table(corpus) -> str:

@@ -26,13 +26,13 @@ import argparse
 import statistics
 import time
 
-from schedport.api import load_scale, rescale
-from schedport.config import load_engine_config
-from schedport.datadir import resolve_data_dir
-from schedport.engine import Simulator
-from schedport.latency import make_latency_model
-from schedport.schedulers import REGISTRY, get_policy
-from schedport.sources import read
+from schedport.engine.runner import load_scale, rescale
+from schedport.engine.config import load_engine_config
+from schedport.workload.datadir import resolve_data_dir
+from schedport.engine.simulator import Simulator
+from schedport.engine.latency import make_latency_model
+from schedport.engine.schedulers import REGISTRY, get_policy
+from schedport.workload.sources import read
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from schedport.trace import Trace, load_trace, save_trace
+from schedport.workload.trace import Trace, load_trace, save_trace
 
 
 def _best(fn, repeats: int) -> float:
@@ -48,10 +48,10 @@ def main() -> None:
         s = _best(lambda: load_trace(path), a.repeats)
     print(f"load_trace, {n:,} rows: {s * 1e3:.1f} ms ({s / n * 1e6:.2f} ms per 1,000 rows)")
 
-    from schedport import sources
-    from schedport.datadir import resolve_data_dir
+    from schedport.workload import sources
+    from schedport.workload.datadir import resolve_data_dir
     from schedport.errors import SchedportError
-    from schedport.sources import servegen as sg
+    from schedport.workload.sources import servegen as sg
 
     try:
         pool = resolve_data_dir(a.data_dir) / "servegen-language-m-large"

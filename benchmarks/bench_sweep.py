@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from schedport.errors import SchedportError
-    from schedport.schedulers import REGISTRY
-    from schedport.sweep import run_sweep, write_demo_corpus
+    from schedport.engine.schedulers import REGISTRY
+    from schedport.study.sweep import run_sweep, write_demo_corpus
 
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
         tmp = Path(tmp)

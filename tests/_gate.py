@@ -2,7 +2,7 @@
 the clock.
 
 A driver script started by a test calls `install(gate_dir, open_windows)`. From then on
-`schedport.sweep.run_chunk` runs the chunks of the windows in `open_windows` as usual and holds
+`schedport.study.sweep.run_chunk` runs the chunks of the windows in `open_windows` as usual and holds
 every other chunk: it writes a `held-*` file into `gate_dir` and waits until the test creates
 `gate_dir/release` (or signals or kills the process). Chunks are submitted window-major, so once
 as many chunks are held as there are workers, every chunk of the open windows has been handed out
@@ -29,7 +29,7 @@ _state: dict = {}
 
 def install(gate_dir: str, open_windows: list[str]) -> None:
     """Route the sweep's chunks through the gate (call in the driver, before the sweep starts)."""
-    import schedport.sweep as sweep
+    import schedport.study.sweep as sweep
 
     os.environ["SCHEDPORT_TEST_GATE"] = gate_dir
     os.environ["SCHEDPORT_TEST_GATE_OPEN"] = ",".join(open_windows)
@@ -39,7 +39,7 @@ def install(gate_dir: str, open_windows: list[str]) -> None:
 
 def gated_run_chunk(trace, cfg, scheduler, window, cells, keep_requests=False):
     """`run_chunk`, held at the gate unless its window is open (see the module docstring)."""
-    import schedport.sweep as sweep
+    import schedport.study.sweep as sweep
 
     real = _state.get("real")
     if real is None:  # a pool worker: this module was imported there afresh, unpatched

@@ -13,7 +13,7 @@ from hypothesis import strategies as hs
 from scipy import stats
 
 from _synthstore import MANIFEST, METRICS_MAIN, REGIONS6, SOURCES3, make_runs, write_store
-from schedport.analysis import (
+from schedport.analysis.portability import (
     DIRECTIONS,
     analyze,
     analyze_command,

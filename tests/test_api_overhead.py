@@ -1,4 +1,4 @@
-"""`[latency] request_overhead_s` in `schedport.api`: a fixed per-request delay before the engine.
+"""`[latency] request_overhead_s` in `schedport.engine.runner`: a fixed per-request delay before the engine.
 
 The engine sees each request `o` seconds after it reaches the server; latencies are measured
 from the arrival, slowdown's alone time includes `o`, and capacity (a throughput) ignores it.
@@ -11,11 +11,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from schedport.api import capacity, load_scale, simulate
-from schedport.config import engine_config_from_dict
-from schedport.examples import make_example_trace
-from schedport.latency import make_latency_model
-from schedport.trace import Trace
+from schedport.engine.runner import capacity, load_scale, simulate
+from schedport.engine.config import engine_config_from_dict
+from schedport.workload.examples import make_example_trace
+from schedport.engine.latency import make_latency_model
+from schedport.workload.trace import Trace
 
 O = 0.0067  # about a vLLM CPU server's per-request cost outside the engine loop (10.7 ms - 4 ms)
 

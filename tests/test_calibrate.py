@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from schedport.calibrate import (PARAMS, Calibration, Observation, _Prober, decode_features, fit_linear,
+from schedport.realengine.calibrate import (PARAMS, Calibration, Observation, _Prober, decode_features, fit_linear,
                                  mixed_delta_features, parse_prometheus, prefill_features)
-from schedport.config import load_engine_config
-from schedport.latency import LinearLatency
-from schedport.replay import ServerInfo
+from schedport.engine.config import load_engine_config
+from schedport.engine.latency import LinearLatency
+from schedport.realengine.replay import ServerInfo
 
 METRICS = '''# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge

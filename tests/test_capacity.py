@@ -6,12 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from schedport.analysis import REGIME_SPREAD, regime_check
-from schedport.api import capacity, simulate
-from schedport.config import engine_config_from_dict
+from schedport.analysis.portability import REGIME_SPREAD, regime_check
+from schedport.engine.runner import capacity, simulate
+from schedport.engine.config import engine_config_from_dict
 from schedport.errors import SchedportError
-from schedport.regions import CapacityCache, parse_region_def
-from schedport.trace import Trace
+from schedport.study.regions import CapacityCache, parse_region_def
+from schedport.workload.trace import Trace
 
 # Few slots, many requests: the batch admitted at once (16 of 800) is too small a share of the
 # window to move the backlog, so what is measured is the capacity alone.
@@ -107,7 +107,7 @@ def test_regime_check_flags_a_region_whose_sources_queue_differently():
 
 def test_the_report_flags_a_region_that_is_not_one_regime(tmp_path):
     from _synthstore import REGIONS6, SCHEDULERS13, make_runs, write_store
-    from schedport.analysis import analyze
+    from schedport.analysis.portability import analyze
 
     runs = make_runs(n_windows=5, regions=REGIONS6[4:], schedulers=SCHEDULERS13[9:12])
     # vllm-fcfs queues a third of azure's windows at severe and a tenth of the others'
@@ -123,7 +123,7 @@ def test_the_report_flags_a_region_that_is_not_one_regime(tmp_path):
 
 
 def test_simulate_load_follows_the_region_definition_as_a_sweep_cell_does():
-    from schedport.regions import time_scale
+    from schedport.study.regions import time_scale
 
     t, _ = _windows()
     for spec in (None, "drain", "slo"):

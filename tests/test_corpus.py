@@ -1,4 +1,4 @@
-"""Tests for schedport.corpus and the modeled BurstGPT source: spec rules, atomic builds,
+"""Tests for schedport.workload.corpus and the modeled BurstGPT source: spec rules, atomic builds,
 verification of every kind of tampering, the CLI, and (marked `data`) the full 120-window
 study corpus built from the mirror."""
 
@@ -13,10 +13,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from schedport import corpus as cp
-from schedport.datadir import resolve_data_dir
+from schedport.workload import corpus as cp
+from schedport.workload.datadir import resolve_data_dir
 from schedport.errors import ConfigError, DataError
-from schedport.sources import burstgpt_model as bm
+from schedport.workload.sources import burstgpt_model as bm
 
 MIRROR = resolve_data_dir(None)
 HAVE_MIRROR = all((MIRROR / rel).is_file() for rel in (
@@ -29,7 +29,7 @@ needs_mirror = pytest.mark.skipif(not HAVE_MIRROR, reason="public data mirror no
 @pytest.fixture(autouse=True)
 def _no_network_no_cache(monkeypatch, tmp_path_factory):
     """Isolate the user cache and make any download attempt fail like an offline machine."""
-    from schedport import datadir
+    from schedport.workload import datadir
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg")))
 

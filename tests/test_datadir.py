@@ -1,4 +1,4 @@
-"""Tests for schedport.datadir: data-directory resolution, the file registry, sha256 checks
+"""Tests for schedport.workload.datadir: data-directory resolution, the file registry, sha256 checks
 and downloads (the network is never used: the downloader is monkeypatched)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from schedport import datadir
-from schedport.datadir import DATA_FILES, DataFile, locate, resolve_data_dir, verify_sha256
+from schedport.workload import datadir
+from schedport.workload.datadir import DATA_FILES, DataFile, locate, resolve_data_dir, verify_sha256
 from schedport.errors import ConfigError, DataError
 
 MIRROR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"

@@ -7,12 +7,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedport.api import simulate
-from schedport.config import engine_config_from_dict
-from schedport.engine import Simulator
-from schedport.latency import make_latency_model
-from schedport.schedulers import REGISTRY, get_policy
-from schedport.trace import Trace
+from schedport.engine.runner import simulate
+from schedport.engine.config import engine_config_from_dict
+from schedport.engine.simulator import Simulator
+from schedport.engine.latency import make_latency_model
+from schedport.engine.schedulers import REGISTRY, get_policy
+from schedport.workload.trace import Trace
 
 ALL = list(REGISTRY)
 
@@ -120,7 +120,7 @@ def test_fast_equals_exact_with_quadratic_prefill_term(name, trace, blocks, seqs
 def test_fast_forward_timing_paths_agree_with_exact(monkeypatch, name, blocks, scalar_steps):
     """Fast-forwards are timed in plain floats (short runs) or numpy (long runs); forcing every
     run down either path, with a cache that does or does not run short, gives exact's bits."""
-    import schedport.engine as engine_mod
+    import schedport.engine.simulator as engine_mod
     monkeypatch.setattr(engine_mod, "_SCALAR_STEPS", scalar_steps)
     cfg = engine_config_from_dict({"engine": {"num_gpu_blocks": blocks, "max_num_seqs": 32,
                                               "max_model_len": 512}})
@@ -361,7 +361,7 @@ def test_ltr_guard_kept_lazily_for_the_decode_cohort_matches_exact(monkeypatch, 
     """In fast mode a decoding ltr request advances with the cohort and its guard state
     (last scheduled step, boost steps left) is kept lazily; promotions, boosts running out
     inside cohort steps, and members sitting steps out still give exact's bits."""
-    from schedport.schedulers import PredictedRank
+    from schedport.engine.schedulers import PredictedRank
     boosted_joins = []
     orig = PredictedRank.cohort_changed
 
@@ -388,7 +388,7 @@ def test_ranked_pass_sit_outs_either_side_of_the_cohort_match_exact(monkeypatch,
     step out: few sitters leave the cohort for the step; when most sit (a long prefill ranked
     first took the budget), the cohort stands still and the few that run take their token as
     items. Both forms give exact's bits."""
-    from schedport.policy import Continuous
+    from schedport.engine.policy import Continuous
     seen = {"leave": 0, "stand_still": 0}
     orig = Continuous._plan_ranked
 
@@ -489,7 +489,7 @@ def test_fastserve_demotions_inside_fast_forwards_match_exact(monkeypatch, block
     """Demotions that cannot change the batch (nothing waiting, or the job stays above every
     waiting job) do not stop a fast-forward; replayed within it, they give exact's bits and
     exact's final queue levels."""
-    from schedport.schedulers import SkipJoinMLFQ
+    from schedport.engine.schedulers import SkipJoinMLFQ
     calls = []
     orig = SkipJoinMLFQ._demote_within
     monkeypatch.setattr(SkipJoinMLFQ, "_demote_within",
@@ -539,9 +539,9 @@ def test_fastserve_cached_ranking_matches_keys_recomputed_every_step(blocks, seq
     (KV-resident jobs that sit steps out, swaps and starvation promotions all exercised)."""
     import math
 
-    from schedport.engine import RUNNING
-    from schedport.policy import Continuous, Policy
-    from schedport.schedulers import SkipJoinMLFQ
+    from schedport.engine.simulator import RUNNING
+    from schedport.engine.policy import Continuous, Policy
+    from schedport.engine.schedulers import SkipJoinMLFQ
 
     class Reference(SkipJoinMLFQ):
         cached_key = False

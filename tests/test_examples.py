@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from schedport.errors import TraceError
-from schedport.examples import make_example_trace
-from schedport.trace import Trace, load_trace, save_trace
+from schedport.workload.examples import make_example_trace
+from schedport.workload.trace import Trace, load_trace, save_trace
 
 
 def test_default_shape_and_types():

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 from schedport.errors import SchedportError
-from schedport.explain import (FEATURES, Variant, attribute, build_variant, decouple_lengths, explain,
+from schedport.analysis.explain import (FEATURES, Variant, attribute, build_variant, decouple_lengths, explain,
                                paired_effects, poisson_arrivals, ranked_reversals, render_section,
                                resample_marginal, transplant_arrivals, verdict)
-from schedport.regions import atomic_write_bytes
-from schedport.trace import Trace, save_trace
+from schedport.study.regions import atomic_write_bytes
+from schedport.workload.trace import Trace, save_trace
 
 CONTRACT_EFFECT = {"variant", "feature", "donor", "median_effect", "ci_low", "ci_high", "n_windows"}
 
@@ -62,7 +62,7 @@ def write_corpus(out: Path, sources, *, windows: int, n: int) -> Path:
 
 
 def _study(tmp: Path, sources, pair: str, rho: float, windows: int, n: int) -> Path:
-    from schedport.sweep import run_sweep
+    from schedport.study.sweep import run_sweep
 
     corpus = write_corpus(tmp / "corpus", sources, windows=windows, n=n)
     run_sweep(corpus, tmp / "res", schedulers=pair, regions=f"r={rho}", workers=1, progress=False)
@@ -164,7 +164,7 @@ def test_json_contract(burst):
 
 def test_original_effects_are_the_analysis_effects_of_the_store(burst):
     """The original conditions' medians equal the analysis's formula on the store's own rows."""
-    from schedport.analysis import load_store, relative_effect
+    from schedport.analysis.portability import load_store, relative_effect
 
     res, d = burst
     df, _ = load_store(res)
@@ -421,7 +421,7 @@ def test_analyze_explain_adds_why_it_flips_to_the_report(lengths, tmp_path):
 
 
 def test_explain_selection_is_k_or_a_list_of_numbers():
-    from schedport.explain import parse_selection
+    from schedport.analysis.explain import parse_selection
 
     assert parse_selection("3", 10) == [1, 2, 3] and parse_selection(12, 4) == [1, 2, 3, 4]
     assert parse_selection("3,6,10", 10) == [3, 6, 10]

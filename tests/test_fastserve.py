@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from schedport.config import engine_config_from_dict
-from schedport.engine import Simulator
-from schedport.latency import make_latency_model
-from schedport.schedulers import SkipJoinMLFQ, get_policy
-from schedport.trace import Trace
+from schedport.engine.config import engine_config_from_dict
+from schedport.engine.simulator import Simulator
+from schedport.engine.latency import make_latency_model
+from schedport.engine.schedulers import SkipJoinMLFQ, get_policy
+from schedport.workload.trace import Trace
 
 LAT = {"model": "linear", "a": 0.004, "b": 1e-5, "c": 1e-4, "d": 1e-7}
 
@@ -180,9 +180,9 @@ def test_fastserve_at_severe_load_on_a_long_prompt_azure_window_stays_within_fcf
     rho 1.6: with the official rules fastserve preempts at most 3 times per request, moves at
     most 4x the window's KV across PCIe, and its mean E2E is within 3x vllm-fcfs's (before, a
     full host turned it into a recompute loop: 84,861 preemptions, 9.1 TB swapped, 100x E2E)."""
-    from schedport import sources
-    from schedport.api import simulate
-    from schedport.config import load_engine_config
+    from schedport.workload import sources
+    from schedport.engine.runner import simulate
+    from schedport.engine.config import load_engine_config
 
     t = sources.read("azure", [AZURE_CONV], start_s=1400.689176, duration_s=175.086147).trace
     assert len(t) == 1142

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from schedport.errors import SchedportError
-from schedport.localserver import ADMISSION_LOG_HEADER, VllmCpuServer
+from schedport.realengine.localserver import ADMISSION_LOG_HEADER, VllmCpuServer
 
 
 def _server(tmp_path) -> VllmCpuServer:

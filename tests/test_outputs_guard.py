@@ -1,7 +1,7 @@
 """Nothing a user made is destroyed or misattributed (issue: outputs that know what they overwrite).
 
 Every case goes through the CLI, as a user meets it: one output rule for every command
-(`schedport.guard`), derived artefacts that record and check what they came from, failures that
+(`schedport.common.guard`), derived artefacts that record and check what they came from, failures that
 are loud, long work that shows progress, and each small case a one-line error.
 """
 
@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 import _gate
-from schedport.analysis import analyze
-from schedport.examples import make_example_trace
-from schedport.explain import explain
-from schedport.sweep import run_sweep, write_demo_corpus
-from schedport.trace import load_trace, save_trace
+from schedport.analysis.portability import analyze
+from schedport.workload.examples import make_example_trace
+from schedport.analysis.explain import explain
+from schedport.study.sweep import run_sweep, write_demo_corpus
+from schedport.workload.trace import load_trace, save_trace
 
 
 def cli(*args, cwd=None) -> subprocess.CompletedProcess:
@@ -195,8 +195,8 @@ def test_compare_of_different_selections_is_flagged_on_the_first_screen(store_a,
 
 
 def test_ceiling_adjusted_values_above_one_are_marked():
-    from schedport.report import _Nums
-    from schedport.studyform import adjusted_text
+    from schedport.report.html import _Nums
+    from schedport.analysis.studyform import adjusted_text
 
     res = {"x": {"adjusted": 1.061}, "y": {"adjusted": 0.8}}
     assert "&gt;1</sup>" in _Nums(res)("x.adjusted") and "&gt;1" not in _Nums(res)("y.adjusted")
@@ -263,7 +263,7 @@ def _main(argv, monkeypatch, capsys) -> tuple[int, str]:
 
 
 def test_a_trace_too_big_for_the_memory_available_is_refused_before_reading(trace_csv, monkeypatch, capsys):
-    import schedport.trace as tr
+    import schedport.workload.trace as tr
 
     monkeypatch.setattr(tr, "_available_memory", lambda: 1000)
     code, err = _main(["trace", "check", trace_csv], monkeypatch, capsys)
@@ -285,7 +285,7 @@ def test_simulate_reports_progress_on_long_runs(trace_csv, tmp_path, monkeypatch
 
 
 def test_progress_does_not_change_a_result():
-    from schedport.api import simulate
+    from schedport.engine.runner import simulate
 
     calls = []
     t = make_example_trace(600)
@@ -413,7 +413,7 @@ def test_a_file_or_a_missing_folder_as_results_or_data_dir(trace_csv, tmp_path):
                                                            "--out", tmp_path / "c"))
     # a missing folder is a valid --data-dir (a download fills it); where a file cannot be had,
     # the message says the folder is missing (the download itself depends on the network)
-    from schedport import datadir
+    from schedport.workload import datadir
 
     entry = next(iter(datadir.DATA_FILES.values()))
     msg = datadir._missing_message(entry, tmp_path / "nodata", tmp_path / "nodata", "download failed")
@@ -510,7 +510,7 @@ def test_no_command_overwrites_an_artefact_of_another_kind(store_a, corpus, expl
 
 def test_a_simulation_too_big_for_the_memory_available_is_refused_before_it_starts(trace_csv, tmp_path,
                                                                                    monkeypatch, capsys):
-    import schedport.trace as tr
+    import schedport.workload.trace as tr
 
     real = tr._available_memory
     # enough to read the 100-request file, not enough to simulate it at SIM_BYTES_PER_REQUEST

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from schedport.store import KEY_COLUMNS, read_results
-from schedport.sweep import run_sweep, write_demo_corpus
+from schedport.study.store import KEY_COLUMNS, read_results
+from schedport.study.sweep import run_sweep, write_demo_corpus
 
 try:
     import ray  # noqa: F401
@@ -59,7 +59,7 @@ def test_explain_on_ray_matches_the_local_pool(tmp_path):
     effects and the attribution equal the local pool's, and the Ray instance is shut down."""
     import ray
 
-    from schedport.explain import explain
+    from schedport.analysis.explain import explain
 
     corpus = write_demo_corpus(tmp_path / "corpus", windows_per_source=3, requests_per_window=60)
     run_sweep(corpus, tmp_path / "res", schedulers="vllm-fcfs,fastserve", regions="severe", workers=1,

@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 from _vllm import require_vllm
-from schedport.config import load_engine_config
-from schedport.replay import parse_request_id
-from schedport.trace import Trace
+from schedport.engine.config import load_engine_config
+from schedport.realengine.replay import parse_request_id
+from schedport.workload.trace import Trace
 
 pytestmark = pytest.mark.realengine
 
@@ -28,7 +28,7 @@ BUDGET = 2048
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from schedport.localserver import VllmCpuServer, build_tiny_model
+    from schedport.realengine.localserver import VllmCpuServer, build_tiny_model
 
     require_vllm()
     root = tmp_path_factory.mktemp("vllm")
@@ -41,7 +41,7 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def calibrated(server, tmp_path_factory):
-    from schedport.calibrate import calibrate
+    from schedport.realengine.calibrate import calibrate
 
     path = tmp_path_factory.mktemp("cal") / "engine.toml"
     cal = calibrate(server.endpoint, path, repeats=2, overrides={"max_num_batched_tokens": BUDGET})
@@ -56,7 +56,7 @@ def _trace(n, seed, span_s, in_range=(16, 400), out_range=(4, 160)):
 
 
 def test_replay_exact_tokens_sane_timings_and_rejections(server, calibrated, tmp_path):
-    from schedport.replay import replay
+    from schedport.realengine.replay import replay
 
     _, engine = calibrated
     base = _trace(24, 1, 3.0)
@@ -94,7 +94,7 @@ def test_replay_exact_tokens_sane_timings_and_rejections(server, calibrated, tmp
                                        "status", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s",
                                        "preemptions"]
     # the simulator rejects the same request at arrival
-    from schedport.api import simulate
+    from schedport.engine.runner import simulate
     sim = simulate(tr, "vllm-fcfs", engine=engine)
     assert sim.requests.loc[5, "status"] == "rejected"
 
@@ -149,8 +149,8 @@ def test_priorities_honoured_under_overload(server, calibrated):
     fewer than `MIN_DECIDED_PAIRS` remain (the premise failed, not the rule), the replay is
     repeated, up to three times.
     """
-    from schedport.latency import make_latency_model
-    from schedport.replay import replay
+    from schedport.engine.latency import make_latency_model
+    from schedport.realengine.replay import replay
 
     _, engine = calibrated
     step = make_latency_model(load_engine_config(engine)).iteration_time((), MAX_NUM_SEQS, MAX_NUM_SEQS * 64)
@@ -204,7 +204,7 @@ def _fit_problems(cal) -> list[str]:
 
 
 def test_calibrate_finds_the_server_limits_and_fits(server, calibrated, tmp_path):
-    from schedport.calibrate import calibrate
+    from schedport.realengine.calibrate import calibrate
 
     cal, path = calibrated
     assert cal.limits["max_num_seqs"] == MAX_NUM_SEQS
@@ -234,7 +234,7 @@ def test_validate_end_to_end(server, calibrated, tmp_path):
     from typer.testing import CliRunner
 
     from schedport.cli import _register, app
-    from schedport.trace import save_trace
+    from schedport.workload.trace import save_trace
 
     _, engine = calibrated
     trace_path = tmp_path / "small.csv"
@@ -270,8 +270,8 @@ def test_validate_end_to_end(server, calibrated, tmp_path):
 
 def test_calibrate_refuses_a_token_budget_it_cannot_observe(server):
     """With prompts that never need chunking, /metrics cannot tell the budget: say so, don't guess."""
-    from schedport.calibrate import calibrate
-    from schedport.replay import EndpointError
+    from schedport.realengine.calibrate import calibrate
+    from schedport.realengine.replay import EndpointError
 
     with pytest.raises(EndpointError, match="--max-num-batched-tokens"):
         calibrate(server.endpoint, None, repeats=1, overrides={"max_num_seqs": MAX_NUM_SEQS})

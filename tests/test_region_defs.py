@@ -8,13 +8,13 @@ import json
 import pytest
 
 from _synthstore import MANIFEST, make_runs, write_store
-from schedport.analysis import analyze, compute_portability, load_comparison
-from schedport.api import simulate
-from schedport.config import EngineConfig, engine_config_from_dict
+from schedport.analysis.portability import analyze, compute_portability, load_comparison
+from schedport.engine.runner import simulate
+from schedport.engine.config import EngineConfig, engine_config_from_dict
 from schedport.errors import SchedportError
-from schedport.regions import DRAIN, SUSTAINABLE, CapacityCache, offered_rate, parse_region_def, slo_capacity
-from schedport.store import read_results
-from schedport.sweep import load_corpus, run_sweep, write_demo_corpus
+from schedport.study.regions import DRAIN, SUSTAINABLE, CapacityCache, offered_rate, parse_region_def, slo_capacity
+from schedport.study.store import read_results
+from schedport.study.sweep import load_corpus, run_sweep, write_demo_corpus
 
 
 def test_parse_region_def():

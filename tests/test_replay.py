@@ -27,10 +27,10 @@ import pandas as pd
 import pytest
 from aiohttp import web
 
-from schedport.config import load_engine_config
+from schedport.engine.config import load_engine_config
 from schedport.errors import SchedportError
-from schedport.metrics import REQUEST_COLUMNS
-from schedport.replay import (
+from schedport.engine.metrics import REQUEST_COLUMNS
+from schedport.realengine.replay import (
     EXPRESSIBLE,
     EndpointError,
     StreamTimer,
@@ -39,8 +39,8 @@ from schedport.replay import (
     replay,
     request_priorities,
 )
-from schedport.schedulers import predicted_scores
-from schedport.trace import Trace, save_trace
+from schedport.engine.schedulers import predicted_scores
+from schedport.workload.trace import Trace, save_trace
 
 REPLAY_COLUMNS = [*REQUEST_COLUMNS, "scheduled_s", "send_lag_s", "tokens_received", "detail"]
 DELAY_S = 0.004          # the fake server's time per output token
@@ -776,7 +776,7 @@ def test_run_over_the_lag_bound_is_replayed_then_reported(fake):
 
 
 def test_speed_index_is_measured_over_modelled_ttft_of_a_lone_prompt(fake, tmp_path):
-    from schedport.calibrate import speed_index
+    from schedport.realengine.calibrate import speed_index
 
     fake.configure(delay=0.05)
     engine = engine_toml(tmp_path, '[engine]\nmax_model_len = 512\nmax_num_batched_tokens = 512\n'

@@ -17,8 +17,8 @@ import pytest
 from scipy import stats
 
 from _synthstore import REGIONS6, make_runs, write_store
-from schedport.analysis import MAIN_METRICS, analyze, metric_direction
-from schedport.report import _FORMATTERS, build_html, resolve_key
+from schedport.analysis.portability import MAIN_METRICS, analyze, metric_direction
+from schedport.report.html import _FORMATTERS, build_html, resolve_key
 
 SCHEDS5 = ["edf", "fastserve", "hrrn", "ltr", "orca"]
 

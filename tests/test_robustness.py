@@ -25,9 +25,9 @@ import pytest
 import _gate
 import schedport
 from schedport.errors import SchedportError
-from schedport.examples import make_example_trace
-from schedport.sweep import PlainProgress, run_sweep, write_demo_corpus
-from schedport.trace import save_trace
+from schedport.workload.examples import make_example_trace
+from schedport.study.sweep import PlainProgress, run_sweep, write_demo_corpus
+from schedport.workload.trace import save_trace
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sources"
 
@@ -130,11 +130,11 @@ def test_an_extreme_custom_region_is_refused_before_any_cell_runs(corpus, tmp_pa
 
 
 def test_the_engine_fails_in_one_line_instead_of_spinning_on_a_clock_that_cannot_advance():
-    from schedport.config import load_engine_config
-    from schedport.engine import Simulator
-    from schedport.latency import make_latency_model
-    from schedport.schedulers import get_policy
-    from schedport.trace import Trace
+    from schedport.engine.config import load_engine_config
+    from schedport.engine.simulator import Simulator
+    from schedport.engine.latency import make_latency_model
+    from schedport.engine.schedulers import get_policy
+    from schedport.workload.trace import Trace
 
     t = make_example_trace(5)
     broken = Trace(np.array([0.0, 1.0, np.nan, np.nan, np.nan]), t.input_tokens, t.output_tokens)

@@ -10,17 +10,17 @@ import sys
 import numpy as np
 import pytest
 
-from schedport.api import simulate
-from schedport.config import engine_config_from_dict, load_engine_config
-from schedport.engine import Simulator
+from schedport.engine.runner import simulate
+from schedport.engine.config import engine_config_from_dict, load_engine_config
+from schedport.engine.simulator import Simulator
 from schedport.errors import ConfigError
-from schedport.examples import make_example_trace
-from schedport.latency import make_latency_model
-from schedport.schedulers import (
+from schedport.workload.examples import make_example_trace
+from schedport.engine.latency import make_latency_model
+from schedport.engine.schedulers import (
     LTR_REFERENCE_LOG_SD, MODE_KEYS, PARAM_RULES, REGISTRY, achieved_tau, get_policy, ltr_noise_sigma,
     predicted_scores, reference_log_sd, request_deadlines, validate_scheduler_params,
 )
-from schedport.trace import Trace
+from schedport.workload.trace import Trace
 
 SRC = "engine.toml"
 
@@ -95,7 +95,7 @@ def test_every_default_passes_and_every_parameter_has_a_rule():
 
 def test_swap_rules_for_a_policy_that_takes_them():
     """pcie_gb_s = 0 or a negative swap space is refused wherever a policy declares them."""
-    from schedport.policy import Continuous, Fifo, Policy
+    from schedport.engine.policy import Continuous, Fifo, Policy
 
     pol = Policy("swapper", "test", Continuous, Fifo, params={"swap_space_gib": 4.0, "pcie_gb_s": 25.0})
     known = {"swapper": pol}
@@ -241,7 +241,7 @@ def test_achieved_tau_lands_in_the_summary_for_ltr_only():
 
 
 def test_summary_keys_declared_for_the_store_include_predictor_tau():
-    from schedport.sweep import metric_columns
+    from schedport.study.sweep import metric_columns
 
     cfg = load_engine_config(None)
     cols = metric_columns(cfg)

@@ -1,4 +1,4 @@
-"""Tests for schedport.sources: hand-written fixtures per format, every malformed-input
+"""Tests for schedport.workload.sources: hand-written fixtures per format, every malformed-input
 message, the ServeGen generator's statistics, and (marked `data`) the mirrored public files."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedport import sources
+from schedport.workload import sources
 from schedport.errors import ConfigError, DataError
-from schedport.sources import servegen as sg
+from schedport.workload.sources import servegen as sg
 
 FIX = Path(__file__).parent / "fixtures" / "sources"
 POOL = FIX / "servegen_pool"

@@ -1,6 +1,6 @@
 """The results store: atomic parts, one schema, identity checks, corruption and foreign files.
 
-Also the capacity cache and region parsing of `schedport.regions`, which the store's
+Also the capacity cache and region parsing of `schedport.study.regions`, which the store's
 directory holds.
 """
 
@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from schedport.errors import SchedportError
-from schedport.regions import REGIONS, capacity_cache, parse_regions, time_scale
-from schedport.store import (KEY_COLUMNS, StoreError, StoreMismatch, engine_config_hash, open_store,
+from schedport.study.regions import REGIONS, capacity_cache, parse_regions, time_scale
+from schedport.study.store import (KEY_COLUMNS, StoreError, StoreMismatch, engine_config_hash, open_store,
                              read_results, run_schema)
 
 METRICS = ["n_requests", "ttft_p99_s", "client_jain", "iterations"]
@@ -248,8 +248,8 @@ def test_parse_regions():
 
 
 def test_time_scale_matches_api_load_scale():
-    from schedport.api import capacity, load_scale
-    from schedport.examples import make_example_trace
+    from schedport.engine.runner import capacity, load_scale
+    from schedport.workload.examples import make_example_trace
 
     t = make_example_trace(40, 3)
     cap = capacity(t)
@@ -258,8 +258,8 @@ def test_time_scale_matches_api_load_scale():
 
 
 def test_capacity_cache_roundtrip_merge_and_corruption(tmp_path):
-    from schedport.config import EngineConfig
-    from schedport.examples import make_example_trace
+    from schedport.engine.config import EngineConfig
+    from schedport.workload.examples import make_example_trace
 
     path = tmp_path / "capacity.json"
     a = capacity_cache(path)

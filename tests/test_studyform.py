@@ -12,8 +12,8 @@ import pytest
 from scipy import stats
 
 from _synthstore import MANIFEST, SCHEDULERS13, REGIONS6, make_runs, write_store
-from schedport.analysis import analyze, compute_portability
-from schedport.studyform import bh_rows, boot_wilcoxon
+from schedport.analysis.portability import analyze, compute_portability
+from schedport.analysis.studyform import bh_rows, boot_wilcoxon
 
 MAIN = ("ttft_p99_s", "tpot_p99_s", "e2e_mean_s", "slo_attainment_standard", "slowdown_jain")
 LOWER = {"ttft_p99_s", "tpot_p99_s", "e2e_mean_s"}
@@ -306,7 +306,7 @@ def test_claims_verdicts_follow_the_stated_rules():
     assert bc["share"] == 1.0
     assert cl["best_changes"]["verdict"] == "not comparable"
     # the interval rule: inconclusive when the interval straddles the criterion
-    from schedport.studyform import _interval_verdict
+    from schedport.analysis.studyform import _interval_verdict
 
     assert _interval_verdict(0.85, 0.95, lambda x: x >= 0.9) == "inconclusive"
     assert _interval_verdict(0.91, 0.95, lambda x: x >= 0.9) == "holds"
@@ -330,7 +330,7 @@ def test_abs_threshold_and_splits_flags(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from schedport.analysis import analyze_command
+    from schedport.analysis.portability import analyze_command
 
     d = write_store(tmp_path / "store", make_runs(schedulers=SCHEDS6[:4], n_windows=4, regions=REGIONS6[:2]))
     app = typer.Typer()

@@ -25,10 +25,10 @@ from typer.testing import CliRunner
 
 import _gate
 
-from schedport.config import EngineConfig
+from schedport.engine.config import EngineConfig
 from schedport.errors import SchedportError
-from schedport.store import KEY_COLUMNS, StoreError, StoreMismatch, read_results
-from schedport.sweep import (QUICK, load_corpus, make_executor, run_command, run_sweep, select,
+from schedport.study.store import KEY_COLUMNS, StoreError, StoreMismatch, read_results
+from schedport.study.sweep import (QUICK, load_corpus, make_executor, run_command, run_sweep, select,
                              write_demo_corpus)
 
 SCHEDS = "vllm-fcfs,sjf,ltr"
@@ -66,7 +66,7 @@ def _script(corpus, out, **kw) -> str:
     args = dict(schedulers=SCHEDS, seeds=SEEDS, progress=False)
     args.update(kw)
     return textwrap.dedent(f"""
-        from schedport.sweep import run_sweep
+        from schedport.study.sweep import run_sweep
         if __name__ == "__main__":
             run_sweep({str(corpus)!r}, {str(out)!r}, **{args!r})
     """)
@@ -213,7 +213,7 @@ def test_ctrl_c_keeps_finished_cells_and_exits_130(corpus, reference, tmp_path):
         import signal, sys, typer
         signal.signal(signal.SIGINT, signal.default_int_handler)
         from schedport.errors import SchedportError
-        from schedport.sweep import run_command
+        from schedport.study.sweep import run_command
         app = typer.Typer()
         app.callback()(lambda: None)
         app.command("run")(run_command)
@@ -309,7 +309,7 @@ def _app():
 
 def test_run_command(corpus, tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setitem(sys.modules, "schedport.analysis",
+    monkeypatch.setitem(sys.modules, "schedport.analysis.portability",
                         types.SimpleNamespace(analyze=lambda r, o: calls.append((r, o))))
     out = tmp_path / "results"
     args = ["run", "--corpus", str(corpus), "--out", str(out), "--schedulers", "sjf", "--regions", "light",
@@ -326,7 +326,7 @@ def test_run_command(corpus, tmp_path, monkeypatch):
 
 
 def test_run_command_missing_corpus(tmp_path, corpus, monkeypatch):
-    monkeypatch.setitem(sys.modules, "schedport.analysis", types.SimpleNamespace())
+    monkeypatch.setitem(sys.modules, "schedport.analysis.portability", types.SimpleNamespace())
     missing = tmp_path / "corpus"
     args = ["run", "--corpus", str(missing), "--out", str(tmp_path / "r"), "--schedulers", "sjf",
             "--regions", "light", "--windows", "1", "--workers", "1"]
@@ -336,7 +336,7 @@ def test_run_command_missing_corpus(tmp_path, corpus, monkeypatch):
         built.append((spec, data_dir, out))
         shutil.copytree(corpus, out)
 
-    import schedport.corpus as real
+    import schedport.workload.corpus as real
 
     monkeypatch.setattr(real, "build_corpus", build_corpus)
     r = CliRunner().invoke(_app(), args + ["--data-dir", str(tmp_path)])

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedport.errors import SchedportError, TraceError
-from schedport.trace import MAX_TOKENS, Trace, load_trace, save_trace
+from schedport.workload.trace import MAX_TOKENS, Trace, load_trace, save_trace
 
 HEADER = "arrival_s,input_tokens,output_tokens\n"
 HEADER_C = "arrival_s,input_tokens,output_tokens,client_id\n"

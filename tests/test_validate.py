@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-import schedport.replay as replay_mod
-from schedport.api import simulate
-from schedport.config import engine_config_from_dict
+import schedport.realengine.replay as replay_mod
+from schedport.engine.runner import simulate
+from schedport.engine.config import engine_config_from_dict
 from schedport.errors import SchedportError
-from schedport.examples import make_example_trace
-from schedport.validate import NamedTrace, head, validate
-from schedport.validation_stats import summary_table_lines
+from schedport.workload.examples import make_example_trace
+from schedport.realengine.validate import NamedTrace, head, validate
+from schedport.analysis.validation_stats import summary_table_lines
 
 ENGINE = {"engine": {"max_num_seqs": 8, "max_model_len": 8192},
           "latency": {"model": "linear", "a": 0.004, "b": 7e-5, "c": 2e-4, "d": 3e-7}}
@@ -106,7 +106,7 @@ def test_validate_repeats_compare_the_median_and_report_the_engines_noise(noisy_
         # the engine's own spread: a few percent to ~20% between 1.1x, 1.2x and 1.3x engines
         assert 0.03 < run["real_spread"]["tpot_mean_s"] < 0.2
         assert run["request_errors"]["n_matched"] == run["sim"]["n_completed"]
-    from schedport.validation_stats import run_error_table
+    from schedport.analysis.validation_stats import run_error_table
 
     row = next(d for d in run_error_table(v) if d["metric"] == "tpot_mean_s")
     assert row["n_noise_runs"] == 2 and 0.03 < row["noise_p50"] < 0.2

@@ -14,8 +14,8 @@ from scipy import stats
 
 from _synthstore import REGIONS6, make_runs, write_store
 from schedport.errors import SchedportError
-from schedport.metrics import request_table
-from schedport.validation_stats import (
+from schedport.engine.metrics import request_table
+from schedport.analysis.validation_stats import (
     RUN_METRICS,
     load_validation,
     rank_agreement,
@@ -420,7 +420,7 @@ def test_analyze_with_validation_appends_the_section(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from schedport.analysis import analyze_command
+    from schedport.analysis.portability import analyze_command
 
     runs = make_runs(schedulers=["edf", "fastserve", "hrrn"], n_windows=4, regions=REGIONS6[:2])
     d = write_store(tmp_path / "store", runs)
@@ -454,7 +454,7 @@ def test_analyze_with_validation_appends_the_section(tmp_path):
 
 
 def test_median_summary_takes_the_median_of_each_metric_and_ignores_missing():
-    from schedport.validation_stats import median_summary
+    from schedport.analysis.validation_stats import median_summary
 
     s = [{"ttft_mean_s": 1.0, "e2e_mean_s": 2.0}, {"ttft_mean_s": 3.0, "e2e_mean_s": None},
          {"ttft_mean_s": 2.5, "e2e_mean_s": 4.0}]
@@ -463,7 +463,7 @@ def test_median_summary_takes_the_median_of_each_metric_and_ignores_missing():
 
 
 def test_repeat_spread_is_each_repeats_distance_from_the_others():
-    from schedport.validation_stats import repeat_spread
+    from schedport.analysis.validation_stats import repeat_spread
 
     # leave-one-out: |1/2.75-1|=0.636..., |3/1.75-1|=0.714..., |2.5/2-1|=0.25 -> median 0.636...
     s = [{"m": 1.0}, {"m": 3.0}, {"m": 2.5}]
@@ -476,7 +476,7 @@ def test_repeat_spread_is_each_repeats_distance_from_the_others():
 
 
 def test_median_request_table_medians_latencies_and_completes_only_if_every_repeat_did():
-    from schedport.validation_stats import median_request_table
+    from schedport.analysis.validation_stats import median_request_table
 
     a = _table(n=10, seed=3)
     b = _table(n=10, seed=3, stretch=1.2)
@@ -493,7 +493,7 @@ def test_median_request_table_medians_latencies_and_completes_only_if_every_repe
 
 
 def test_run_error_table_and_summary_show_the_real_engines_own_noise():
-    from schedport.validation_stats import run_error_table
+    from schedport.analysis.validation_stats import run_error_table
 
     runs = [{"run_errors": {"ttft_mean_s": -0.3}, "real_spread": {"ttft_mean_s": 0.1}},
             {"run_errors": {"ttft_mean_s": -0.1}, "real_spread": {"ttft_mean_s": 0.2}},
@@ -510,7 +510,7 @@ def test_run_error_table_and_summary_show_the_real_engines_own_noise():
 
 
 def test_speed_error_correlation_follows_the_machines_drift():
-    from schedport.validation_stats import speed_error_correlation
+    from schedport.analysis.validation_stats import speed_error_correlation
 
     # the simulation says 1.0 s; the real engine is slower exactly when the machine is
     reps = [{"speed_index": i, "e2e_mean_s": 1.1 * i} for i in (1.0, 1.1, 1.2, 1.3)]

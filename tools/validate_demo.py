@@ -40,8 +40,8 @@ def main() -> None:
     # a SIGTERM unwinds like Ctrl-C, so the server started below is stopped too
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
-    from schedport.calibrate import calibrate
-    from schedport.localserver import VllmCpuServer, build_tiny_model
+    from schedport.realengine.calibrate import calibrate
+    from schedport.realengine.localserver import VllmCpuServer, build_tiny_model
 
     out = args.out
     out.mkdir(parents=True, exist_ok=True)

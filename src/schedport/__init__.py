@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from schedport.__about__ import __version__  # noqa: E402
 
 from schedport.errors import ConfigError, SchedportError, TraceError  # noqa: E402
+
+from schedport import _compat  # noqa: E402
+
+_compat.install()   # 0.1.0's module paths (schedport.sweep, schedport.trace, ...), for one release
 
 __all__ = ["__version__", "SchedportError", "TraceError", "ConfigError", "simulate"]
 
@@ -12,7 +16,7 @@ __all__ = ["__version__", "SchedportError", "TraceError", "ConfigError", "simula
 def __getattr__(name: str):
     # The simulation API imports numpy/pandas; keep `import schedport` cheap.
     if name == "simulate":
-        from schedport.api import simulate
+        from schedport.engine.runner import simulate
 
         return simulate
     raise AttributeError(name)

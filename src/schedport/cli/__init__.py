@@ -1,0 +1,446 @@
+"""The `schedport` command line.
+
+Every command exits 0 on success and, on bad input, prints one line `error: ...` naming the
+file, row/key and reason and exits 2 — never a traceback. That holds for usage errors (an
+unknown option, a value of the wrong type) and for I/O failures (a full disk, a read-only
+file system) too; output locations are checked before any work starts (`schedport.common.outputs`).
+Help is rendered plainly (flags shown as flags, not as `<bool>` options).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from schedport.errors import SchedportError
+from schedport.common.guard import check_file_target, check_not_inside_store, claim_dir, claim_names, dir_kind
+from schedport.common.outputs import cause, output_dir, output_file, parse_out_path
+
+try:  # typer >= 0.2x vendors click; its exceptions are not click's
+    from typer._click import exceptions as _click_errors
+except ImportError:  # pragma: no cover - typer on top of an installed click
+    from click import exceptions as _click_errors
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Do LLM-serving scheduler rankings carry over across workloads, loads and metrics?")
+trace_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Convert and check request traces.")
+app.add_typer(trace_app, name="trace")
+
+
+def _register() -> None:
+    """Attach the commands that live beside the concept they drive (corpus, sweep, analysis)."""
+    from schedport.cli.corpus import corpus_app
+
+    app.add_typer(corpus_app, name="corpus", help="Build, verify and list the frozen window corpus.")
+    try:
+        from schedport.cli.study import run_command
+    except ImportError:  # pragma: no cover - during development
+        pass
+    else:
+        app.command("run")(run_command)
+    try:
+        from schedport.cli.analyze import analyze_command
+    except ImportError:  # pragma: no cover
+        pass
+    else:
+        app.command("analyze")(_checked_analyze(analyze_command))
+    from schedport.cli.conformance import conformance_command
+
+    app.command("conformance")(conformance_command)
+    from schedport.cli.explain import explain_command
+
+    app.command("explain")(explain_command)
+
+
+def _checked_analyze(command):
+    """`analyze` with its output directory checked before the analysis and its temporary
+    files removed when writing fails (same options and help as the wrapped command)."""
+    import functools
+
+    @functools.wraps(command)
+    def analyze(*args, **kwargs):
+        from schedport.study.sweep import analysis_outputs_cleaned
+
+        results, out_dir = kwargs.get("results"), kwargs.get("out")
+        if out_dir is not None:
+            same = results is not None and Path(results).exists() and Path(out_dir).exists() \
+                and Path(out_dir).resolve() == Path(results).resolve()
+            if not same:
+                # a folder of its own: new, empty, an earlier analysis, or one without schedport's files
+                kind = claim_dir(out_dir, {"analysis"}, inputs=[kwargs.get("corpus"), kwargs.get("validation")])
+                if kind == "other":
+                    claim_names(out_dir, ["report.html"])
+                check_not_inside_store(out_dir, results)
+            output_dir(out_dir, create=False)
+        elif results is not None and Path(results).is_dir():
+            if dir_kind(results) not in ("results", "empty", "other"):
+                # analysis writes beside the store's parts: refuse a corpus or another kind here
+                claim_dir(results, {"results"}, option="--results")
+            output_dir(results)
+        with analysis_outputs_cleaned(out_dir if out_dir is not None else results):
+            return command(*args, **kwargs)
+
+    return analyze
+
+
+out = Console()
+
+#: The largest `schedport example` trace: its columns take about 32 bytes a request while built.
+MAX_EXAMPLE_REQUESTS = 100_000_000
+
+
+_out_path = parse_out_path
+
+
+@app.command()
+def simulate(
+    trace: Path = typer.Option(..., "--trace", help="Canonical trace (CSV or Parquet)."),
+    scheduler: str = typer.Option(..., "--scheduler", help="Policy name (see `schedport schedulers`)."),
+    out_dir: Path = typer.Option(..., "--out", parser=_out_path, help="Directory for requests.parquet and summary.json."),
+    engine: Optional[Path] = typer.Option(None, "--engine", help="Engine config TOML (defaults: docs/engine.md)."),
+    load: Optional[float] = typer.Option(None, "--load", help="Scale time to offered load RHO vs capacity."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the policy's randomness (e.g. ltr's predictor)."),
+    exact: bool = typer.Option(False, "--exact/--fast", help="--exact steps every iteration (the oracle; "
+                               "slower); --fast, the default, fast-forwards with bit-identical results."),
+    horizon: Optional[float] = typer.Option(None, "--horizon", help="Stop the simulation at S seconds."),
+    region_def: Optional[str] = typer.Option(
+        None, "--region-def", help="What --load is relative to, as in `run`: 'sustainable' (the default), 'drain' "
+                                   "or 'slo[:PROFILE[:TARGET]]'."),
+) -> None:
+    """Simulate one trace under one scheduler; write per-request results and the run summary."""
+    from schedport.engine.runner import simulate as run_sim
+
+    if horizon is not None and not (horizon > 0 and math.isfinite(horizon)):
+        raise SchedportError(f"--horizon must be a positive, finite number of seconds, got {horizon}")
+    claim_dir(out_dir, {"run"}, inputs=[trace, engine])
+    output_dir(out_dir, create=False)
+    _say_reading(trace)
+    t0 = time.perf_counter()
+    if region_def is not None and load is None:
+        raise SchedportError("--region-def says what --load is relative to; give --load too")
+    res = run_sim(trace, scheduler, engine=engine, load=load, seed=seed, exact=exact, horizon_s=horizon,
+                  progress=_StepProgress("simulate"), region_def=region_def)
+    res.save(out_dir)
+    s = res.summary
+    wall = time.perf_counter() - t0
+    out.print(f"{scheduler}: {s['n_completed']}/{s['n_requests']} completed, {s['n_rejected']} rejected, "
+              f"TTFT p50 {_f(s['ttft_p50_s'])} s p99 {_f(s['ttft_p99_s'])} s, "
+              f"TPOT p50 {_f(s['tpot_p50_s'])} s, {s['iterations']} iterations, "
+              f"{s['preemptions']} preemptions  [{wall:.2f} s wall]")
+    out.print(f"wrote {out_dir / 'requests.parquet'} and {out_dir / 'summary.json'}")
+    if s["n_requests"] and s["n_rejected"] == s["n_requests"]:
+        reasons = res.requests.reject_reason.dropna()
+        why = f" (first: {reasons.iloc[0]})" if len(reasons) else ""
+        raise SchedportError(f"{trace}: all {s['n_requests']} requests were rejected at arrival{why}; the files are "
+                             f"written, but nothing was served (check the lengths against [engine] max_model_len)")
+
+
+@app.command()
+def replay(
+    endpoint: str = typer.Option(..., "--endpoint", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000."),
+    trace: Path = typer.Option(..., "--trace", help="Canonical trace (CSV or Parquet)."),
+    out_dir: Path = typer.Option(..., "--out", parser=_out_path, help="Directory for requests.parquet and summary.json."),
+    engine: Path = typer.Option(..., "--engine", help="The server's engine config (from `schedport calibrate`)."),
+    scheduler: str = typer.Option("vllm-fcfs", "--scheduler", help="vllm-fcfs, sjf, spf, edf or ltr (as priorities)."),
+    load: Optional[float] = typer.Option(None, "--load", help="Scale time to offered load RHO vs the engine's capacity."),
+    seed: int = typer.Option(0, "--seed", help="Seed for prompts and ltr's predictor."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model id to request (default: the first served)."),
+    request_timeout: float = typer.Option(600.0, "--request-timeout", help="Seconds before a request counts as timed out."),
+    max_lag: float = typer.Option(0.05, "--max-lag", help="Bound on the 99th-percentile send lag (s); beyond it the run fails."),
+    retries: int = typer.Option(2, "--retries", help="Replays of a run whose send lag broke the bound before failing."),
+) -> None:
+    """Replay a trace against a real streaming server, open loop; write the same files as simulate."""
+    from schedport.realengine.replay import replay as run_replay
+    from schedport.workload.trace import load_trace
+
+    claim_dir(out_dir, {"run"}, inputs=[trace, engine])
+    output_dir(out_dir, create=False)
+    tr = load_trace(trace)
+    t0 = time.perf_counter()
+    res = run_replay(tr, endpoint, engine=engine, scheduler=scheduler, load=load, seed=seed, model=model,
+                     request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries, log=out.print,
+                     on_progress=_CountProgress("replay"))
+    res.save(out_dir)
+    s = res.summary
+    out.print(f"{scheduler} on {res.server.model}: {s['n_completed']}/{s['n_requests']} completed, "
+              f"{s['n_rejected']} rejected, {s['n_error']} errors, {s['n_timeout']} timeouts, "
+              f"{s['n_truncated']} truncated; TTFT p50 {_f(s['ttft_p50_s'])} s p99 {_f(s['ttft_p99_s'])} s, "
+              f"TPOT p50 {_f(s['tpot_p50_s'])} s; send lag p99 {s['send_lag_p99_s'] * 1e3:.1f} ms  "
+              f"[{time.perf_counter() - t0:.1f} s wall]")
+    out.print(f"wrote {out_dir / 'requests.parquet'} and {out_dir / 'summary.json'}")
+    failed = s["n_requests"] - s["n_completed"] - s["n_rejected"]
+    if s["n_completed"] == 0 or failed > s["n_requests"] / 2:
+        t = res.requests
+        bad = t[~t.status.isin(["completed", "rejected"])]
+        first = f" (first: request {int(bad.index[0])}, {bad.status.iloc[0]}: {bad.detail.iloc[0]})" if len(bad) else ""
+        raise SchedportError(f"{endpoint}: {s['n_completed']} of {s['n_requests']} requests completed and {failed} "
+                             f"failed{first}; the files are written, but they measure failures, not the server")
+    if not res.lag_ok:
+        raise SchedportError(f"the client fell behind the schedule: send lag p99 "
+                             f"{s['send_lag_p99_s'] * 1e3:.1f} ms > --max-lag {max_lag * 1e3:.0f} ms; "
+                             f"the measurements are written but do not replay the trace faithfully")
+
+
+@app.command()
+def calibrate(
+    endpoint: str = typer.Option(..., "--endpoint", help="OpenAI-compatible vLLM server, e.g. http://127.0.0.1:8000."),
+    out_path: Path = typer.Option(..., "--out", parser=_out_path, help="Engine config TOML to write."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model id (default: the first served)."),
+    repeats: int = typer.Option(5, "--repeats", help="Repetitions per probe (the median is fitted)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the probes' shuffled order."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Known running-sequence cap (skip its probe)."),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Known token budget."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Known context limit."),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="Known KV block size."),
+    num_gpu_blocks: Optional[int] = typer.Option(None, "--num-gpu-blocks", help="Known number of KV blocks."),
+) -> None:
+    """Probe a running server and fit the simulator's linear latency model and engine limits to it."""
+    from schedport.realengine.calibrate import calibrate as run_cal
+
+    given = dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                 max_model_len=max_model_len, block_size=block_size, num_gpu_blocks=num_gpu_blocks)
+    for key, v in given.items():
+        if v is not None and v < 1:
+            raise SchedportError(f"--{key.replace('_', '-')} must be a positive integer, got {v}")
+    check_file_target(out_path)
+    output_file(out_path)
+    t0 = time.perf_counter()
+    cal = run_cal(endpoint, out_path, model=model, repeats=repeats, seed=seed, overrides=given, log=out.print)
+    f = cal.fit
+    out.print(f"limits: " + ", ".join(f"{k}={v}" for k, v in cal.limits.items()))
+    out.print("latency: " + ", ".join(f"{k}={v:.3g}" for k, v in f.coef.items())
+              + f"; R^2 {f.r2:.4f}, median |error| {100 * f.median_abs_rel_err:.1f}%, "
+                f"max {100 * f.max_abs_rel_err:.1f}%  [{time.perf_counter() - t0:.0f} s]")
+    out.print(f"wrote {out_path}")
+
+
+@app.command()
+def validate(
+    endpoint: str = typer.Option(..., "--endpoint", help="The real server (vLLM with --scheduling-policy priority)."),
+    engine: Path = typer.Option(..., "--engine", help="The server's engine config (from `schedport calibrate`)."),
+    out_dir: Path = typer.Option(..., "--out", parser=_out_path, help="Directory for runs/, validation.json and validation.html."),
+    trace: Optional[list[Path]] = typer.Option(None, "--trace", help="Trace file(s) to validate on (repeatable)."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="A built corpus to take windows from."),
+    windows: int = typer.Option(3, "--windows", help="With --corpus: how many windows (round-robin over sources)."),
+    max_requests: Optional[int] = typer.Option(None, "--max-requests", help="Replay only each window's first N requests."),
+    schedulers: str = typer.Option("vllm-fcfs,sjf,spf,edf", "--schedulers", help="Comma-separated, expressible ones."),
+    regions: str = typer.Option("light,moderate,high", "--regions", help="Region names or name=rho, comma-separated."),
+    seed: int = typer.Option(0, "--seed"),
+    model: Optional[str] = typer.Option(None, "--model", help="Model id (default: the first served)."),
+    threshold: float = typer.Option(0.05, "--threshold", help="Relative difference below which two runs tie."),
+    request_timeout: float = typer.Option(600.0, "--request-timeout", help="Seconds before a request times out."),
+    max_lag: float = typer.Option(0.05, "--max-lag", help="Bound on the 99th-percentile send lag (s)."),
+    retries: int = typer.Option(2, "--retries", help="Replays of a run whose send lag broke the bound."),
+    repeats: int = typer.Option(1, "--repeats", help="Replays per run, in rounds; the median is compared "
+                                "and the spread reported as the real engine's noise."),
+    speed_probe: bool = typer.Option(True, "--speed-probe/--no-speed-probe",
+                                     help="Before each replay, time a lone prompt against the engine config."),
+) -> None:
+    """Simulate and replay the same runs on a real server; report errors and which rankings hold."""
+    from schedport.study.regions import parse_regions
+    from schedport.workload.trace import load_trace
+    from schedport.realengine.validate import NamedTrace, corpus_traces, head
+    from schedport.realengine.validate import validate as run_validation
+    from schedport.analysis.validation_stats import summary_table_lines
+
+    if (trace is None) == (corpus is None):
+        raise SchedportError("give either --trace FILE (repeatable) or --corpus DIR, not both or neither")
+    claim_dir(out_dir, {"validation"}, inputs=[engine, corpus, *(trace or [])])
+    output_dir(out_dir, create=False)
+    if corpus is not None:
+        named = corpus_traces(corpus, windows)
+    else:
+        named = [NamedTrace(p.stem, load_trace(p)) for p in trace]
+    named = [NamedTrace(t.name, head(t.trace, max_requests)) for t in named]
+    scheds = [s.strip() for s in schedulers.split(",") if s.strip()]
+    probe = None
+    if speed_probe:
+        from functools import partial
+
+        from schedport.realengine.calibrate import speed_index
+        from schedport.engine.config import load_engine_config
+
+        probe = partial(speed_index, endpoint, load_engine_config(engine), model=model)
+    res = run_validation(endpoint, named, out_dir, engine=engine, schedulers=scheds,
+                         regions=parse_regions(regions), seed=seed, model=model, threshold=threshold,
+                         request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries,
+                         repeats=repeats, speed_probe=probe, log=out.print)
+    for line in summary_table_lines(res):
+        typer.echo(line)
+    out.print(f"wrote {out_dir / 'validation.json'} and {out_dir / 'validation.html'}")
+    if not res["lag_ok"]:
+        raise SchedportError("the client fell behind the schedule in at least one replay (see client_lag_ok "
+                             "in validation.json); those runs do not replay the trace faithfully")
+
+
+def _say_reading(path, big: int = 100 * 2**20) -> None:
+    """One line on stderr before reading a large input, so a long read is not silence."""
+    try:
+        size = Path(path).stat().st_size
+    except OSError:
+        return
+    if Path(path).is_file() and size >= big:
+        typer.echo(f"reading {path} ({size / 2**30:.2f} GiB)...", err=True)
+
+
+class _StepProgress:
+    """Progress lines on stderr for a long simulation: none in its first 2 s, then one every 5 s."""
+
+    FIRST_S, EVERY_S = 2.0, 5.0
+
+    def __init__(self, label: str):
+        self.label, self.t0 = label, time.monotonic()
+        self.next = self.t0 + self.FIRST_S
+
+    def __call__(self, now: float, arrived: int, total: int) -> None:
+        t = time.monotonic()
+        if t < self.next:
+            return
+        self.next = t + self.EVERY_S
+        typer.echo(f"{self.label}: simulated {now:.1f} s, {arrived:,}/{total:,} requests arrived, "
+                   f"{t - self.t0:.0f} s elapsed", err=True)
+
+
+class _CountProgress(_StepProgress):
+    """Progress lines on stderr for a long replay: requests finished so far."""
+
+    def __call__(self, done: int, total: int) -> None:
+        t = time.monotonic()
+        if t < self.next and done < total:
+            return
+        if done == total and t - self.t0 < self.FIRST_S:
+            return
+        self.next = t + self.EVERY_S
+        typer.echo(f"{self.label}: {done:,}/{total:,} requests finished, {t - self.t0:.0f} s elapsed", err=True)
+
+
+def _f(v) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
+
+
+@app.command()
+def schedulers() -> None:
+    """List the scheduling policies, one line each."""
+    from schedport.engine.schedulers import REGISTRY
+
+    width = max(len(n) for n in REGISTRY)
+    for name, p in REGISTRY.items():
+        typer.echo(f"{name:<{width}}  {p.summary}")
+
+
+@app.command()
+def example(
+    out_path: Path = typer.Option(Path("example-trace.csv"), "--out", parser=_out_path, help="Where to write the trace."),
+    n: int = typer.Option(1000, "--requests", help="Number of requests."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Write the bundled synthetic example trace (project-generated, two clients)."""
+    from schedport.workload.examples import make_example_trace
+    from schedport.workload.trace import save_trace
+
+    if n < 1:
+        raise SchedportError(f"--requests must be at least 1, got {n}")
+    if n > MAX_EXAMPLE_REQUESTS:
+        raise SchedportError(f"--requests must be at most {MAX_EXAMPLE_REQUESTS:,} (about 3 GB of trace in memory), "
+                             f"got {n:,}")
+    check_file_target(out_path)
+    output_file(out_path)
+    save_trace(make_example_trace(n, seed), out_path)
+    out.print(f"wrote {n} requests to {out_path}")
+
+
+@trace_app.command("convert")
+def trace_convert(
+    inputs: list[Path] = typer.Argument(..., help="Input file(s) or folder (servegen)."),
+    fmt: str = typer.Option(..., "--from", help="azure | burstgpt | servegen | jsonl | canonical"),
+    out_path: Path = typer.Option(..., "--out", parser=_out_path, help="Canonical CSV or Parquet to write."),
+    start: Optional[float] = typer.Option(None, "--start", help="Window start, seconds from the file start."),
+    duration: Optional[float] = typer.Option(None, "--duration", help="Window length in seconds."),
+    rows: Optional[int] = typer.Option(None, "--rows", help="Take N requests from the start."),
+    slot: Optional[int] = typer.Option(None, "--slot", help="servegen: 600 s slot start (seconds)."),
+    seed: int = typer.Option(0, "--seed", help="servegen: generation seed."),
+    rate_scale: float = typer.Option(1.0, "--rate-scale", help="servegen: multiply every client's rate."),
+) -> None:
+    """Turn a public trace file into the canonical trace, reporting what was dropped and why."""
+    from schedport.workload import sources
+    from schedport.workload.trace import save_trace
+
+    check_file_target(out_path, inputs=inputs)
+    output_file(out_path)
+    sel = {k: v for k, v in dict(start_s=start, duration_s=duration, rows=rows).items() if v is not None}
+    if fmt == "servegen":
+        if slot is None:
+            raise SchedportError("--from servegen needs --slot SECONDS (the 600 s window to generate)")
+        sel = {"slot_start_s": slot, "seed": seed, "rate_scale": rate_scale}
+    for p in inputs:
+        _say_reading(p)
+    res = sources.read(fmt, list(inputs), **sel)
+    if len(res.trace) == 0:
+        raise SchedportError(f"{inputs[0]}: the selection holds no usable request")
+    save_trace(res.trace, out_path)
+    dropped = ", ".join(f"{k}={v}" for k, v in res.dropped.items() if v) or "none"
+    out.print(f"wrote {len(res.trace)} requests to {out_path}; dropped: {dropped}")
+    if res.skipped:
+        names = [s.split(":")[0] for s in res.skipped]
+        out.print(f"skipped {len(names)}: {', '.join(names)} (see `sources.read(...).skipped` for why)")
+
+
+@trace_app.command("check")
+def trace_check(path: Path = typer.Argument(..., help="Canonical trace to validate.")) -> None:
+    """Validate a canonical trace and print its statistics."""
+    import numpy as np
+
+    from schedport.workload.trace import load_trace
+
+    _say_reading(path)
+    t = load_trace(path)
+    rate = (len(t) - 1) / t.span_s if t.span_s > 0 else float("nan")
+    out.print(f"{path}: {len(t)} requests over {t.span_s:.1f} s ({rate:.2f} req/s); "
+              f"input mean {t.input_tokens.mean():.0f} p99 {np.percentile(t.input_tokens, 99):.0f}; "
+              f"output mean {t.output_tokens.mean():.0f} p99 {np.percentile(t.output_tokens, 99):.0f}")
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    print(f"error: {' '.join(str(msg).split())}", file=sys.stderr)
+    sys.exit(code)
+
+
+def main() -> None:
+    """Console entry point: run the app, turning user errors into one line and exit code 2.
+
+    Usage errors (click's), user errors (`SchedportError`) and operating-system I/O errors
+    (a full disk, a read-only file system, a missing permission) all end as one line
+    ``error: ...`` on stderr; Ctrl-C ends with ``interrupted`` and exit code 130.
+    """
+    _register()
+    try:
+        rv = app(standalone_mode=False)
+    except _click_errors.NoArgsIsHelpError as e:
+        e.show()
+        sys.exit(2)
+    except _click_errors.UsageError as e:
+        hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+        _fail(e.format_message() + hint, e.exit_code)
+    except _click_errors.ClickException as e:
+        _fail(e.format_message(), e.exit_code)
+    except SchedportError as e:
+        _fail(str(e), e.exit_code)
+    except OSError as e:
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        _fail(f"{where}{cause(e)}", 2)
+    except MemoryError:
+        _fail("out of memory: the input is larger than this machine can hold; use a smaller selection", 2)
+    except (KeyboardInterrupt, typer.Abort):
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,721 @@
+"""Calibrate the simulator's engine to a running server: limits from its metrics, latency by probing.
+
+`schedport calibrate --endpoint URL --out engine.toml` measures the server it is pointed at and
+writes an engine config that `simulate`, `replay --load` and `validate` read. Nothing else may
+load the server while it runs (it says so when it sees other requests running).
+
+What it learns and how (docs/validation.md has the details and the limits):
+- ``max_model_len`` from ``/v1/models``; ``block_size`` and ``num_gpu_blocks`` from the
+  ``vllm:cache_config_info`` gauge of the Prometheus ``/metrics`` endpoint.
+- ``max_num_seqs``: many small requests at once while polling ``vllm:num_requests_running``;
+  the plateau reached while others are still waiting is the running-sequence cap.
+- ``max_num_batched_tokens``: several long prompts at once, counting engine steps from the
+  ``vllm:iteration_tokens_total`` histogram; tokens per full step bound the budget from below,
+  the histogram's buckets from above, and the estimate is the power of two in between (vLLM's
+  defaults are powers of two). Any limit can be given instead (``--max-num-seqs`` and friends).
+- Latency: prefill-only requests (``max_tokens = 1``) of several prompt lengths, one at a time,
+  give TTFT = request overhead + the prefill's steps; decode batches of several sizes and
+  context lengths give the steady inter-token time = one decode step; prompts injected into a
+  running decode batch give what a prefill chunk adds to a step that also decodes (the mixed
+  steps a loaded server runs). Non-negative least squares (relative errors, so 5 ms and 500 ms
+  observations weigh alike) gives the linear model's ``a, b, c, d, e`` and the per-request
+  overhead from the first two kinds, then ``f`` from the mixed probes (`fit_linear`); R² and the
+  largest error are written as comments beside them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import math
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from schedport.errors import SchedportError
+from schedport.realengine.replay import (EndpointError, ServerInfo, StreamTimer, _base, _body, _need_aiohttp,
+                              _no_gc_pauses, _server_info, client_connector, prompt_token_ids)
+
+#: The linear model's parameters in fit order (request_overhead_s first; f last, as `fit_linear`
+#: fits it in a second stage).
+PARAMS = ("request_overhead_s", "a", "b", "c", "d", "e", "f")
+
+#: Tokens each decode probe generates: its step time is read over the last three quarters of
+#: them, so longer probes average more of a noisy machine's jitter (128: about 1 s per probe).
+DECODE_PROBE_TOKENS = 128
+
+#: Prompt lengths injected into a decode batch by the mixed-step probes (each capped at a
+#: quarter and three quarters of the token budget, so that one chunk and the decodes fit a step).
+MIXED_PROMPT_TOKENS = (128, 384)
+
+#: A mixed probe is implausible, and left out of the fit, when the prefill it measured inside a
+#: decode step took more than this many times the model's time for the same prompt alone
+#: (measured: 1.0x to 2x).
+MIXED_PLAUSIBLE = 4.0
+
+#: A decoding stream's token counts as emitted by an injected prompt's step when it arrived no
+#: earlier than this before the prompt's first token (the server writes one step's outputs to
+#: the streams one after another).
+MIXED_SLACK_S = 0.002
+
+
+# --------------------------------------------------------------------------- Prometheus text
+
+
+_SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """The samples of a Prometheus text exposition as (name, labels, value)."""
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        labels = dict(_LABEL.findall(m.group("labels") or ""))
+        out.append((m.group("name"), labels, value))
+    return out
+
+
+def _metric(samples, name: str, **match) -> float | None:
+    """Sum of the samples of `name` whose labels include `match` (None when absent)."""
+    vals = [v for n, lab, v in samples if n == name and all(lab.get(k) == w for k, w in match.items())]
+    return float(sum(vals)) if vals else None
+
+
+# --------------------------------------------------------------------------- observations
+
+
+@dataclass
+class Observation:
+    """One probe: what was sent, the time measured, and its row of the linear model."""
+
+    kind: str                 # "prefill", "decode" or "mixed" (a chunk's cost inside a decode step)
+    label: str
+    seconds: float
+    features: tuple[float, ...]   # aligned with PARAMS
+
+
+def prefill_features(prompt: int, budget: int) -> tuple[float, ...]:
+    """Model row of a lone prompt of `prompt` tokens: overhead + its chunked prefill steps."""
+    steps, p, kv, pairs, done = 0, 0, 0, 0, 0
+    while done < prompt:
+        c = min(budget, prompt - done)
+        steps += 1
+        p += c
+        kv += done + c
+        pairs += c * done + c * (c + 1) // 2
+        done += c
+    return (1.0, float(steps), float(p), 0.0, float(kv), float(pairs), 0.0)
+
+
+def decode_features(batch: int, kv_tokens: float) -> tuple[float, ...]:
+    """Model row of one decode step of `batch` sequences reading `kv_tokens` in all."""
+    return (0.0, 1.0, 0.0, float(batch), float(kv_tokens), 0.0, 0.0)
+
+
+def mixed_delta_features(prompt: int) -> tuple[float, ...]:
+    """Model row of what one fresh `prompt`-token chunk adds to a step that also decodes.
+
+    The difference between a mixed step (the chunk plus a decode batch) and the same decode
+    step alone: the chunk's tokens, its attention reads (itself) and pairs, and its tokens again
+    for the mixed-step surcharge ``f``; no fixed step cost.
+    """
+    p = float(prompt)
+    return (0.0, 0.0, p, 0.0, p, float(prompt * (prompt + 1) // 2), p)
+
+
+@dataclass
+class Fit:
+    """The fitted coefficients with their quality on the probes."""
+
+    coef: dict[str, float]
+    r2: float
+    max_abs_rel_err: float
+    median_abs_rel_err: float
+    predicted: np.ndarray
+    excluded: list[str] = field(default_factory=list)   # labels of probes left out as implausible
+
+
+def fit_linear(obs: list[Observation]) -> Fit:
+    """Non-negative least squares on relative errors: every coefficient >= 0, `a` > 0.
+
+    In two stages. The lone prefills and pure decodes give every coefficient but `f`; the mixed
+    probes then give `f` alone, from what they measured beyond that model (never below 0). A
+    mixed probe that a noisy moment made too short could otherwise pull `b` and `e` down and
+    spoil the prefill model that everything else rests on. A mixed probe that measured more
+    than `MIXED_PLAUSIBLE` times the model's time for its prompt prefilled alone is left out
+    (`Fit.excluded`) and not scored: a pause of the machine lands in its span whole (seen: a
+    128-token prompt "adding" 298 ms to a decode step where 15-35 ms is usual).
+    """
+    from scipy.optimize import nnls
+
+    base = [o for o in obs if o.kind != "mixed"]
+    mixed = [o for o in obs if o.kind == "mixed"]
+    n_base = len(PARAMS) - 1                       # every coefficient but f
+    if len(base) < n_base:
+        raise SchedportError(f"calibration needs at least {n_base} prefill and decode probes, got {len(base)}")
+    A = np.array([o.features for o in obs], dtype=np.float64)
+    y = np.array([o.seconds for o in obs], dtype=np.float64)
+    if not (np.isfinite(y).all() and (y > 0).all()):
+        raise SchedportError("calibration: a probe returned no usable time (see the server log)")
+    is_base = np.array([o.kind != "mixed" for o in obs])
+    Ab, yb = A[is_base][:, :n_base], y[is_base]
+    scale = Ab.max(axis=0)
+    scale[scale == 0] = 1.0
+    xb, _ = nnls((Ab / scale) / yb[:, None], np.ones_like(yb), maxiter=10_000)
+    x = np.append(xb / scale, 0.0)
+    used = is_base.copy()
+    excluded = []
+    for i, o in enumerate(obs):
+        if o.kind == "mixed":
+            lone = x[1] + float(A[i, 2:n_base] @ x[2:n_base])      # a + b*P + d*P + e*pairs
+            if y[i] <= MIXED_PLAUSIBLE * lone:
+                used[i] = True
+            else:
+                excluded.append(o.label)
+    fit_mixed = used & ~is_base
+    if fit_mixed.any():
+        # relative least squares for f alone on the mixed rows' excess over the base model
+        Am, ym = A[fit_mixed], y[fit_mixed]
+        excess = (ym - Am[:, :n_base] @ x[:n_base]) / ym
+        u = Am[:, n_base] / ym
+        x[n_base] = max(0.0, float(u @ excess) / float(u @ u)) if float(u @ u) > 0 else 0.0
+    pred = A @ x
+    rel = np.abs(pred[used] - y[used]) / y[used]
+    ss_res = float(((pred[used] - y[used]) ** 2).sum())
+    ss_tot = float(((y[used] - y[used].mean()) ** 2).sum())
+    coef = dict(zip(PARAMS, (float(v) for v in x)))
+    if not coef["a"] > 0:
+        # The simulator needs a positive per-step time; the smallest decode step bounds it.
+        coef["a"] = float(min(o.seconds for o in obs if o.kind == "decode") if any(
+            o.kind == "decode" for o in obs) else y.min()) * 0.5
+    return Fit(coef, 1.0 - ss_res / ss_tot if ss_tot > 0 else math.nan, float(rel.max()),
+               float(np.median(rel)), pred, excluded)
+
+
+# --------------------------------------------------------------------------- probing
+
+
+@dataclass
+class Calibration:
+    """Everything `calibrate` learned: server limits, probes, fit, and where each limit came from."""
+
+    server: ServerInfo
+    endpoint: str
+    limits: dict[str, int]
+    sources: dict[str, str]
+    observations: list[Observation] = field(default_factory=list)
+    fit: Fit | None = None
+
+    def engine_toml(self) -> str:
+        """The engine config text, fit quality and provenance in comments."""
+        f = self.fit
+        lines = [
+            "# Engine config calibrated by `schedport calibrate` against a running server.",
+            f"# endpoint: {self.endpoint}   model: {self.server.model}",
+            f"# measured: {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+            f"# latency fit over {len(self.observations) - len(f.excluded)} probes: R^2 = {f.r2:.4f}, "
+            f"median |error| {100 * f.median_abs_rel_err:.1f}%, max |error| {100 * f.max_abs_rel_err:.1f}%",
+            "",
+            "[engine]",
+        ]
+        for key in ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+            lines.append(f"{key} = {self.limits[key]}    # {self.sources[key]}")
+        lines += ["", "[latency]", 'model = "linear"']
+        notes = {"request_overhead_s": "s per request outside the engine loop (HTTP, input/output processing)",
+                 "a": "s per step", "b": "s per prefill token", "c": "s per decoding sequence",
+                 "d": "s per KV token read by attention", "e": "s per prefill attention (query, key) pair",
+                 "f": "extra s per prefill token in a step that also decodes"}
+        for key in PARAMS:
+            lines.append(f"{key} = {f.coef[key]!r}    # {notes[key]}")
+        lines += ["", "# probe, measured s, model s, error"]
+        for o, p in zip(self.observations, f.predicted):
+            lines.append(f"#   {o.kind:<7} {o.label:<28} {o.seconds:.5f}  {p:.5f}  {100 * (p - o.seconds) / o.seconds:+.1f}%"
+                         + ("  (left out: implausible, see fit_linear)" if o.label in f.excluded else ""))
+        return "\n".join(lines) + "\n"
+
+
+async def _metrics(session, base: str) -> list | None:
+    aiohttp = _need_aiohttp()
+    try:
+        async with session.get(f"{base}/metrics", timeout=aiohttp.ClientTimeout(total=10)) as r:
+            if r.status != 200:
+                return None
+            return parse_prometheus(await r.text())
+    except (aiohttp.ClientError, asyncio.TimeoutError):
+        return None
+
+
+async def _stream(session, url: str, body: dict, timeout_s: float = 300.0) -> StreamTimer:
+    """Send one request and time its stream; a failure is an EndpointError (probes must succeed)."""
+    aiohttp = _need_aiohttp()
+    timer = StreamTimer()
+    t0 = time.perf_counter()
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.post(url, json=body) as r:
+                if r.status != 200:
+                    text = (await r.text())[:200].replace("\n", " ")
+                    raise EndpointError(f"{url}: probe refused: HTTP {r.status}: {text}")
+                async for line in r.content:
+                    timer.feed(line, time.perf_counter() - t0)
+    except TimeoutError:
+        raise EndpointError(f"{url}: a probe did not finish within {timeout_s:g} s") from None
+    except aiohttp.ClientError as e:
+        raise EndpointError(f"{url}: probe failed: {type(e).__name__}: {e}") from None
+    if timer.error:
+        raise EndpointError(f"{url}: probe stream error: {timer.error}")
+    return timer
+
+
+class _Prober:
+    """Sends the probes; `seed` keeps prompts distinct so a prefix cache never shortcuts one."""
+
+    def __init__(self, session, base: str, info: ServerInfo, token_range, log):
+        self.session, self.base, self.info = session, base, info
+        self.url = f"{base}/v1/completions"
+        self.token_range = token_range
+        self.log = log
+        self.serial = 0
+        self.salt = secrets.randbits(63)     # fresh prompts each calibration: no prefix-cache hits
+
+    def body(self, n_in: int, n_out: int) -> dict:
+        self.serial += 1
+        return _body(self.info.model, prompt_token_ids(n_in, self.serial, self.salt, self.token_range), n_out, None)
+
+    async def ttft(self, n_in: int) -> float:
+        t = await _stream(self.session, self.url, self.body(n_in, 1))
+        return t.first_s
+
+    async def decode_step(self, batch: int, context: int, n_out: int) -> float:
+        """One decode step's time with `batch` requests decoding together.
+
+        With the server's metrics: the batch is sent twice, with `n_out // 4` and `n_out` tokens,
+        and the step time is the *extra* inter-token time of the longer run over its extra gaps,
+        from the server's own `vllm:inter_token_latency_seconds` (sum and count). The ramp while
+        the batch's prefills join is the same in both runs and cancels, and a pause of the API
+        server or the client, which bunches the chunks a client sees, does not enter.
+        Without metrics: per request the mean gap over its middle tokens, median over requests.
+        """
+        short = max(4, n_out // 4)
+        m0 = await self._itl()
+        if m0 is not None:
+            await self._batch(batch, context, short)
+            m1 = await self._itl()
+            await self._batch(batch, context, n_out)
+            m2 = await self._itl()
+            if m1 is not None and m2 is not None:
+                extra_n = (m2[1] - m1[1]) - (m1[1] - m0[1])
+                extra_s = (m2[0] - m1[0]) - (m1[0] - m0[0])
+                if extra_n > 0 and extra_s > 0:
+                    return extra_s / extra_n
+        times = await self._batch(batch, context, n_out)
+        lo, hi = n_out // 4, n_out - 2
+        per_req = [(t[hi] - t[lo]) / (hi - lo) for t in times if len(t) > hi]
+        if not per_req:
+            raise EndpointError(f"{self.url}: decode probe streams were shorter than {n_out} tokens")
+        return float(np.median(per_req))
+
+    async def mixed_delta(self, batch: int, context: int, prompt: int, n_out: int,
+                          injections: int = 4) -> float | None:
+        """What a fresh `prompt`-token prefill adds to a step in which `batch` requests decode.
+
+        While the batch decodes, `injections` one-token requests of `prompt` tokens are sent one
+        after another; each is prefilled in one step together with the decodes, and that step
+        emits its first token and a token of every decoding request. So in each decoding stream
+        the gap that ends with the injected request's first token is the mixed step, and its
+        excess over the stream's median gap is what the prefill added. The median over streams
+        and injections is returned: a pause of the machine or a bunched chunk spoils one gap, not
+        the estimate, and the baseline is the same run's, so drift does not enter. None when the
+        decodes ended before the injections were done (too few tokens).
+        """
+        times, done_at, firsts = await self._injected_batch(batch, context, n_out, prompt, injections)
+        if any(len(t) < 3 or t[-1] <= done_at for t in times):
+            return None
+        extras = []
+        for first in firsts:
+            per_stream = []
+            for t in times:
+                k = int(np.searchsorted(t, first - MIXED_SLACK_S))  # the stream's token from that step
+                if 1 <= k < len(t):
+                    per_stream.append((t[k] - t[k - 1]) - float(np.median(np.diff(t))))
+            if per_stream:
+                extras.append(float(np.median(per_stream)))
+        return float(np.median(extras)) if extras else None
+
+    async def _injected_batch(self, batch: int, context: int, n_out: int, prompt: int,
+                              injections: int) -> tuple[list[np.ndarray], float, list[float]]:
+        """A decode batch with one-token prompts injected one at a time once every stream has
+        tokens flowing; returns the streams' token times, when the last injection finished and
+        when each injection's (only) token arrived, all from the same origin."""
+        started = [asyncio.Event() for _ in range(batch)]
+        t0 = time.perf_counter()
+        tasks = [asyncio.create_task(_stream_times(self.session, self.url, self.body(context, n_out),
+                                                   started=ev, t0=t0)) for ev in started]
+        try:
+            await asyncio.wait_for(asyncio.gather(*(ev.wait() for ev in started)), timeout=120.0)
+            firsts = []
+            for _ in range(injections):
+                sent = time.perf_counter() - t0
+                timer = await _stream(self.session, self.url, self.body(prompt, 1))
+                firsts.append(sent + timer.first_s)
+            done_at = time.perf_counter() - t0
+            return list(await asyncio.gather(*tasks)), done_at, firsts
+        finally:
+            for t in tasks:
+                t.cancel()
+
+    async def _batch(self, batch: int, context: int, n_out: int) -> list[np.ndarray]:
+        return await asyncio.gather(*[_stream_times(self.session, self.url, self.body(context, n_out))
+                                      for _ in range(batch)])
+
+    async def _itl(self) -> tuple[float, float] | None:
+        """(sum, count) of the server's inter-token latency histogram, None without metrics."""
+        await asyncio.sleep(0.2)          # let the server record the last outputs
+        samples = await _metrics(self.session, self.base)
+        if samples is None:
+            return None
+        total = _metric(samples, "vllm:inter_token_latency_seconds_sum")
+        count = _metric(samples, "vllm:inter_token_latency_seconds_count")
+        return None if total is None or count is None else (total, count)
+
+    async def running_plateau(self, n: int, metrics_poll_s: float = 0.05,
+                              deadline_s: float = 20.0) -> tuple[int, bool, int]:
+        """Start `n` long small requests; the most seen running at once, whether a queue waited
+        (10 polls in a row) while that many ran, and the most seen running + waiting (n once all
+        have arrived)."""
+        n_out = max(1, min(4000, (self.info.max_model_len or 4096) - 9))
+        tasks = [asyncio.create_task(_stream(self.session, self.url, self.body(8, n_out)))
+                 for _ in range(n)]
+        best, waited, seen, queued = 0, False, 0, 0
+        try:
+            deadline = time.perf_counter() + deadline_s
+            stable = 0
+            while time.perf_counter() < deadline:
+                await asyncio.sleep(metrics_poll_s)
+                s = await _metrics(self.session, self.base)
+                if s is None:
+                    break
+                run = int(_metric(s, "vllm:num_requests_running") or 0)
+                wait = int(_metric(s, "vllm:num_requests_waiting") or 0)
+                if run > best:
+                    best, stable = run, 0
+                else:
+                    stable += 1
+                # a cap: a queue that persists while the running count stays at its maximum (one
+                # poll could catch a request between its arrival and the next engine step)
+                queued = queued + 1 if (wait > 0 and run == best) else 0
+                waited = waited or queued >= 10
+                seen = max(seen, run + wait)
+                if run + wait >= n and stable >= 10:
+                    break
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.sleep(0.5)      # let the server abort the disconnected requests
+        return best, waited, seen
+
+
+async def _stream_times(session, url: str, body: dict, started: asyncio.Event | None = None,
+                        t0: float | None = None, after: int = 4) -> np.ndarray:
+    """Arrival time of each token of one stream (a chunk's time for every token it carries),
+    from `t0` (perf_counter; default: when it is sent). `started` is set once `after` tokens came."""
+    times: list[float] = []
+    timer = StreamTimer()
+    aiohttp = _need_aiohttp()
+    if t0 is None:
+        t0 = time.perf_counter()
+    try:
+        async with session.post(url, json=body) as r:
+            if r.status != 200:
+                text = (await r.text())[:200].replace("\n", " ")
+                raise EndpointError(f"{url}: probe refused: HTTP {r.status}: {text}")
+            async for line in r.content:
+                before = timer.tokens
+                timer.feed(line, time.perf_counter() - t0)
+                times.extend([timer.last_s] * (timer.tokens - before))
+                if started is not None and len(times) >= after:
+                    started.set()
+    except aiohttp.ClientError as e:
+        raise EndpointError(f"{url}: probe failed: {type(e).__name__}: {e}") from None
+    finally:
+        if started is not None:       # also on failure, so that nobody waits for it
+            started.set()
+    return np.asarray(times)
+
+
+async def _calibrate_async(endpoint: str, model: str | None, overrides: dict, repeats: int,
+                           token_range, log, seed: int = 0) -> Calibration:
+    aiohttp = _need_aiohttp()
+    base = _base(endpoint)
+    async with aiohttp.ClientSession(connector=client_connector(),
+                                     timeout=aiohttp.ClientTimeout()) as session:   # probes time themselves
+        info = await _server_info(session, base, model, timeout_s=30.0)
+        samples = await _metrics(session, base)
+        limits: dict[str, int] = {}
+        sources: dict[str, str] = {}
+
+        def put(key, value, source):
+            if key in overrides and overrides[key] is not None:
+                limits[key], sources[key] = int(overrides[key]), "given on the command line"
+            elif value is not None:
+                limits[key], sources[key] = int(value), source
+
+        put("max_model_len", info.max_model_len, "from /v1/models")
+        if samples is not None:
+            busy = _metric(samples, "vllm:num_requests_running") or 0
+            if busy:
+                log(f"warning: {int(busy)} requests already running; other load skews the calibration")
+            cache = [lab for n, lab, _ in samples if n == "vllm:cache_config_info"]
+            if cache:
+                put("block_size", _int_label(cache[0], "block_size"), "from /metrics cache_config_info")
+                put("num_gpu_blocks", _int_label(cache[0], "num_gpu_blocks"), "from /metrics cache_config_info")
+        for key in ("max_model_len", "block_size", "num_gpu_blocks"):
+            if key not in limits:
+                put(key, None, "")
+                if key not in limits:
+                    raise EndpointError(f"{base}: the server does not report {key} "
+                                        f"(no /metrics cache_config_info); give --{key.replace('_', '-')}")
+        prober = _Prober(session, base, info, token_range, log)
+        await prober.ttft(16)                          # warm-up, not measured
+
+        # --- the running-sequence cap
+        if overrides.get("max_num_seqs") is not None:
+            put("max_num_seqs", None, "")
+        elif samples is None:
+            raise EndpointError(f"{base}: no /metrics endpoint to observe the running-sequence cap; "
+                                f"give --max-num-seqs")
+        else:
+            n = 64
+            while True:
+                best, waited, seen = await prober.running_plateau(n)
+                log(f"max_num_seqs probe: {n} sent, at most {best} running, some waiting: {waited}")
+                if not waited and seen < n:
+                    # not every probe reached the server's queues in time (a busy machine): a
+                    # plateau below n without a queue is no evidence of a cap; look once more
+                    best, waited, seen = await prober.running_plateau(n, deadline_s=60.0)
+                    log(f"max_num_seqs probe again: at most {best} running, some waiting: {waited}")
+                    if not waited and seen < n:
+                        raise EndpointError(f"{base}: only {seen} of {n} probe requests reached the server "
+                                            f"within 60 s, so its running-sequence cap could not be "
+                                            f"observed; give --max-num-seqs")
+                if waited or best < n:
+                    put("max_num_seqs", best, f"observed plateau of num_requests_running ({n} sent)")
+                    break
+                if n >= 1024:
+                    put("max_num_seqs", best, f"at least {best} (all {n} probes ran at once)")
+                    break
+                n *= 4
+
+        # --- the token budget
+        mml = limits["max_model_len"]
+        if overrides.get("max_num_batched_tokens") is not None:
+            put("max_num_batched_tokens", None, "")
+        elif samples is None:
+            raise EndpointError(f"{base}: no /metrics endpoint to observe the token budget; "
+                                f"give --max-num-batched-tokens")
+        else:
+            budget, how = await _probe_budget(prober, session, base, mml, limits["max_num_seqs"])
+            put("max_num_batched_tokens", budget, how)
+        budget = limits["max_num_batched_tokens"]
+
+        # --- latency probes: every (probe, repetition) in one seeded shuffled order, so a slow
+        # drift of the machine's speed spreads over all probes instead of biasing one coefficient
+        lengths = sorted({L for L in (1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+                          if L <= mml - 1} | {mml - 1})
+        n_out = DECODE_PROBE_TOKENS
+        contexts = sorted({16, max(16, min(mml // 4, mml - n_out - 1))})
+        batches = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= limits["max_num_seqs"]]
+        # mixed steps: a decode batch that leaves room for one more sequence, and prompts that
+        # fit one chunk beside its decodes
+        mixed_batch = min(4, limits["max_num_seqs"] - 1)
+        mixed_prompts = sorted({p for p in (min(budget // 4, MIXED_PROMPT_TOKENS[0]),
+                                            min(3 * budget // 4, MIXED_PROMPT_TOKENS[1]))
+                                if 16 <= p <= min(budget - mixed_batch, mml - 1)}) if mixed_batch >= 1 else []
+        specs = ([("prefill", L, 0) for L in lengths] + [("decode", b, ctx) for ctx in contexts for b in batches]
+                 + [("mixed", p, mixed_batch) for p in mixed_prompts])
+        plan = [spec for spec in specs for _ in range(repeats)]
+        np.random.Generator(np.random.PCG64(seed)).shuffle(plan)
+        measured: dict[tuple, list[float]] = {spec: [] for spec in specs}
+        for i, (kind, x, y) in enumerate(plan, 1):
+            try:
+                t = await _probe(prober, kind, x, y, n_out, contexts[0], mml)
+            except EndpointError as e:        # one more try: a single request can fail by chance
+                log(f"{kind} probe failed ({e}); trying it once more")
+                t = await _probe(prober, kind, x, y, n_out, contexts[0], mml)
+            if t is None:
+                log(f"mixed probe (prompt {x}, batch {y}): the decodes ended before the injected "
+                    f"prompts ran; repetition dropped")
+                continue
+            measured[(kind, x, y)].append(t)
+            if i % max(1, len(plan) // 10) == 0:
+                log(f"latency probes: {i}/{len(plan)}")
+        obs: list[Observation] = []
+        for kind, x, y in specs:
+            if not measured[(kind, x, y)]:
+                continue
+            sec = float(np.median(measured[(kind, x, y)]))
+            if kind == "prefill":
+                obs.append(Observation("prefill", f"prompt {x}", sec, prefill_features(x, budget)))
+                log(f"prefill {x:>6} tokens: TTFT {1e3 * sec:.1f} ms")
+            elif kind == "decode":
+                mean_ctx = y + (n_out // 4 + n_out - 2) / 2.0
+                obs.append(Observation("decode", f"batch {x} context {y}", sec,
+                                       decode_features(x, x * mean_ctx)))
+                log(f"decode batch {x:>3} context {y:>5}: step {1e3 * sec:.2f} ms")
+            elif sec > 0:
+                obs.append(Observation("mixed", f"prompt {x} + {y} decodes", sec, mixed_delta_features(x)))
+                log(f"mixed: a {x}-token prefill adds {1e3 * sec:.1f} ms to a {y}-sequence decode step")
+            else:
+                log(f"mixed: a {x}-token prefill added no measurable time to a decode step "
+                    f"({1e3 * sec:.1f} ms); not fitted")
+    cal = Calibration(info, base, limits, sources, obs)
+    cal.fit = fit_linear(obs)
+    for label in cal.fit.excluded:
+        log(f"mixed probe {label}: over {MIXED_PLAUSIBLE:g}x the time of its prompt alone "
+            f"(a pause of the machine?); left out of the fit")
+    return cal
+
+
+async def _probe(prober: _Prober, kind: str, x: int, y: int, n_out: int, mixed_context: int,
+                 mml: int) -> float | None:
+    """One latency probe: ("prefill", prompt, 0), ("decode", batch, context) or ("mixed", prompt, batch)."""
+    if kind == "prefill":
+        return await prober.ttft(x)
+    if kind == "decode":
+        return await prober.decode_step(x, y, n_out)
+    for tokens in (2 * n_out, 4 * n_out):       # longer decodes if the injections outlasted them
+        if tokens + mixed_context > mml:
+            break
+        t = await prober.mixed_delta(y, mixed_context, x, tokens)
+        if t is not None:
+            return t
+    return None
+
+
+def _int_label(labels: dict, key: str) -> int | None:
+    try:
+        return int(labels[key])
+    except (KeyError, ValueError):
+        return None
+
+
+async def _probe_budget(prober: _Prober, session, base: str, mml: int, max_seqs: int) -> tuple[int, str]:
+    """Estimate max_num_batched_tokens from engine-step counts of a burst of long prompts."""
+    def hist(samples):
+        count = _metric(samples, "vllm:iteration_tokens_total_count")
+        total = _metric(samples, "vllm:iteration_tokens_total_sum")
+        buckets = {}
+        for n, lab, v in samples:
+            if n == "vllm:iteration_tokens_total_bucket" and lab.get("le") not in (None, "+Inf"):
+                le = float(lab["le"])
+                buckets[le] = buckets.get(le, 0.0) + v
+        return count, total, buckets
+
+    before = await _metrics(session, base)
+    L = mml - 1
+    m = max(2, min(max_seqs, 8))
+    await asyncio.gather(*[_stream(session, prober.url, prober.body(L, 1)) for _ in range(m)])
+    await asyncio.sleep(0.3)
+    after = await _metrics(session, base)
+    c0, s0, b0 = hist(before)
+    c1, s1, b1 = hist(after)
+    if c0 is None or c1 is None:
+        raise EndpointError(f"{base}: /metrics has no vllm:iteration_tokens_total; give --max-num-batched-tokens")
+    steps = int(round(c1 - c0))
+    prompt_tokens = m * L
+    if steps <= m:
+        # One counted step per prompt: either each prompt fit in one step, or (vLLM 0.32) steps
+        # that only advance a prefill chunk are not counted at all. The metrics cannot tell.
+        raise EndpointError(f"{base}: the token budget cannot be read off /metrics ({m} prompts of {L} "
+                            f"tokens counted {steps} engine steps); give --max-num-batched-tokens")
+    lower = math.ceil(prompt_tokens / max(steps, 1))
+    # Largest per-step token count seen in the burst (histogram bucket bounds).
+    upper = None
+    for le in sorted(b1):
+        if b1[le] - b0.get(le, 0.0) >= steps - 0.5:
+            upper = int(le)
+            break
+    budget = 1 << max(0, (lower - 1).bit_length())
+    if upper is not None and budget > upper:
+        budget = upper
+    return budget, (f"estimated: {m} prompts of {L} tokens took {steps} engine steps "
+                    f"(>= {lower} tokens per step); nearest power of two")
+
+
+def calibrate(endpoint: str, out: str | Path | None = None, *, model: str | None = None, repeats: int = 5,
+              overrides: dict | None = None, token_range: tuple[int, int] = (1000, 2000), seed: int = 0,
+              log: Callable[[str], None] = lambda s: None) -> Calibration:
+    """Probe the server at `endpoint`, fit the linear latency model, and (if `out`) write the config.
+
+    `overrides` maps engine keys (max_num_seqs, max_num_batched_tokens, max_model_len,
+    block_size, num_gpu_blocks) to values that replace what would be probed. Each latency probe
+    runs `repeats` times and its median is fitted; all repetitions run in one order shuffled
+    with `seed`, because the speed of a shared or virtualised machine drifts (seen here: the
+    same decode probe 3.6 ms in one calibration and 5.6 ms in another an hour later) and probes
+    taken in sequence would turn that drift into a wrong slope. The written file is read back
+    with the engine-config loader, so what it holds is a valid engine.
+    """
+    if repeats < 1:
+        raise SchedportError(f"--repeats must be at least 1, got {repeats}")
+    with _no_gc_pauses():
+        cal = asyncio.run(_calibrate_async(endpoint, model, dict(overrides or {}), repeats, token_range, log,
+                                           seed))
+    if out is not None:
+        from schedport.engine.runner import _atomic_write
+        from schedport.engine.config import load_engine_config
+
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(path, lambda p: Path(p).write_text(cal.engine_toml()))
+        load_engine_config(path)
+    return cal
+
+
+def speed_index(endpoint: str, engine, *, prompt_tokens: int = 256, n: int = 3, model: str | None = None,
+                token_range: tuple[int, int] = (1000, 2000)) -> float:
+    """How fast the server runs *now* against its engine config: the measured TTFT of a lone
+    `prompt_tokens`-token prompt (median of `n`) over the simulated one. 1.0 is the calibrated
+    speed; 1.3 means the machine is 30% slower than when it was calibrated.
+
+    A shared or virtualised machine drifts (seen here: the same 512-token prefill 75 ms, then
+    100 ms ten minutes later). `validate` takes this reading before every replay, so a run's
+    error can be read beside the machine's speed at that moment.
+    """
+    from schedport.engine.runner import _resolve_engine, simulate
+    from schedport.workload.trace import Trace
+
+    cfg = _resolve_engine(engine)
+    prompt_tokens = max(1, min(prompt_tokens, cfg.max_model_len - 1))
+    one = Trace(np.zeros(1), np.array([prompt_tokens]), np.array([1]))
+    modelled = float(simulate(one, "vllm-fcfs", engine=cfg).requests["ttft_s"].iloc[0])
+
+    async def measure() -> float:
+        aiohttp = _need_aiohttp()
+        base = _base(endpoint)
+        async with aiohttp.ClientSession(connector=client_connector(), timeout=aiohttp.ClientTimeout()) as session:
+            info = await _server_info(session, base, model, timeout_s=30.0)
+            salt = secrets.randbits(63)
+            url = f"{base}/v1/completions"
+            times = []
+            for i in range(n):
+                body = _body(info.model, prompt_token_ids(prompt_tokens, i, salt, token_range), 1, None)
+                times.append((await _stream(session, url, body, timeout_s=60.0)).first_s)
+            return float(np.median(times))
+
+    with _no_gc_pauses():
+        return asyncio.run(measure()) / modelled

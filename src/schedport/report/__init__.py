@@ -1,0 +1,11 @@
+"""Report: renders `portability.json` (and `validation.json`) as a self-contained HTML page.
+
+Only renders: it reads the analysis's JSON output and draws it, and never calls the analysis.
+"""
+
+
+def __getattr__(name: str):
+    # 0.1.0's `schedport.report` module (write_report, ...), for one release.
+    from schedport._compat import package_getattr
+
+    return package_getattr(__name__, name)

@@ -1,0 +1,112 @@
+"""Mooncake-style JSONL -> canonical trace.
+
+Format of the Mooncake traces (github.com/kvcache-ai/Mooncake, FAST'25 release; Qin et al.,
+"Mooncake: A KVCache-centric Disaggregated Architecture for LLM Serving", FAST 2025) and of
+any user's own trace in the same shape: one JSON object per line,
+``{"timestamp": <ms>, "input_length": <int>, "output_length": <int>, ...}``; other keys
+(``hash_ids``, ...) are ignored. arrival_s = (timestamp - first timestamp) / 1000.
+The file may be gzip-compressed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from schedport.workload.sources._common import (
+    ZERO_IN, ZERO_OUT, AdapterResult, cached_load, check_selection, check_sorted, decode_text,
+    fail, origin_entry, read_all, read_bytes, Rows, token_reasons, window_result,
+)
+
+KEYS = ("timestamp", "input_length", "output_length")
+DROP_REASONS = (ZERO_OUT, ZERO_IN)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_record(obj) -> str | None:
+    """Return why a decoded line is unusable, or None."""
+    if not isinstance(obj, dict):
+        return f"expected a JSON object, found {type(obj).__name__}"
+    for k in KEYS:
+        if k not in obj:
+            return f"missing key {k!r}"
+    ts = obj["timestamp"]
+    if not (isinstance(ts, (int, float)) and not isinstance(ts, bool) and math.isfinite(ts)):
+        return f"key 'timestamp': {ts!r} is not a finite number"
+    for k in ("input_length", "output_length"):
+        v = obj[k]
+        if not _is_int(v):
+            return f"key {k!r}: {v!r} is not an integer"
+        if v < 0:
+            return f"key {k!r}: {v!r} is negative"
+        if v >= 2**53:
+            return f"key {k!r}: {v!r} is implausibly large"
+    return None
+
+
+def _read_file(path: Path, bad_rows: str) -> tuple[Rows, dict]:
+    return cached_load("jsonl", path, bad_rows, _load_file)
+
+
+def _load_file(path: Path, bad_rows: str) -> tuple[Rows, dict]:
+    data = read_bytes(path)
+    text = decode_text(path, data)
+    ts, inp, out, lines, bad = [], [], [], [], []
+    # Split on "\n" only: str.splitlines() would also split inside strings at U+2028 etc.
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            why = _check_record(obj)
+        except json.JSONDecodeError as exc:
+            why = f"bad JSON ({exc.msg} at column {exc.colno})"
+        except RecursionError:
+            why = "bad JSON (nested too deeply)"
+        lines.append(lineno)
+        if why is not None:
+            if bad_rows == "error":
+                raise fail(path, f"line {lineno}", why)
+            ts.append(math.nan)
+            inp.append(0)
+            out.append(0)
+            bad.append(True)
+            continue
+        ts.append(float(obj["timestamp"]))
+        inp.append(obj["input_length"])
+        out.append(obj["output_length"])
+        bad.append(False)
+    inp_a = np.asarray(inp, dtype=np.int64)
+    out_a = np.asarray(out, dtype=np.int64)
+    rows = Rows(time=np.asarray(ts, dtype=np.float64), input_tokens=inp_a, output_tokens=out_a,
+                client_id=None, bad=np.asarray(bad, dtype=bool),
+                reason=token_reasons(inp_a, out_a), file_index=np.zeros(len(ts), np.int64),
+                lines=np.asarray(lines, dtype=np.int64), paths=[path])
+    return rows, origin_entry(path, data)
+
+
+def read(paths: list[Path], **selection) -> AdapterResult:
+    """Read Mooncake-style JSONL file(s) (concatenated in the order given) into a window.
+
+    Selection (all optional): ``start_s``/``duration_s`` in seconds from the first record's
+    timestamp, or ``rows`` = the first N kept records from ``start_s``; ``max_len`` drops
+    records whose input + output exceeds it; ``bad_rows="drop"`` counts malformed lines as
+    ``unparsable_row`` instead of failing. Zero-length inputs/outputs are dropped with a count.
+    Timestamps must not go backwards. arrival_s is relative to ``start_s`` when given, else
+    to the first kept record.
+    """
+    sel = check_selection("jsonl", selection)
+    rows, origin = read_all(paths, _read_file, sel["bad_rows"])
+    usable = ~rows.bad
+    if usable.any():  # new Rows: the cached per-file rows stay untouched
+        rows = replace(rows, time=(rows.time - rows.time[usable][0]) / 1000.0)
+    check_sorted(rows, "timestamp", kind="key")
+    return window_result(rows, sel, paths, origin, rebase_to_first=True,
+                         reasons=DROP_REASONS)
