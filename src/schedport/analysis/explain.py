@@ -491,7 +491,7 @@ class Explainer:
     def __init__(self, results_dir, *, corpus_dir=None, cache_dir=None, executor: str = "local",
                  workers: Optional[int] = None, ray_address: Optional[str] = None, n_boot: int = DEFAULT_BOOT,
                  seed: int = 0, progress: bool = True, console=None):
-        from schedport.analysis.portability import _window_key, load_store
+        from schedport.analysis.portability import window_key, load_store
         from schedport.engine.config import engine_config_from_dict
         from schedport.workload.corpus import load_corpus
         from schedport.study.regions import LEGACY_DRAIN, parse_region_def
@@ -526,7 +526,7 @@ class Explainer:
         self.rho = {str(k): float(v) for k, v in dict(rho).items()}
         self.schedulers = sorted(df["scheduler"].astype(str).unique())
         self.sources = sorted(df["source"].astype(str).unique())
-        self.windows = {s: sorted(df.loc[df["source"] == s, "window_id"].unique(), key=_window_key)
+        self.windows = {s: sorted(df.loc[df["source"] == s, "window_id"].unique(), key=window_key)
                         for s in self.sources}
         # the analysis's window resamples: one generator, sources in sorted order
         rng = np.random.default_rng(seed)
@@ -706,7 +706,7 @@ class Explainer:
         at once to its own cell file. Returns {(content sha, scheduler, seed): summary}.
         """
         from schedport.study.regions import THROUGHPUT_KINDS, capacity_cache
-        from schedport.study.sweep import _progress, measure_capacity, run_chunk
+        from schedport.study.sweep import progress_display, measure_capacity, run_chunk
 
         out: dict = {}
         todo: dict = {}
@@ -745,7 +745,7 @@ class Explainer:
                 caps[sha] = c
         ex = self._executor()
         cfg_ref = ex.put(self.cfg)
-        with _progress(self.progress, self.console) as bar:
+        with progress_display(self.progress, self.console) as bar:
             if need_cap:
                 by_key: dict = {}
                 for sha, (trace, ck) in need_cap.items():

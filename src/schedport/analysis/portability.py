@@ -575,7 +575,8 @@ def _py(v: Any) -> Any:
     return str(v)
 
 
-def _window_key(v: Any):
+def window_key(v: Any):
+    """Sort key for window ids: numeric ids in numeric order, then the others as text."""
     try:
         return (0, float(v), "")
     except (TypeError, ValueError):
@@ -719,7 +720,7 @@ class _Study:
         self.complete_blocks: list[dict] = []
         for s in self.sources:
             sub = avg[avg["source"] == s]
-            wins = sorted(pd.unique(sub["window_id"]), key=_window_key)
+            wins = sorted(pd.unique(sub["window_id"]), key=window_key)
             self.windows[s] = wins
             win_ix = pd.Index(wins)
             W = len(wins)

@@ -100,7 +100,7 @@ import pandas as pd
 from scipy import stats
 
 from schedport.errors import SchedportError
-from schedport.engine.metrics import _clean, percentiles
+from schedport.engine.metrics import json_scalar, percentiles
 
 __all__ = [
     "RUN_METRICS",
@@ -143,14 +143,14 @@ ROW_CAP = 200  # prediction rows shown in the page (validation.json has all)
 
 
 def _js(v: Any) -> Any:
-    """JSON-safe copy of `v`: scalars by the house rule of `metrics._clean`, containers walked."""
+    """JSON-safe copy of `v`: scalars by the house rule of `metrics.json_scalar`, containers walked."""
     if isinstance(v, dict):
         return {str(k): _js(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_js(x) for x in v]
     if isinstance(v, np.ndarray):
         return _js(v.tolist())
-    return _clean(v)
+    return json_scalar(v)
 
 
 def _num(v: Any) -> float:
@@ -285,7 +285,7 @@ def _rel(sim_v: Any, real_v: Any) -> Optional[float]:
     s, r = _num(sim_v), _num(real_v)
     if not (math.isfinite(s) and math.isfinite(r)) or r == 0:
         return None
-    return _clean((s - r) / r)
+    return json_scalar((s - r) / r)
 
 
 def run_errors(sim_summary: dict, real_summary: dict, metrics: Sequence[str] = RUN_METRICS) -> dict:

@@ -65,7 +65,7 @@ def _checked_analyze(command):
 
     @functools.wraps(command)
     def analyze(*args, **kwargs):
-        from schedport.study.sweep import analysis_outputs_cleaned
+        from schedport.api import analysis_outputs_cleaned
 
         results, out_dir = kwargs.get("results"), kwargs.get("out")
         if out_dir is not None:

@@ -356,7 +356,7 @@ def percentiles(x, ps: Sequence[float]) -> list[float]:
     return out
 
 
-def _clean(v):
+def json_scalar(v):
     """Map a numeric value to a JSON-safe Python scalar (NaN / inf -> None)."""
     if v is None:
         return None
@@ -520,7 +520,7 @@ def summarize(
             raise ValueError(f"counter {key!r} collides with a metric of the same name")
         out[key] = value
 
-    return {k: _clean(v) for k, v in out.items()}
+    return {k: json_scalar(v) for k, v in out.items()}
 
 
 def _latency_stats(ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray, n_out: np.ndarray,

@@ -174,17 +174,17 @@ class StaticKey(Ordering):
 
     requeue = push
 
-    def _clean(self):
+    def json_scalar(self):
         h = self.heap
         while h and h[0][2].idx in self.removed:
             self.removed.discard(heapq.heappop(h)[2].idx)
 
     def head(self, now):
-        self._clean()
+        self.json_scalar()
         return self.heap[0][2] if self.heap else None
 
     def pop_head(self):
-        self._clean()
+        self.json_scalar()
         self.n -= 1
         return heapq.heappop(self.heap)[2]
 

@@ -569,7 +569,7 @@ class PlainProgress:
                            f"elapsed {_fmt_wall(el)}, {eta}", markup=False, highlight=False, soft_wrap=True)
 
 
-def _progress(enabled: bool, console=None, every: float = PROGRESS_SECONDS):
+def progress_display(enabled: bool, console=None, every: float = PROGRESS_SECONDS):
     """A rich progress display (description, bar, done/total, runs/s, elapsed and ETA) on a
     terminal; `PlainProgress` lines every `every` seconds when the output is not a terminal."""
     from rich.console import Console
@@ -667,7 +667,7 @@ def run_sweep(corpus_dir: str | os.PathLike[str], out: str | os.PathLike[str], *
             sw.load_traces(t_start)
             sw.ex = make_executor(executor, workers, ray_address)
             sw.timings["executor_start_s"] = time.perf_counter() - t_start - sw.timings["load_s"]
-            with _StopOnSignal(), _progress(progress, console, progress_seconds) as bar:
+            with _StopOnSignal(), progress_display(progress, console, progress_seconds) as bar:
                 sw.measure_capacities(out / "capacity.json", bar)
                 sw.check_scales()
                 sw.run_cells(bar)
@@ -979,6 +979,8 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
     except ImportError:
         return
     kw = {"corpus_dir": corpus} if "corpus_dir" in inspect.signature(analyze).parameters else {}
+    from schedport.api import analysis_outputs_cleaned
+
     with analysis_outputs_cleaned(out):
         ares = analyze(out, out, **kw)
     sel = (ares or {}).get("selection") or {}
@@ -995,30 +997,6 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
         if (out / name).exists():
             con.print(f"{'analysis' if name.endswith('json') else 'report'}: {out / name}", markup=False,
                       soft_wrap=True)
-
-
-#: The files `schedport.analysis.portability.analyze` writes through a temporary name in its output directory.
-ANALYSIS_TEMP_FILES = ("portability.json.tmp", "report.html.tmp")
-
-
-@contextmanager
-def analysis_outputs_cleaned(out_dir):
-    """Run the analysis writing into `out_dir`; if it fails (a full disk, say), remove the
-    temporary files it leaves there, so a failed write leaves nothing half-written behind
-    and the I/O error is reported as one line naming the path."""
-    from schedport.common.outputs import io_error
-
-    d = Path(out_dir) if out_dir is not None else None
-    try:
-        yield
-    except BaseException as e:
-        if d is not None:
-            for name in ANALYSIS_TEMP_FILES:
-                with suppress(OSError):
-                    (d / name).unlink()
-        if isinstance(e, OSError):
-            raise io_error(getattr(e, "filename", None) or d, e, "write the analysis") from None
-        raise
 
 
 def check_analysable(sel: Selection) -> None:
