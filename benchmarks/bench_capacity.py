@@ -19,7 +19,7 @@ import math
 import statistics
 import time
 
-from schedport.engine.runner import SATURATED_BATCHES, SATURATED_MAX, _capacity_cached, capacity
+from schedport.engine.capacity import SATURATED_BATCHES, SATURATED_MAX, capacity, clear_capacity_cache
 from schedport.engine.config import load_engine_config
 from schedport.workload.corpus import load_corpus
 
@@ -40,7 +40,7 @@ def main() -> None:
         t = corpus.trace(w.window_id)
         caps = {}
         for d in ("sustainable", "drain"):
-            _capacity_cached.cache_clear()
+            clear_capacity_cache()
             t0 = time.perf_counter()
             caps[d] = capacity(t, cfg, d)
             wall[d] += time.perf_counter() - t0

@@ -13,19 +13,12 @@ from hypothesis import strategies as hs
 from scipy import stats
 
 from _synthstore import MANIFEST, METRICS_MAIN, REGIONS6, SOURCES3, make_runs, write_store
-from schedport.analysis.portability import (
-    DIRECTIONS,
-    analyze,
-    analyze_command,
-    bh_adjust,
-    compute_portability,
-    kendall_tau_b,
-    load_store,
-    metric_direction,
-    relative_effect,
-    spearman_rho,
-    wilcoxon_pvalues,
-)
+from schedport.analysis.directions import DIRECTIONS, metric_direction
+from schedport.analysis.portability import compute_portability
+from schedport.analysis.stats import bh_adjust, kendall_tau_b, relative_effect, spearman_rho, wilcoxon_pvalues
+from schedport.analysis.store_loading import load_store
+from schedport.api import analyze
+from schedport.cli.analyze import analyze_command
 from schedport.errors import SchedportError
 
 SCHEDS5 = ["edf", "fastserve", "hrrn", "ltr", "orca"]

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from schedport.analysis.portability import REGIME_SPREAD, regime_check
+from schedport.analysis.regimes import REGIME_SPREAD, regime_check
 from schedport.engine.runner import capacity, simulate
 from schedport.engine.config import engine_config_from_dict
 from schedport.errors import SchedportError
@@ -107,7 +107,7 @@ def test_regime_check_flags_a_region_whose_sources_queue_differently():
 
 def test_the_report_flags_a_region_that_is_not_one_regime(tmp_path):
     from _synthstore import REGIONS6, SCHEDULERS13, make_runs, write_store
-    from schedport.analysis.portability import analyze
+    from schedport.api import analyze
 
     runs = make_runs(n_windows=5, regions=REGIONS6[4:], schedulers=SCHEDULERS13[9:12])
     # vllm-fcfs queues a third of azure's windows at severe and a tenth of the others'

@@ -13,7 +13,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from schedport.cli.corpus import corpus_app
 from schedport.workload import corpus as cp
+from schedport.workload import corpus_expected
 from schedport.workload.datadir import resolve_data_dir
 from schedport.errors import ConfigError, DataError
 from schedport.workload.sources import burstgpt_model as bm
@@ -187,7 +189,7 @@ def test_user_jsonl_spec_builds_verifies_and_lists(tmp_path):
     assert [w.window_id for w in corpus.windows] == [f"mine-{k:02d}" for k in range(4)]
     e = corpus.windows[1].meta
     assert e["selection"] == {"start_s": 10, "duration_s": 10} and e["origin_file"] == "my-trace.jsonl"
-    assert e["origin_sha256"] == cp._file_sha256(tmp_path / "my-trace.jsonl")
+    assert e["origin_sha256"] == cp.file_sha256(tmp_path / "my-trace.jsonl")
     assert e["duration_s"] == 10.0 and e["mean_rate_rps"] == e["n_requests"] / 10
     for k in ("input_mean", "input_p50", "input_p99", "output_mean", "output_p50", "output_p99",
               "index_of_dispersion", "dropped", "seed", "code_version"):
@@ -319,7 +321,7 @@ def _app() -> typer.Typer:
     def _root() -> None:
         """test root"""
 
-    app.add_typer(cp.corpus_app, name="corpus")
+    app.add_typer(corpus_app, name="corpus")
     return app
 
 
@@ -478,7 +480,7 @@ def test_write_expected_freezes_and_a_rebuild_then_reproduces(tmp_path, monkeypa
     doc = json.loads(dest.read_text())
     assert doc["sources"]["burstgpt"]["windows"] == {"burstgpt-00": "h"}  # kept, not marked absent
     assert set(doc["sources"]["mine"]["windows"]) == {f"mine-{k:02d}" for k in range(4)}
-    monkeypatch.setattr(cp, "load_expected", lambda: json.loads(dest.read_text()))
+    monkeypatch.setattr(corpus_expected, "load_expected", lambda: json.loads(dest.read_text()))
     again = cp.build_corpus(spec, tmp_path, tmp_path / "c2")
     assert again.reproduction["status"] == "exact", again.reproduction
     changed = write_spec(tmp_path / "mine2.toml", JSONL_SPEC.replace("duration_s = 10", "duration_s = 9"))

@@ -388,7 +388,7 @@ def test_ranked_pass_sit_outs_either_side_of_the_cohort_match_exact(monkeypatch,
     step out: few sitters leave the cohort for the step; when most sit (a long prefill ranked
     first took the budget), the cohort stands still and the few that run take their token as
     items. Both forms give exact's bits."""
-    from schedport.engine.policy import Continuous
+    from schedport.engine.batching import Continuous
     seen = {"leave": 0, "stand_still": 0}
     orig = Continuous._plan_ranked
 
@@ -540,8 +540,8 @@ def test_fastserve_cached_ranking_matches_keys_recomputed_every_step(blocks, seq
     import math
 
     from schedport.engine.simulator import RUNNING
-    from schedport.engine.policy import Continuous, Policy
-    from schedport.engine.schedulers import SkipJoinMLFQ
+    from schedport.engine.batching import Continuous
+    from schedport.engine.schedulers import Policy, SkipJoinMLFQ
 
     class Reference(SkipJoinMLFQ):
         cached_key = False

@@ -20,8 +20,9 @@ import pytest
 
 from schedport.errors import SchedportError
 from schedport.analysis.explain import (FEATURES, Variant, attribute, build_variant, decouple_lengths, explain,
-                               paired_effects, poisson_arrivals, ranked_reversals, render_section,
-                               resample_marginal, transplant_arrivals, verdict)
+                                        paired_effects, poisson_arrivals, ranked_reversals, resample_marginal,
+                                        transplant_arrivals, verdict)
+from schedport.report.explain import render_section
 from schedport.study.regions import atomic_write_bytes
 from schedport.workload.trace import Trace, save_trace
 
@@ -418,6 +419,21 @@ def test_analyze_explain_adds_why_it_flips_to_the_report(lengths, tmp_path):
     html = (store / "report.html").read_text()
     assert "Why it flips" in html and "output lengths" in html
     assert "why #1:" in r.output
+
+
+def test_add_explanations_writes_portability_json_and_renders_nothing(tmp_path, monkeypatch):
+    import schedport.analysis.explain as ex
+
+    d = {"reversal": {"id": 2}, "verdict": {"sentence": "a vs b: the flip follows the arrival process."}}
+    block = {"k": 1, "selection": "2", "ids": [2], "n_reversals": 3, "explained": [d]}
+    monkeypatch.setattr(ex, "explain_top", lambda *a, **kw: block)
+    res = {"parameters": {"n_boot": 10}}
+    got = ex.add_explanations(res, tmp_path, tmp_path, "2")
+    assert got is res and res["explain"] == block
+    assert json.loads((tmp_path / "portability.json").read_text()) == res
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["portability.json"]  # no report, no temporary file
+    assert ex.explanation_lines(res) == ["why #2: a vs b: the flip follows the arrival process."]
+    assert ex.explanation_lines({}) == []
 
 
 def test_explain_selection_is_k_or_a_list_of_numbers():

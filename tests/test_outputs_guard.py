@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import _gate
-from schedport.analysis.portability import analyze
+from schedport.api import analyze
 from schedport.workload.examples import make_example_trace
 from schedport.analysis.explain import explain
 from schedport.study.sweep import run_sweep, write_demo_corpus
@@ -265,7 +265,7 @@ def _main(argv, monkeypatch, capsys) -> tuple[int, str]:
 def test_a_trace_too_big_for_the_memory_available_is_refused_before_reading(trace_csv, monkeypatch, capsys):
     import schedport.workload.trace as tr
 
-    monkeypatch.setattr(tr, "_available_memory", lambda: 1000)
+    monkeypatch.setattr(tr, "available_memory", lambda: 1000)
     code, err = _main(["trace", "check", trace_csv], monkeypatch, capsys)
     assert code == 2 and err.count("\n") == 1 and "needs about" in err and "available" in err
 
@@ -510,11 +510,11 @@ def test_no_command_overwrites_an_artefact_of_another_kind(store_a, corpus, expl
 
 def test_a_simulation_too_big_for_the_memory_available_is_refused_before_it_starts(trace_csv, tmp_path,
                                                                                    monkeypatch, capsys):
-    import schedport.workload.trace as tr
+    import schedport.engine.inputs as inputs
 
-    real = tr._available_memory
+    real = inputs.available_memory
     # enough to read the 100-request file, not enough to simulate it at SIM_BYTES_PER_REQUEST
-    monkeypatch.setattr(tr, "_available_memory", lambda: 50 * 1024 if real() else None)
+    monkeypatch.setattr(inputs, "available_memory", lambda: 50 * 1024 if real() else None)
     code, err = _main(["simulate", "--trace", trace_csv, "--scheduler", "vllm-fcfs", "--out", tmp_path / "o"],
                       monkeypatch, capsys)
     assert code == 2 and err.count("\n") == 1 and "simulating 100 requests needs about" in err

@@ -8,7 +8,9 @@ import json
 import pytest
 
 from _synthstore import MANIFEST, make_runs, write_store
-from schedport.analysis.portability import analyze, compute_portability, load_comparison
+from schedport.analysis.comparison import load_comparison
+from schedport.analysis.portability import compute_portability
+from schedport.api import analyze
 from schedport.engine.runner import simulate
 from schedport.engine.config import EngineConfig, engine_config_from_dict
 from schedport.errors import SchedportError

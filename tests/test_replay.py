@@ -34,7 +34,7 @@ from schedport.realengine.replay import (
     EXPRESSIBLE,
     EndpointError,
     StreamTimer,
-    _base,
+    server_root,
     prompt_token_ids,
     replay,
     request_priorities,
@@ -621,7 +621,7 @@ def test_malformed_endpoint(url):
     ("https://h/v1/completions", "https://h"), (" http://h:1/v1/completions/ ", "http://h:1"),
 ])
 def test_endpoint_forms(url, base):
-    assert _base(url) == base
+    assert server_root(url) == base
 
 
 def test_models_endpoint_failing(fake):

@@ -17,7 +17,8 @@ import pytest
 from scipy import stats
 
 from _synthstore import REGIONS6, make_runs, write_store
-from schedport.analysis.portability import MAIN_METRICS, analyze, metric_direction
+from schedport.analysis.directions import MAIN_METRICS, metric_direction
+from schedport.api import analyze
 from schedport.report.html import _FORMATTERS, build_html, resolve_key
 
 SCHEDS5 = ["edf", "fastserve", "hrrn", "ltr", "orca"]

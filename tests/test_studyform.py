@@ -12,7 +12,8 @@ import pytest
 from scipy import stats
 
 from _synthstore import MANIFEST, SCHEDULERS13, REGIONS6, make_runs, write_store
-from schedport.analysis.portability import analyze, compute_portability
+from schedport.analysis.portability import compute_portability
+from schedport.api import analyze
 from schedport.analysis.studyform import bh_rows, boot_wilcoxon
 
 MAIN = ("ttft_p99_s", "tpot_p99_s", "e2e_mean_s", "slo_attainment_standard", "slowdown_jain")
@@ -330,7 +331,7 @@ def test_abs_threshold_and_splits_flags(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from schedport.analysis.portability import analyze_command
+    from schedport.cli.analyze import analyze_command
 
     d = write_store(tmp_path / "store", make_runs(schedulers=SCHEDS6[:4], n_windows=4, regions=REGIONS6[:2]))
     app = typer.Typer()

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import types
 from pathlib import Path
 
 import pandas as pd
@@ -28,8 +27,9 @@ import _gate
 from schedport.engine.config import EngineConfig
 from schedport.errors import SchedportError
 from schedport.study.store import KEY_COLUMNS, StoreError, StoreMismatch, read_results
-from schedport.study.sweep import (QUICK, load_corpus, make_executor, run_command, run_sweep, select,
-                             write_demo_corpus)
+from schedport.cli import study as cli_study
+from schedport.cli.study import run_command
+from schedport.study.sweep import QUICK, load_corpus, make_executor, run_sweep, select, write_demo_corpus
 
 SCHEDS = "vllm-fcfs,sjf,ltr"
 SEEDS = 2
@@ -213,7 +213,7 @@ def test_ctrl_c_keeps_finished_cells_and_exits_130(corpus, reference, tmp_path):
         import signal, sys, typer
         signal.signal(signal.SIGINT, signal.default_int_handler)
         from schedport.errors import SchedportError
-        from schedport.study.sweep import run_command
+        from schedport.cli.study import run_command
         app = typer.Typer()
         app.callback()(lambda: None)
         app.command("run")(run_command)
@@ -309,8 +309,9 @@ def _app():
 
 def test_run_command(corpus, tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setitem(sys.modules, "schedport.analysis.portability",
-                        types.SimpleNamespace(analyze=lambda r, o: calls.append((r, o))))
+    # a stand-in for the analysis, which needs more windows than this selection has
+    monkeypatch.setattr(cli_study, "check_analysable", lambda sel: None)
+    monkeypatch.setattr(cli_study.api, "analyze", lambda r, o, **kw: calls.append((r, o)))
     out = tmp_path / "results"
     args = ["run", "--corpus", str(corpus), "--out", str(out), "--schedulers", "sjf", "--regions", "light",
             "--windows", "1", "--workers", "1"]
@@ -326,13 +327,12 @@ def test_run_command(corpus, tmp_path, monkeypatch):
 
 
 def test_run_command_missing_corpus(tmp_path, corpus, monkeypatch):
-    monkeypatch.setitem(sys.modules, "schedport.analysis.portability", types.SimpleNamespace())
     missing = tmp_path / "corpus"
     args = ["run", "--corpus", str(missing), "--out", str(tmp_path / "r"), "--schedulers", "sjf",
-            "--regions", "light", "--windows", "1", "--workers", "1"]
+            "--regions", "light", "--windows", "1", "--workers", "1", "--no-analyze"]
     built = []
 
-    def build_corpus(spec, data_dir, out):
+    def build_corpus(spec, data_dir, out, progress=None):
         built.append((spec, data_dir, out))
         shutil.copytree(corpus, out)
 

@@ -19,14 +19,13 @@ from schedport.analysis.validation_stats import (
     RUN_METRICS,
     load_validation,
     rank_agreement,
-    render_validation_section,
     request_errors,
     run_error_table,
     run_errors,
     runs_frame,
     summary_table_lines,
-    write_validation_html,
 )
+from schedport.report.validation import render_validation_section, write_validation_html
 
 ELEVEN = 1 / 11  # |x - 1.1x| / 1.1x
 
@@ -359,7 +358,7 @@ def _no_network(html):
 def test_validation_section_shows_the_numbers_and_is_self_contained():
     v = _validation()
     json.dumps(v, allow_nan=False)
-    html = render_validation_section(v)
+    html = render_validation_section(load_validation(v))
     assert html.startswith('<section id="validation"') and html.rstrip().endswith("</section>")
     _no_network(html)
     assert html.count("data:image/png;base64,") == 1
@@ -375,18 +374,18 @@ def test_validation_section_shows_the_numbers_and_is_self_contained():
 
 
 def test_validation_section_renders_degenerate_input():
-    html = render_validation_section({"runs": [], "agreement": {}, "created": "x"})
+    html = render_validation_section(load_validation({"runs": [], "agreement": {}, "created": "x"}))
     assert 'id="validation"' in html and "No run with both" in html
     v = _validation()
     for r in v["runs"]:
         r["real"] = {m: None for m in RUN_METRICS}
         r["run_errors"] = run_errors(r["sim"], r["real"])
-    html = render_validation_section(v)
+    html = render_validation_section(load_validation(v))
     assert "n/a" in html
 
 
 def test_write_validation_html_is_a_standalone_page(tmp_path):
-    path = write_validation_html(_validation(), tmp_path / "validation.html")
+    path = write_validation_html(load_validation(_validation()), tmp_path / "validation.html")
     text = path.read_text(encoding="utf-8")
     assert text.startswith("<!DOCTYPE html>") and '<section id="validation"' in text and "<style>" in text
     _no_network(text)
@@ -400,6 +399,20 @@ def test_summary_table_lines():
     assert any(x.startswith("flip predictions: 21, reproduced 7") for x in lines), lines
     assert any(x.startswith("most dramatic flip: a vs c") and x.endswith("not reproduced") for x in lines)
     assert any("client fell behind" in x for x in lines)
+
+
+def test_load_validation_adds_the_overview_the_report_renders():
+    v = _validation()
+    before = json.dumps(v, sort_keys=True)
+    got = load_validation(v)
+    assert json.dumps(v, sort_keys=True) == before and "overview" not in v  # the given dict is not modified
+    ov = got["overview"]
+    assert ov["run_errors"] == run_error_table(v) and ov["threshold"] == 0.05 and ov["speed"] is None
+    assert ov["totals"]["n_runs"] == 6 and ov["totals"]["n_lag_bad"] == 1
+    json.dumps(got, allow_nan=False)
+    # the report computes nothing: a dict not read through load_validation is refused in one line
+    with pytest.raises(SchedportError, match="no 'overview'.*load_validation"):
+        render_validation_section(v)
 
 
 def test_load_validation_refuses_what_is_not_a_validation(tmp_path):
@@ -420,7 +433,7 @@ def test_analyze_with_validation_appends_the_section(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from schedport.analysis.portability import analyze_command
+    from schedport.cli.analyze import analyze_command
 
     runs = make_runs(schedulers=["edf", "fastserve", "hrrn"], n_windows=4, regions=REGIONS6[:2])
     d = write_store(tmp_path / "store", runs)
@@ -441,7 +454,7 @@ def test_analyze_with_validation_appends_the_section(tmp_path):
     assert 'id="validation"' not in a and 'id="validation"' in b
     # the section sits before the methodology, and the rest of the page is unchanged
     assert b.index('id="validation"') < b.index('id="methodology"')
-    section = render_validation_section(json.loads(vfile.read_text()))
+    section = render_validation_section(load_validation(vfile))
     elapsed = re.compile(r"computed in [0-9.]+ s")
     assert elapsed.sub("", b.replace(section + "\n", "")) == elapsed.sub("", a)
     r = CliRunner().invoke(app, ["analyze", "--results", str(d), "--out", str(tmp_path / "x"), "--boot", "30",

@@ -16,6 +16,7 @@ from __future__ import annotations
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from schedport.common.outputs import io_error
 from schedport.engine.runner import (CAPACITY_DEFINITIONS, CAPACITY_REFERENCE, DRAIN, MAX_ARRIVAL_S,
                                      SUSTAINABLE, SimulationResult, capacity, check_clock, check_horizon,
                                      check_metrics_horizon, check_seed, check_simulation_memory,
@@ -27,19 +28,51 @@ __all__ = ["CAPACITY_DEFINITIONS", "CAPACITY_REFERENCE", "DRAIN", "MAX_ARRIVAL_S
            "served_trace", "simulate"]
 
 
-def analyze(results_dir, out_dir=None, **options) -> dict:
+def analyze(results_dir, out_dir=None, *, validation=None, explain=None, **options) -> dict:
     """Analyse a results store into ``portability.json`` and render it as ``report.html``.
 
     The study's last stage, as `schedport analyze` and `schedport run` do it: the analysis
-    (`schedport.analysis.portability.analyze`, which takes the same keyword options) writes the
-    JSON; the report renders it. Returns the portability dict.
+    (`schedport.analysis.portability.analyze`, which takes the same keyword `options`)
+    writes the JSON into `out_dir` (default: `results_dir`), then `render_report` writes the
+    report beside it. `validation` (a ``validation.json`` path from ``schedport validate``, or
+    its dict) adds the simulator-vs-real-engine section; it is read first, so a bad one fails
+    before anything is written. `explain` (K, or reversal numbers "N1,N2,...") explains those
+    study-form reversals first (`schedport.analysis.explain.add_explanations`, which adds them
+    to ``portability.json``) so that the report has its "Why it flips" section. Returns the
+    portability dict.
     """
-    from schedport.analysis.portability import analyze as compute
+    # the analysis and the report load scipy and matplotlib: imported on use, so that
+    # `import schedport.api` for `simulate` stays ~1.1 s faster
+    from schedport.analysis import portability
+    from schedport.analysis.validation_stats import load_validation
 
-    return compute(results_dir, out_dir, **options)
+    vdict = load_validation(validation) if validation is not None else None
+    res = portability.analyze(results_dir, out_dir, **options)
+    odir = out_dir if out_dir is not None else results_dir
+    if explain:
+        from schedport.analysis.explain import add_explanations
+
+        res = add_explanations(res, results_dir, odir, explain, corpus_dir=options.get("corpus_dir"))
+    render_report(res, odir, vdict)
+    return res
 
 
-#: The files `schedport.analysis.portability.analyze` writes through a temporary name in its output directory.
+def render_report(res: dict, out_dir, validation=None) -> Path:
+    """Render a portability dict as ``report.html`` in `out_dir` (through a temporary file);
+    returns its path.
+
+    `validation` (a ``validation.json`` path or its dict, optional) adds its section. `analyze`
+    calls it last (after ``--explain`` has added its block to the dict); it also re-renders a
+    saved analysis (``portability.json`` read back) byte for byte as it was rendered first.
+    """
+    from schedport.analysis.validation_stats import load_validation
+    from schedport.report.html import write_report   # matplotlib: imported on use, as in `analyze`
+
+    vdict = load_validation(validation) if validation is not None else None
+    return write_report(res, Path(out_dir) / "report.html", vdict)
+
+
+#: The files `analyze` (the analysis, then the report) writes through a temporary name in its output directory.
 ANALYSIS_TEMP_FILES = ("portability.json.tmp", "report.html.tmp")
 
 
@@ -48,8 +81,6 @@ def analysis_outputs_cleaned(out_dir):
     """Run the analysis writing into `out_dir`; if it fails (a full disk, say), remove the
     temporary files it leaves there, so a failed write leaves nothing half-written behind
     and the I/O error is reported as one line naming the path."""
-    from schedport.common.outputs import io_error
-
     d = Path(out_dir) if out_dir is not None else None
     try:
         yield

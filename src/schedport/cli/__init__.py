@@ -20,7 +20,8 @@ from rich.console import Console
 
 from schedport.errors import SchedportError
 from schedport.common.guard import check_file_target, check_not_inside_store, claim_dir, claim_names, dir_kind
-from schedport.common.outputs import cause, output_dir, output_file, parse_out_path
+from schedport.common.outputs import cause, output_dir, output_file
+from schedport.cli.params import out_path_parser  # re-exported: the command modules import it from here
 
 try:  # typer >= 0.2x vendors click; its exceptions are not click's
     from typer._click import exceptions as _click_errors
@@ -95,7 +96,7 @@ out = Console()
 MAX_EXAMPLE_REQUESTS = 100_000_000
 
 
-_out_path = parse_out_path
+_out_path = out_path_parser
 
 
 @app.command()

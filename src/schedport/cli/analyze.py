@@ -1,3 +1,139 @@
-"""`schedport analyze`: the command line of this stage (typer lives only in schedport.cli)."""
+"""`schedport analyze`: analyse a results store into ``portability.json`` and ``report.html``.
 
-from schedport.analysis.portability import analyze_command  # noqa: F401  (moving here)
+The command checks every option first (`check_analyze_options`), runs the analysis and renders
+the report through `schedport.api.analyze` (with ``--explain``, the explained reversals go into
+both), and prints the headline in a few lines (`summary_lines`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from schedport.analysis.defaults import ABS_THRESHOLD, N_BOOT, PRACTICAL_THRESHOLD, Q, SPLITS
+from schedport.cli.params import out_path_parser
+from schedport.analysis.explain import check_results_dir, explanation_lines, parse_selection
+from schedport.common.formatting import fmt, pct
+from schedport.errors import SchedportError
+
+
+def analyze_command(
+    results: Path = typer.Option(..., "--results", parser=out_path_parser, help="Results store written by `schedport run`."),
+    out: Optional[Path] = typer.Option(None, "--out", parser=out_path_parser,
+                                       help="Where to write portability.json and report.html "
+                                                          "(default: the results directory)."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Corpus directory (its manifest.json) for the "
+                                                                 "workload-characterization figure."),
+    threshold: float = typer.Option(PRACTICAL_THRESHOLD, "--threshold", help="Practical threshold on |relative effect| "
+                                                                             "(unbounded metrics)."),
+    abs_threshold: float = typer.Option(ABS_THRESHOLD, "--abs-threshold",
+                                        help="Practical threshold on |absolute difference| for bounded metrics "
+                                             "(attainment, Jain indices, shares): 0.02 = 2 percentage points."),
+    n_splits: int = typer.Option(SPLITS, "--splits", help="Random splits for the split-half reliability."),
+    compare: Optional[Path] = typer.Option(None, "--compare", help="portability.json (or its directory) of the "
+                                                                  "same study under the other region definition: "
+                                                                  "show both headlines side by side."),
+    q: float = typer.Option(Q, "--q", help="Benjamini-Hochberg false discovery rate."),
+    n_boot: int = typer.Option(N_BOOT, "--boot", "--n-boot", help="Bootstrap replicates (>= 1000 for reporting)."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    metrics: Optional[str] = typer.Option(None, "--metrics", help="Comma-separated metrics (default: all)."),
+    expect_corpus: Optional[str] = typer.Option(None, "--expect-corpus", help="Refuse a store from another corpus."),
+    validation: Optional[Path] = typer.Option(None, "--validation", help="validation.json from `schedport "
+                                                                         "validate`: add its section to the report."),
+    explain: Optional[str] = typer.Option(None, "--explain", help="K: explain the K strongest study-form reversals "
+                                          "(`schedport explain`, cached in RESULTS/explain) and add a 'Why it flips' "
+                                          "section to the report; or N1,N2,...: those reversals (numbers as in "
+                                          "`schedport explain --list`)."),
+) -> None:
+    """Rank schedulers per source, region and metric; map where rankings hold and where they flip."""
+    from schedport import api   # numpy, pandas, scipy (~3 s): loaded on use, not at every command's start
+
+    check_analyze_options(results=results, q=q, n_boot=n_boot, seed=seed, n_splits=n_splits, threshold=threshold,
+                          abs_threshold=abs_threshold, metrics=metrics, explain=explain)
+    mlist = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
+    res = api.analyze(results, out, practical_threshold=threshold, q=q, n_boot=n_boot, seed=seed, metrics=mlist,
+                      corpus_dir=corpus, expect_corpus=expect_corpus, validation=validation,
+                      abs_threshold=abs_threshold, n_splits=n_splits, compare=compare, explain=explain)
+    odir = out if out is not None else results
+    if explain:
+        for line in explanation_lines(res):
+            typer.echo(line)
+    for line in summary_lines(res):
+        typer.echo(line)
+    wl = res.get("workload") or {}
+    if not wl.get("available"):
+        typer.echo(f"workload figure left out of the report: {wl.get('note', 'no corpus')}")
+    typer.echo(f"wrote {odir / 'portability.json'}")
+    if validation is not None:
+        typer.echo(f"report includes the validation section from {validation}")
+    typer.echo(f"report: {odir / 'report.html'}")
+
+
+def check_analyze_options(*, results, q, n_boot, seed, n_splits, threshold, abs_threshold, metrics, explain) -> None:
+    """Every `analyze` option checked before any work, each error naming its flag."""
+    check_results_dir(results)
+    if not (0 < q < 1):
+        raise SchedportError(f"--q must be in (0, 1), got {q}")
+    if n_boot < 1:
+        raise SchedportError(f"--boot must be at least 1, got {n_boot}")
+    if seed < 0:
+        raise SchedportError(f"--seed must be >= 0, got {seed}")
+    if n_splits < 1:
+        raise SchedportError(f"--splits must be at least 1, got {n_splits}")
+    if not (threshold >= 0):
+        raise SchedportError(f"--threshold must be >= 0, got {threshold}")
+    if not (0 <= abs_threshold < 1):
+        raise SchedportError(f"--abs-threshold must be in [0, 1), got {abs_threshold}")
+    if metrics is not None and not metrics.strip(",").strip():
+        raise SchedportError("--metrics: empty; give metric names, or leave the option out for all")
+    if explain is not None:
+        if not explain.strip():
+            raise SchedportError("--explain: empty; give K or reversal numbers N1,N2,...")
+        parse_selection(explain, 10 ** 9)  # the form now; the numbers against the reversals found, later
+
+
+def summary_lines(res: dict) -> list[str]:
+    """A few plain-text lines with the headline numbers in the study's form (for the terminal)."""
+    from schedport.analysis.studyform import adjusted_text   # loads scipy: on use, as the analysis
+
+    h = res["headline"]
+    sf = res["study_form"]
+    lines = []
+    if res.get("subset", {}).get("is_subset"):
+        lines.append("subset run: " + ", ".join(res["subset"]["reasons"]))
+    cs = h["cross_source"]
+    half = {(d["source_a"], d["source_b"]): d for d in sf["cross_source_half"]["by_pair"]}
+    for d in cs["by_pair"]:
+        adj = half.get((d["source_a"], d["source_b"]), {}).get("adjusted")
+        lines.append(f"tau {d['source_a']} vs {d['source_b']}: {fmt(d['value'])} "
+                     f"[{fmt(d['ci_low'])}, {fmt(d['ci_high'])}] (main metrics, all regions; ceiling-adjusted "
+                     f"{adjusted_text(adj)})")
+    for e in sf["reversals"]:
+        lines.append(f"reversals on {e['metric']}: {e['n_reversals']} of {e['n_comparisons']} cross-source "
+                     f"comparisons ({pct(e['share'])} [{pct(e['ci_low'])}, {pct(e['ci_high'])}])")
+    bc = sf["best_changes_with_metric"]
+    lines.append(f"best scheduler changes with the metric in {pct(bc['share'])} [{pct(bc['ci_low'])}, "
+                 f"{pct(bc['ci_high'])}] of {bc['n_conditions']} window x region cells"
+                 + ("; forced by " + ", ".join(f"{f['scheduler']} on {f['metric']}" for f in bc["forced_by"])
+                    if bc.get("forced_by") else ""))
+    lines.append(f"mean metric tau {fmt(h['metrics']['mean_pairwise_tau']['value'])}")
+    if sf["split_half"]:
+        vals = [d["value"] for d in sf["split_half"] if d["value"] is not None]
+        lines.append(f"split-half reliability {fmt(min(vals))}-{fmt(max(vals))} over source x region")
+    rv = h["reversals"]
+    lines.append(f"pooled reversals (all metrics, cross-source and cross-region): {rv['n_significant_practical']} "
+                 f"of {rv['n_comparisons']} comparisons ({pct(rv['share'])})")
+    for c in sf["claims"]:
+        lines.append(f"claim '{c['study'][:60]}': {c['verdict']}")
+    if res.get("missing_cells"):
+        lines.append(f"{len(res['missing_cells'])} missing cell(s): analysed on complete blocks")
+    rg = res.get("regimes") or {}
+    for f in rg.get("flagged", []):
+        lines.append(f"warning (regimes): at {f['region']} the sources' median {rg['scheduler']} backlog at the last "
+                     f"arrival spans {fmt(f['low'], 2)}-{fmt(f['high'], 2)}: not one regime")
+    rc = res.get("region_comparison") or {}
+    if rc.get("selection_differs"):
+        lines.append(f"warning (--compare): {rc['selection_note']}")
+    return lines

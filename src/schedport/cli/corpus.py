@@ -1,3 +1,129 @@
-"""`schedport corpus`: the command line of this stage (typer lives only in schedport.cli)."""
+"""`schedport corpus build | verify | list`: the frozen window corpus from the command line.
 
-from schedport.workload.corpus import corpus_app  # noqa: F401  (moving here)
+The library is `schedport.workload.corpus` (build, verify, the manifest); ``list --regions`` adds
+each window's capacity and per-region time-scale factor, measured by the engine and cached by the
+study's capacity cache (`schedport.study.regions`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from schedport.cli.params import out_path_parser
+from schedport.common.outputs import output_dir
+from schedport.engine.config import load_engine_config
+from schedport.errors import SchedportError
+from schedport.study.regions import REGIONS, capacity_cache, time_scale
+from schedport.workload.corpus import (DEFAULT_OUT, MODELED_ADAPTER, Corpus, Window, build_corpus, compare_expected,
+                                       load_corpus, source_label, verify_corpus)
+
+corpus_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                         help="Build, verify and list the frozen corpus of workload windows.")
+
+
+@corpus_app.command("build")
+def build_cmd(
+    spec: Optional[Path] = typer.Option(None, "--spec", help="Corpus spec TOML (default: the packaged 120-window study)."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Where the public files are (default: $SCHEDPORT_DATA, ../shared/datasets, the user cache)."),
+    out: Path = typer.Option(DEFAULT_OUT, "--out", parser=out_path_parser,
+                             help="Corpus directory to write (replaced atomically)."),
+) -> None:
+    """Build the corpus: cut every window, write windows/*.parquet and manifest.json, compare with the frozen hashes."""
+    output_dir(out, create=False)  # before reading (or downloading) any public file
+    t0 = time.perf_counter()
+    corpus = build_corpus(spec, data_dir, out, progress=typer.echo)
+    dt = time.perf_counter() - t0
+    counts = ", ".join(f"{s} {sum(1 for w in corpus.windows if w.source == s)}" for s in corpus.sources)
+    typer.echo(f"built {len(corpus.windows)} windows ({counts}) in {dt:.1f} s -> {out}")
+    typer.echo(f"corpus_sha256 {corpus.corpus_sha256}")
+    rep = corpus.reproduction or {}
+    for r in rep.get("sources", {}).values():
+        typer.echo(f"  {r['message']}")
+    typer.echo(rep.get("message", ""))
+    for s in corpus.sources:
+        if corpus.manifest["sources"].get(s, {}).get("modeled"):
+            typer.echo(f"note: {s} is {source_label(MODELED_ADAPTER)}, not the real BurstGPT trace")
+
+
+@corpus_app.command("verify")
+def verify_cmd(
+    corpus_dir: Path = typer.Option(DEFAULT_OUT, "--corpus", help="Corpus directory."),
+) -> None:
+    """Recompute every hash; exit 2 with one line per problem if anything changed or is missing."""
+    problems = verify_corpus(corpus_dir)
+    if problems:
+        for p in problems:
+            typer.echo(f"FAIL {p}", err=True)
+        typer.echo(f"error: corpus {corpus_dir} does not verify: {len(problems)} problem(s)", err=True)
+        raise typer.Exit(2)
+    corpus = load_corpus(corpus_dir)
+    counts = ", ".join(f"{s} {sum(1 for w in corpus.windows if w.source == s)}" for s in corpus.sources)
+    typer.echo(f"ok: {len(corpus.windows)} windows ({counts}) verified, corpus_sha256 "
+               f"{corpus.corpus_sha256}")
+    typer.echo(compare_expected(corpus.manifest)["message"])
+
+
+def _fmt(v, nd: int = 1) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:.{nd}f}"
+
+
+@corpus_app.command("list")
+def list_cmd(
+    corpus_dir: Path = typer.Option(DEFAULT_OUT, "--corpus", help="Corpus directory."),
+    regions: bool = typer.Option(False, "--regions", help="Also show each window's capacity and time-scale factor per region."),
+    engine: Optional[Path] = typer.Option(None, "--engine", help="Engine config TOML for --regions (default engine otherwise)."),
+) -> None:
+    """One line per window with its statistics (and, with --regions, capacity and scale factors)."""
+    corpus = load_corpus(corpus_dir)
+    width = max(len(w.window_id) for w in corpus.windows)
+    swidth = max(len(w.source) for w in corpus.windows)
+    head = (f"{'window':<{width}}  {'source':<{swidth}}  {'n':>5}  {'dur_s':>7}  {'rate':>7}  "
+            f"{'IoD':>6}  {'in_mean':>7} {'in_p50':>6} {'in_p99':>7}  {'out_mean':>8} "
+            f"{'out_p50':>7} {'out_p99':>7}  {'dropped':>7}")
+    regs: dict[str, float] = {}
+    cache = cfg = None
+    if regions:
+        regs = dict(REGIONS)
+        cfg = load_engine_config(engine)
+        cache = capacity_cache(Path(corpus_dir) / "capacity-cache.json")
+        head += f"  {'cap_rps':>8}" + "".join(f"  {n[:10]:>10}" for n in regs)
+    typer.echo(head)
+    for w in corpus.windows:
+        m = w.meta
+        line = (f"{w.window_id:<{width}}  {w.source:<{swidth}}  {m.get('n_requests', 0):>5}  "
+                f"{_fmt(m.get('duration_s')):>7}  {_fmt(m.get('mean_rate_rps'), 3):>7}  "
+                f"{_fmt(m.get('index_of_dispersion'), 2):>6}  {_fmt(m.get('input_mean'), 0):>7} "
+                f"{_fmt(m.get('input_p50'), 0):>6} {_fmt(m.get('input_p99'), 0):>7}  "
+                f"{_fmt(m.get('output_mean'), 0):>8} {_fmt(m.get('output_p50'), 0):>7} "
+                f"{_fmt(m.get('output_p99'), 0):>7}  {m.get('n_dropped', 0):>7}")
+        if regions:
+            line += _region_cells(corpus, w, cfg, cache, regs)
+        typer.echo(line)
+    if cache is not None:
+        try:
+            cache.save()
+        except OSError:
+            pass
+    for s in corpus.sources:
+        if corpus.manifest.get("sources", {}).get(s, {}).get("modeled"):
+            typer.echo(f"note: {s} is {source_label(MODELED_ADAPTER)}, not the real BurstGPT trace")
+    if regions:
+        typer.echo("region columns: time-scale factor bringing the window to that offered load rho "
+                   f"({', '.join(f'{n} {r:g}' for n, r in regs.items())}); >1 stretches time (lighter)")
+
+
+def _region_cells(corpus: Corpus, w: Window, cfg, cache, regs: dict[str, float]) -> str:
+    """Capacity and per-region time-scale cells of one window ("n/a" where undefined)."""
+    tr = corpus.trace(w.window_id)
+    try:
+        cap = cache.capacity(tr, cfg, w.sha256)
+        factors = [time_scale(tr, cap, rho) for rho in regs.values()]
+    except SchedportError:
+        return f"  {'n/a':>8}" + "".join(f"  {'n/a':>10}" for _ in regs)
+    return f"  {cap:>8.3f}" + "".join(f"  {f:>10.4g}" for f in factors)

@@ -1,3 +1,102 @@
-"""`schedport explain`: the command line of this stage (typer lives only in schedport.cli)."""
+"""`schedport explain`: why does a ranking flip? (typer lives only in schedport.cli)
 
-from schedport.analysis.explain import explain_command  # noqa: F401  (moving here)
+The command checks its options, calls `schedport.analysis.explain` (which returns the
+explanation and prints nothing) and says what it found: the JSON, or the verdict sentence and the
+run counts when it wrote a file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from schedport.errors import SchedportError
+from schedport.common.guard import check_file_target, claim_dir
+from schedport.common.outputs import io_error, output_file
+from schedport.analysis.explain import (DEFAULT_BOOT, FEATURES, check_results_dir, explain, ranked_reversals,
+                                        read_portability)
+from schedport.cli.params import out_path_parser
+
+__all__ = ["explain_command"]
+
+
+def explain_command(
+    results: Path = typer.Option(..., "--results", parser=out_path_parser,
+                                 help="Results store written by `schedport run` (read only)."),
+    reversal: Optional[int] = typer.Option(None, "--reversal", help="Number of a study-form reversal, strongest "
+                                                                    "first (see --list; needs portability.json)."),
+    pair: Optional[str] = typer.Option(None, "--pair", help="Scheduler pair A,B (with --metric, --region, --sources)."),
+    metric: Optional[str] = typer.Option(None, "--metric", help="Metric of the comparison, e.g. ttft_p99_s."),
+    region: Optional[str] = typer.Option(None, "--region", help="Region of the comparison, e.g. severe."),
+    sources: Optional[str] = typer.Option(None, "--sources", help="The two sources X,Y compared."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the explanation JSON here (default: print it)."),
+    list_only: bool = typer.Option(False, "--list", help="List the study form's reversals with their numbers "
+                                                         "and stop."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Corpus directory (default: the one the store "
+                                                                 "names)."),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="Variant windows and finished runs (default: "
+                                                               "RESULTS/explain); reruns skip finished runs."),
+    features: Optional[str] = typer.Option(None, "--features", help=f"Comma-separated features (default: all that "
+                                                                    f"apply): {', '.join(FEATURES)}."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes or local Ray CPUs (default: "
+                                                                  "all cores)."),
+    executor: str = typer.Option("local", "--executor", help="local (process pool) or ray."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Existing Ray cluster (with --executor "
+                                                                          "ray)."),
+    n_boot: int = typer.Option(DEFAULT_BOOT, "--boot", help="Window resamples for the intervals (the analysis's "
+                                                            "default)."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed (the analysis's default, so resamples match)."),
+) -> None:
+    """Explain why a ranking flips: run the pair on hybrid windows that each take one traffic feature from the
+    other source, and name the feature whose transplant reproduces the flip."""
+    check_results_dir(results)
+    if out is not None and out.exists() and out.is_dir():
+        raise SchedportError(f"--out: {out} is a directory; give a file name (FILE.json)")
+    if seed < 0:
+        raise SchedportError(f"--seed must be >= 0, got {seed}")
+    if n_boot < 1:
+        raise SchedportError(f"--boot must be at least 1, got {n_boot}")
+    if features is not None and not features.strip():
+        raise SchedportError("--features: empty; give feature names, or leave the option out for all")
+    if out is not None:
+        check_file_target(out, inputs=[results, corpus])
+        output_file(out)
+    if cache is not None:
+        claim_dir(cache, {"explain"}, option="--cache", allow_other=False, inputs=[corpus])
+    if list_only:
+        revs = ranked_reversals(read_portability(results, " first"))
+        for d in revs:
+            typer.echo(f"{d['id']:4d}  {d['metric']:<24} {d['pair']} @ {d['region']}: {d['source_a']} "
+                       f"{d['effect_a']:+.3f}, {d['source_b']} {d['effect_b']:+.3f}")
+        if not revs:
+            typer.echo(f"{results}: the study form finds no cross-source reversal, so there is nothing to explain")
+        return
+    flist = [f.strip() for f in features.split(",") if f.strip()] if features else None
+    try:
+        d = explain(results, reversal=reversal, pair=pair, metric=metric, region=region, sources=sources,
+                    corpus_dir=corpus, cache_dir=cache, features=flist, executor=executor, workers=workers,
+                    ray_address=ray_address, n_boot=n_boot, seed=seed)
+    except KeyboardInterrupt:
+        typer.echo("interrupted: every finished run is kept in the explain cache; rerun the same command to "
+                   "resume", err=True)
+        raise
+    text = json.dumps(d, indent=1, allow_nan=False)
+    if out is None:
+        typer.echo(text)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        try:
+            tmp.write_text(text + "\n")
+            tmp.replace(out)
+        except OSError as e:
+            raise io_error(out, e) from None
+        typer.echo(d["verdict"]["sentence"])
+        ri = d["run_info"]
+        refused = ri.get("refused_cached_runs", 0)
+        typer.echo(f"{ri['runs']} runs, {ri['capacities']} capacities, {ri['cached_runs']} cached, "
+                   + (f"{refused} cached runs failed their checksum and were recomputed, " if refused else "")
+                   + f"{ri['wall_s']:.1f} s; wrote {out}")

@@ -1,3 +1,154 @@
-"""`schedport study`: the command line of this stage (typer lives only in schedport.cli)."""
+"""`schedport run`: the sweep (`schedport.study.sweep.run_sweep`), then, unless ``--no-analyze``,
+the analysis and the report of the store it wrote (`schedport.api.analyze`).
 
-from schedport.study.sweep import run_command  # noqa: F401  (moving here)
+Before any work the command claims its output directory, checks the engine config's scheduler
+tables and, when the analysis is to follow, that the selection is one the analysis can use
+(`check_analysable`); a missing corpus is built from the public data first.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from schedport import api
+from schedport.analysis.defaults import MIN_WINDOWS
+from schedport.cli.params import out_path_parser
+from schedport.common.guard import claim_dir
+from schedport.common.outputs import output_dir
+from schedport.engine.config import load_engine_config
+from schedport.engine.schedulers import validate_scheduler_params
+from schedport.errors import SchedportError
+from schedport.study.progress import fmt_wall
+from schedport.study.sweep import (DEFAULT_CORPUS, DEFAULT_OUT, Selection, SweepInterrupted, load_corpus, run_sweep,
+                                   select)
+from schedport.workload import corpus as corpus_lib
+
+
+def run_command(
+    schedulers: Optional[str] = typer.Option(
+        None, "--schedulers", help="Comma-separated scheduler names (default: all 13; see `schedport schedulers`)."),
+    sources: Optional[str] = typer.Option(
+        None, "--sources", help="Comma-separated corpus sources (default: all, e.g. azure,bailian,burstgpt-modeled)."),
+    regions: Optional[str] = typer.Option(
+        None, "--regions", help="Comma-separated regions: light,moderate,high,near-saturation,overload,severe "
+                                "(rho 0.3..1.6), or custom name=rho. Default: all six."),
+    windows: Optional[int] = typer.Option(
+        None, "--windows", help="Run only the first N windows of each source (default: all)."),
+    seeds: int = typer.Option(1, "--seeds", help="Run seeds 0..N-1 of every cell."),
+    corpus: Path = typer.Option(
+        DEFAULT_CORPUS, "--corpus", parser=out_path_parser,
+        help="Corpus directory (built from the public data if missing)."),
+    engine: Optional[Path] = typer.Option(None, "--engine", help="Engine config TOML (defaults: docs/engine.md)."),
+    data_dir: Optional[Path] = typer.Option(
+        None, "--data-dir", help="Public data directory, used only to build a missing corpus."),
+    quick: bool = typer.Option(
+        False, "--quick", help="Small first-contact subset (180 runs, about half a minute on 2 cores plus a first "
+                               "corpus build): schedulers "
+                               "vllm-fcfs,sarathi,sjf,vtc,slo-admission; 4 windows per source; regions "
+                               "moderate,near-saturation,overload. Explicit selectors override it."),
+    out: Path = typer.Option(
+        DEFAULT_OUT, "--out", parser=out_path_parser, help="Results directory: Parquet dataset OUT/runs/ + OUT/manifest.json. "
+                                   "Rerunning resumes, skipping finished cells."),
+    force: bool = typer.Option(
+        False, "--force", help="If OUT holds results of another corpus/engine config, or is corrupt or foreign, "
+                               "move it aside to OUT.old-<timestamp> and start afresh (nothing is deleted)."),
+    workers: Optional[int] = typer.Option(
+        None, "--workers", help="Worker processes (local) or CPUs of a local Ray instance (default: all cores)."),
+    executor: str = typer.Option("local", "--executor", help="local (process pool) or ray."),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray-address", help="Existing Ray cluster (e.g. ray://host:10001 or auto); default: start a "
+                                    "local instance."),
+    keep_requests: bool = typer.Option(
+        False, "--keep-requests", help="Also keep every run's per-request table in OUT/requests/ (large)."),
+    region_def: str = typer.Option(
+        "sustainable", "--region-def", help="How rho is anchored: 'sustainable' (offered / the rate the engine "
+        "sustains with a queue, the default), 'drain' (offered / requests per makespan of an all-at-once replay, "
+        "the earlier definition) or 'slo[:PROFILE[:TARGET]]' (offered / the rate at which vllm-fcfs meets TARGET "
+        "of PROFILE's SLO; default slo:standard:0.9)."),
+    do_analyze: bool = typer.Option(
+        True, "--analyze/--no-analyze", help="After the sweep, analyse the store and write the report (default); "
+                                             "--no-analyze runs any selection (one window or scheduler too) and "
+                                             "leaves `schedport analyze` for later."),
+) -> None:
+    """Run the experiment matrix (schedulers x windows x regions x seeds), resumable, then the analysis."""
+    try:
+        _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
+                     workers, executor, ray_address, keep_requests, region_def, do_analyze)
+    except (KeyboardInterrupt, SweepInterrupted) as e:
+        msg = str(e) if isinstance(e, SweepInterrupted) else "interrupted"
+        Console(stderr=True).print(msg, markup=False)
+        raise typer.Exit(130) from None
+
+
+def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
+                 workers, executor, ray_address, keep_requests, region_def="sustainable", do_analyze=True) -> None:
+    con = Console()
+    # a store (resumed) or a new folder; never a corpus, an analysis, a cache or a run output
+    claim_dir(out, {"results"}, inputs=[corpus, engine, data_dir])
+    output_dir(out, create=False)  # before a corpus build or any simulation
+    validate_scheduler_params(load_engine_config(engine))     # before a corpus build or any worker
+    if not corpus.exists():
+        output_dir(corpus, "--corpus", create=False)
+        con.print(f"no corpus at {corpus}/: building it from the public data first", markup=False,
+                  soft_wrap=True)
+        corpus_lib.build_corpus(spec=None, data_dir=data_dir, out=corpus,
+                                progress=lambda msg: con.print(str(msg), markup=False, soft_wrap=True))
+    if do_analyze:
+        check_analysable(select(load_corpus(corpus), schedulers=schedulers, sources=sources, regions=regions,
+                                windows=windows, seeds=seeds, quick=quick))
+    res = run_sweep(corpus, out, schedulers=schedulers, sources=sources, regions=regions, windows=windows,
+                    seeds=seeds, quick=quick, engine=engine, executor=executor, workers=workers,
+                    ray_address=ray_address, keep_requests=keep_requests, force=force, region_def=region_def)
+    if res.moved_aside is not None:
+        con.print(f"moved the previous contents of {out} aside to {res.moved_aside}", markup=False,
+                  soft_wrap=True)
+    if res.cells_run == 0:
+        con.print(f"nothing to run: all {res.cells_total} cells are already in {out / 'runs'} "
+                  f"(0 simulations, {res.wall_s:.1f} s)", markup=False,
+                  soft_wrap=True)
+    else:
+        rate = res.cells_run / res.wall_s if res.wall_s > 0 else math.nan
+        con.print(f"{res.cells_run} runs ({res.cells_skipped} already done, {res.cells_total} in the selection) "
+                  f"in {fmt_wall(res.wall_s)} wall ({rate:.1f} runs/s, {res.workers} {res.executor} workers); "
+                  f"results in {out / 'runs'}", markup=False, soft_wrap=True)
+    if not do_analyze:
+        con.print(f"analysis skipped (--no-analyze); run `schedport analyze --results {out}` when ready",
+                  markup=False, soft_wrap=True)
+        return
+    with api.analysis_outputs_cleaned(out):
+        ares = api.analyze(out, out, corpus_dir=corpus)
+    sel = (ares or {}).get("selection") or {}
+    if sel:
+        con.print(f"analysis over {len(sel['schedulers'])} schedulers x {sum(sel['windows_per_source'].values())} "
+                  f"windows x {len(sel['regions'])} regions of the store (sources: {', '.join(sel['sources'])})",
+                  markup=False, soft_wrap=True)
+    missing = (ares or {}).get("missing_cells") or []
+    if missing:
+        con.print(f"analysis: {len(missing)} cell(s) of incomplete blocks (a scheduler, window or region run for "
+                  f"only part of the selection) were left out; the report's notes list them, and a rerun of the "
+                  f"whole selection fills them in", markup=False, soft_wrap=True)
+    for name in ("portability.json", "report.html"):
+        if (out / name).exists():
+            con.print(f"{'analysis' if name.endswith('json') else 'report'}: {out / name}", markup=False,
+                      soft_wrap=True)
+
+
+def check_analysable(sel: Selection) -> None:
+    """Refuse up front a selection the analysis that ends `schedport run` cannot use, instead of
+    running every cell first: it ranks at least two schedulers, and its statistics are over
+    windows, so some source needs `schedport.analysis.defaults.MIN_WINDOWS` windows."""
+    if len(sel.schedulers) < 2:
+        raise SchedportError(f"--schedulers: the analysis that ends `run` ranks schedulers, so it needs at "
+                             f"least 2 (got {', '.join(sel.schedulers)})")
+    per_source: dict[str, int] = {}
+    for w in sel.windows:
+        per_source[w.source] = per_source.get(w.source, 0) + 1
+    if not per_source or max(per_source.values()) < MIN_WINDOWS:
+        raise SchedportError(f"--windows: the analysis that ends `run` needs at least {MIN_WINDOWS} windows of one "
+                             f"source (its statistics are over windows); this selection has "
+                             f"{max(per_source.values(), default=0)} per source")

@@ -22,3 +22,24 @@ def pct(v: Any, digits: int = 1) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "n/a"
     return f"{100 * v:.{digits}f}%"
+
+
+def whole_pct(v: Any) -> str:
+    """A share as a whole percentage ("42%"), "n/a" for None, never "-0%" (a share that rounds to
+    zero reads 0% whatever its sign): the style of `schedport explain`'s shares."""
+    if v is None:
+        return "n/a"
+    t = f"{100 * v:.0f}"
+    return ("0" if t == "-0" else t) + "%"
+
+
+def signed_pct(v: Any, digits: int = 1) -> str:
+    """A signed share as a percentage ("+9.1%"), "n/a" for None, NaN or a non-number: the style
+    of a relative error, whose sign says which side is larger."""
+    try:
+        f = math.nan if v is None else float(v)
+    except (TypeError, ValueError):
+        f = math.nan
+    if not math.isfinite(f):
+        return "n/a"
+    return f"{100 * f:+.{digits}f}%"

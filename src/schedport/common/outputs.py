@@ -163,12 +163,14 @@ def file_mode() -> int:
 
 
 def parse_out_path(value) -> Path:
-    """Typer parser of an output path option: refuses an empty name, which `Path("")` would
-    silently turn into the current directory (and scatter the outputs there)."""
-    import typer
+    """An output path option's value as a Path, refusing an empty name, which `Path("")` would
+    silently turn into the current directory (and scatter the outputs there).
 
+    Raises `SchedportError` for an empty name; the command line wraps this function
+    (`schedport.cli.params.out_path_parser`) to report it as a usage error.
+    """
     if isinstance(value, Path):
         return value
     if not str(value).strip():
-        raise typer.BadParameter("empty path; give a file or directory name")
+        raise SchedportError("empty path; give a file or directory name")
     return Path(value)

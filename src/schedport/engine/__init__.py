@@ -1,9 +1,12 @@
 """Engine: the vLLM-like serving engine and the scheduling policies it runs.
 
 Engine configuration (`config`), the step latency model (`latency`), the event loop and KV
-cache (`simulator`), the policies (`policy` mechanisms, `schedulers` registry), per-request
-and per-run metrics (`metrics`), and one trace through one scheduler (`runner`). Reads traces
-from `schedport.workload`; never reads a corpus, a store or an analysis.
+cache (`simulator`), the policies (the parts in `policy`, the batching modes in `batching`, the
+orderings in `orderings`, `ltr` and `mlfq`, the declarations and their registry in `schedulers`),
+per-request and per-run metrics (`metrics`), and one trace through one scheduler: the checks at
+its entry (`inputs`), capacity, region definitions and load (`capacity`), one run of the scaled
+trace (`execution`) and `simulate` (`runner`). Reads traces from `schedport.workload`; never
+reads a corpus, a store or an analysis.
 """
 
 

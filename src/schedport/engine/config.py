@@ -117,8 +117,9 @@ _FIELD_LOC.update({f: ("latency", k) for k, f in _LATENCY_KEYS.items()})
 _FIELD_LOC["horizon_factor"] = ("metrics", "horizon_factor")
 
 
-def _fmt(v: Any) -> str:
-    """A value as it would be written in TOML (for error messages)."""
+def fmt_toml(v: Any) -> str:
+    """A value as it would be written in TOML, for error messages that quote a config value
+    (the scheduler-table checks of `schedport.engine.schedulers` quote values the same way)."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
@@ -147,7 +148,7 @@ class _Checker:
     def fail(self, section: str, key: str, rule: str, value: Any = None, show_value: bool = True) -> None:
         msg = f"{self.source}: [{section}] {key}: {rule}"
         if show_value:
-            msg += f", got {_fmt(value)}"
+            msg += f", got {fmt_toml(value)}"
         raise ConfigError(msg)
 
     def pos_int(self, fld: str, v: Any) -> int:
@@ -336,16 +337,16 @@ class EngineConfig:
     @staticmethod
     def _check_slo(chk: _Checker, profiles: Any) -> dict[str, tuple[float, float]]:
         if not isinstance(profiles, dict):
-            raise ConfigError(f"{chk.source}: [slo] must map profile names to (ttft_s, tpot_s), got {_fmt(profiles)}")
+            raise ConfigError(f"{chk.source}: [slo] must map profile names to (ttft_s, tpot_s), got {fmt_toml(profiles)}")
         out: dict[str, tuple[float, float]] = {}
         for name, pair in profiles.items():
             if not isinstance(name, str) or not _PROFILE_RE.fullmatch(name):
-                raise ConfigError(f"{chk.source}: [slo.{name}]: profile names must match [a-z0-9_]+, got {_fmt(name)}")
+                raise ConfigError(f"{chk.source}: [slo.{name}]: profile names must match [a-z0-9_]+, got {fmt_toml(name)}")
             try:
                 ttft, tpot = pair
             except (TypeError, ValueError):
                 raise ConfigError(f"{chk.source}: [slo.{name}]: must be a pair (ttft_s, tpot_s), "
-                                  f"got {_fmt(pair)}") from None
+                                  f"got {fmt_toml(pair)}") from None
             vals = []
             for key, v in (("ttft_s", ttft), ("tpot_s", tpot)):
                 if not _is_real(v) or not math.isfinite(float(v)) or not float(v) > 0:
@@ -437,7 +438,7 @@ def _check_json_value(chk: _Checker, where: str, v: Any) -> Any:
         return int(v)
     if _is_real(v):
         if not math.isfinite(float(v)):
-            raise ConfigError(f"{chk.source}: {where}: must be a finite number, got {_fmt(v)}")
+            raise ConfigError(f"{chk.source}: {where}: must be a finite number, got {fmt_toml(v)}")
         return float(v)
     if isinstance(v, (list, tuple)):
         return [_check_json_value(chk, f"{where}[{i}]", x) for i, x in enumerate(v)]
@@ -454,7 +455,7 @@ def _check_scheduler_params(chk: _Checker, params: Any) -> dict[str, dict]:
     for name, table in params.items():
         if not isinstance(table, dict):
             raise ConfigError(f"{chk.source}: [scheduler] {name}: must be a table [scheduler.{name}], "
-                              f"got {_fmt(table)}")
+                              f"got {fmt_toml(table)}")
         out[str(name)] = _check_json_value(chk, f"[scheduler.{name}]", table)
     return out
 
@@ -462,7 +463,7 @@ def _check_scheduler_params(chk: _Checker, params: Any) -> dict[str, dict]:
 def _table(chk: _Checker, d: dict, section: str) -> dict:
     t = d.get(section, {})
     if not isinstance(t, dict):
-        raise ConfigError(f"{chk.source}: [{section}] must be a table, got {_fmt(t)}")
+        raise ConfigError(f"{chk.source}: [{section}] must be a table, got {fmt_toml(t)}")
     return t
 
 
@@ -521,9 +522,9 @@ def engine_config_from_dict(d: dict, source: str = "<dict>") -> EngineConfig:
     for name, table in slo.items():
         if not isinstance(table, dict):
             raise ConfigError(f"{source}: [slo] {name}: must be a table [slo.{name}] with ttft_s and tpot_s, "
-                              f"got {_fmt(table)}")
+                              f"got {fmt_toml(table)}")
         if not isinstance(name, str) or not _PROFILE_RE.fullmatch(name):
-            raise ConfigError(f"{source}: [slo.{name}]: profile names must match [a-z0-9_]+, got {_fmt(name)}")
+            raise ConfigError(f"{source}: [slo.{name}]: profile names must match [a-z0-9_]+, got {fmt_toml(name)}")
         for key in table:
             if key not in _SLO_KEYS:
                 _unknown_key(chk, f"slo.{name}", key, _SLO_KEYS)

@@ -34,18 +34,16 @@ decode-only step's arithmetic.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
-
-if TYPE_CHECKING:  # pragma: no cover
-    from schedport.engine.config import EngineConfig
 
 __all__ = [
     "LatencyModel",
     "CalibratedLatency",
     "LinearLatency",
     "make_latency_model",
+    "LatencySettings",
     "CALIBRATED_COEFFS",
     "CALIBRATED_MODEL_SHAPE",
     "CALIBRATION_PROVENANCE",
@@ -502,7 +500,23 @@ class CalibratedLatency:
         return f"CalibratedLatency(cpu_overhead_s={self.cpu_overhead_s!r}, lm_head={self.lm_head!r})"
 
 
-def make_latency_model(cfg: "EngineConfig") -> LatencyModel:
+class LatencySettings(Protocol):
+    """The ``[latency]`` settings `make_latency_model` reads: what an
+    `schedport.engine.config.EngineConfig` provides (declared here, so the latency models do not
+    depend on the configuration that chooses among them)."""
+
+    latency_model: str
+    linear_a: float | None
+    linear_b: float | None
+    linear_c: float | None
+    linear_d: float | None
+    linear_e: float | None
+    linear_f: float | None
+    cpu_overhead_s: float | None
+    lm_head: bool | None
+
+
+def make_latency_model(cfg: LatencySettings) -> LatencyModel:
     """Build the latency model an engine config asks for (``[latency] model``)."""
     if cfg.latency_model == "linear":
         return LinearLatency(cfg.linear_a, cfg.linear_b, cfg.linear_c, cfg.linear_d, cfg.linear_e,

@@ -436,17 +436,8 @@ def summarize(
     multi = n_out > 1
 
     # Every offered request, censored at the end of observation (module docstring).
-    t_end = t0 + horizon
-    for times in (finish, first):
-        seen = times[np.isfinite(times)]
-        if seen.size:
-            t_end = max(t_end, float(seen.max()))
-    has_first = np.isfinite(first)
-    ttft_c = np.where(has_first, ttft_all, np.maximum(t_end - arrival, 0.0))
-    e2e_c = np.where(completed, e2e_all, np.maximum(t_end - arrival, 0.0))
-    stall_from = np.where(has_first, first, arrival)
-    tpot_c = np.where(completed, tpot_all,
-                      np.maximum(t_end - stall_from, 0.0) / np.maximum(n_out - 1, 1))[multi]
+    ttft_c, tpot_c, e2e_c = _censored(t0 + horizon, arrival, first, finish, completed, n_out,
+                                      ttft_all, tpot_all, e2e_all)
     everyone = _latency_stats(ttft_c, tpot_c, e2e_c, n_out, alone)
     client_j = _client_jain(table, np.ones(n, dtype=bool), everyone["slow"])
 
@@ -456,15 +447,7 @@ def summarize(
                           alone[completed])
     client_jc = _client_jain(table, completed, done["slow"])
 
-    if n_completed:
-        makespan = float((finish[completed] - t0).max())
-        tokens_c = float(n_out[completed].sum())
-        if makespan > 0:
-            thr, tok_thr = n_completed / makespan, tokens_c / makespan
-        else:
-            thr = tok_thr = nan
-    else:
-        makespan, thr, tok_thr = 0.0, 0.0, 0.0
+    makespan, thr, tok_thr = _throughput(finish, completed, n_out, t0, n_completed)
 
     within = completed & (finish - t0 <= horizon)
     accepted = status != "rejected"
@@ -481,20 +464,7 @@ def summarize(
                                     / n_accepted if n_accepted else nan),
     }
     for tag, st in (("", everyone), ("_completed", done)):
-        out.update({
-            f"ttft_mean{tag}_s": st["ttft_mean"],
-            f"ttft_p50{tag}_s": st["ttft_p"][0],
-            f"ttft_p90{tag}_s": st["ttft_p"][1],
-            f"ttft_p99{tag}_s": st["ttft_p"][2],
-            f"tpot_mean{tag}_s": st["tpot_mean"],
-            f"tpot_p50{tag}_s": st["tpot_p"][0],
-            f"tpot_p99{tag}_s": st["tpot_p"][1],
-            f"e2e_mean{tag}_s": st["e2e_mean"],
-            f"e2e_p99{tag}_s": st["e2e_p99"],
-            f"norm_latency_mean{tag}_s": st["norm_lat"],
-            f"slowdown_mean{tag}": st["slow_mean"],
-            f"slowdown_jain{tag}": st["slow_jain"],
-        })
+        out.update(_latency_keys(tag, st))
     out["client_jain"] = client_j
     out["client_jain_completed"] = client_jc
     out["horizon_s"] = horizon
@@ -521,6 +491,55 @@ def summarize(
         out[key] = value
 
     return {k: json_scalar(v) for k, v in out.items()}
+
+
+def _censored(t_end: float, arrival: np.ndarray, first: np.ndarray, finish: np.ndarray, completed: np.ndarray,
+              n_out: np.ndarray, ttft_all: np.ndarray, tpot_all: np.ndarray, e2e_all: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """TTFT, TPOT (multi-token requests only) and E2E of every offered request, censored at the end
+    of observation: `t_end` (the horizon's end), or the last first token or finish if later."""
+    for times in (finish, first):
+        seen = times[np.isfinite(times)]
+        if seen.size:
+            t_end = max(t_end, float(seen.max()))
+    has_first = np.isfinite(first)
+    ttft_c = np.where(has_first, ttft_all, np.maximum(t_end - arrival, 0.0))
+    e2e_c = np.where(completed, e2e_all, np.maximum(t_end - arrival, 0.0))
+    stall_from = np.where(has_first, first, arrival)
+    tpot_c = np.where(completed, tpot_all,
+                      np.maximum(t_end - stall_from, 0.0) / np.maximum(n_out - 1, 1))[n_out > 1]
+    return ttft_c, tpot_c, e2e_c
+
+
+def _throughput(finish: np.ndarray, completed: np.ndarray, n_out: np.ndarray, t0: float,
+                n_completed: int) -> tuple[float, float, float]:
+    """(makespan, completed requests per second, output tokens per second) over the completions."""
+    if not n_completed:
+        return 0.0, 0.0, 0.0
+    makespan = float((finish[completed] - t0).max())
+    tokens_c = float(n_out[completed].sum())
+    if makespan > 0:
+        return makespan, n_completed / makespan, tokens_c / makespan
+    return makespan, math.nan, math.nan
+
+
+def _latency_keys(tag: str, st: dict) -> dict:
+    """The summary keys of one `_latency_stats` result (`tag` "" for every request,
+    "_completed" for completed ones)."""
+    return {
+        f"ttft_mean{tag}_s": st["ttft_mean"],
+        f"ttft_p50{tag}_s": st["ttft_p"][0],
+        f"ttft_p90{tag}_s": st["ttft_p"][1],
+        f"ttft_p99{tag}_s": st["ttft_p"][2],
+        f"tpot_mean{tag}_s": st["tpot_mean"],
+        f"tpot_p50{tag}_s": st["tpot_p"][0],
+        f"tpot_p99{tag}_s": st["tpot_p"][1],
+        f"e2e_mean{tag}_s": st["e2e_mean"],
+        f"e2e_p99{tag}_s": st["e2e_p99"],
+        f"norm_latency_mean{tag}_s": st["norm_lat"],
+        f"slowdown_mean{tag}": st["slow_mean"],
+        f"slowdown_jain{tag}": st["slow_jain"],
+    }
 
 
 def _latency_stats(ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray, n_out: np.ndarray,

@@ -38,8 +38,11 @@ from typing import Callable
 import numpy as np
 
 from schedport.errors import SchedportError
-from schedport.realengine.replay import (EndpointError, ServerInfo, StreamTimer, _base, _body, _need_aiohttp,
-                              _no_gc_pauses, _server_info, client_connector, prompt_token_ids)
+from schedport.engine.config import load_engine_config
+from schedport.engine.runner import atomic_write, resolve_engine, simulate
+from schedport.realengine.replay import (EndpointError, ServerInfo, StreamTimer, client_connector, completion_body,
+                                         fetch_server_info, need_aiohttp, no_gc_pauses, prompt_token_ids, server_root)
+from schedport.workload.trace import Trace
 
 #: The linear model's parameters in fit order (request_overhead_s first; f last, as `fit_linear`
 #: fits it in a second stage).
@@ -249,7 +252,7 @@ class Calibration:
 
 
 async def _metrics(session, base: str) -> list | None:
-    aiohttp = _need_aiohttp()
+    aiohttp = need_aiohttp()
     try:
         async with session.get(f"{base}/metrics", timeout=aiohttp.ClientTimeout(total=10)) as r:
             if r.status != 200:
@@ -261,7 +264,7 @@ async def _metrics(session, base: str) -> list | None:
 
 async def _stream(session, url: str, body: dict, timeout_s: float = 300.0) -> StreamTimer:
     """Send one request and time its stream; a failure is an EndpointError (probes must succeed)."""
-    aiohttp = _need_aiohttp()
+    aiohttp = need_aiohttp()
     timer = StreamTimer()
     t0 = time.perf_counter()
     try:
@@ -294,7 +297,7 @@ class _Prober:
 
     def body(self, n_in: int, n_out: int) -> dict:
         self.serial += 1
-        return _body(self.info.model, prompt_token_ids(n_in, self.serial, self.salt, self.token_range), n_out, None)
+        return completion_body(self.info.model, prompt_token_ids(n_in, self.serial, self.salt, self.token_range), n_out, None)
 
     async def ttft(self, n_in: int) -> float:
         t = await _stream(self.session, self.url, self.body(n_in, 1))
@@ -436,7 +439,7 @@ async def _stream_times(session, url: str, body: dict, started: asyncio.Event | 
     from `t0` (perf_counter; default: when it is sent). `started` is set once `after` tokens came."""
     times: list[float] = []
     timer = StreamTimer()
-    aiohttp = _need_aiohttp()
+    aiohttp = need_aiohttp()
     if t0 is None:
         t0 = time.perf_counter()
     try:
@@ -458,132 +461,155 @@ async def _stream_times(session, url: str, body: dict, started: asyncio.Event | 
     return np.asarray(times)
 
 
+class _Limits:
+    """The engine limits of a calibration as they are found, each with where it came from: a
+    value given on the command line (`overrides`) wins over one the server reports or one probed."""
+
+    def __init__(self, overrides: dict):
+        self.overrides = overrides
+        self.limits: dict[str, int] = {}
+        self.sources: dict[str, str] = {}
+
+    def put(self, key: str, value, source: str) -> None:
+        """Record `key` = `value` (from `source`) unless the command line gave it."""
+        if key in self.overrides and self.overrides[key] is not None:
+            self.limits[key], self.sources[key] = int(self.overrides[key]), "given on the command line"
+        elif value is not None:
+            self.limits[key], self.sources[key] = int(value), source
+
+
+def _reported_limits(lim: _Limits, info: ServerInfo, samples, base: str, log) -> None:
+    """max_model_len, block_size and num_gpu_blocks: from /v1/models and /metrics (or the command
+    line); a one-line error names the option to give for one the server does not report."""
+    lim.put("max_model_len", info.max_model_len, "from /v1/models")
+    if samples is not None:
+        busy = _metric(samples, "vllm:num_requests_running") or 0
+        if busy:
+            log(f"warning: {int(busy)} requests already running; other load skews the calibration")
+        cache = [lab for n, lab, _ in samples if n == "vllm:cache_config_info"]
+        if cache:
+            lim.put("block_size", _int_label(cache[0], "block_size"), "from /metrics cache_config_info")
+            lim.put("num_gpu_blocks", _int_label(cache[0], "num_gpu_blocks"), "from /metrics cache_config_info")
+    for key in ("max_model_len", "block_size", "num_gpu_blocks"):
+        if key not in lim.limits:
+            lim.put(key, None, "")
+            if key not in lim.limits:
+                raise EndpointError(f"{base}: the server does not report {key} "
+                                    f"(no /metrics cache_config_info); give --{key.replace('_', '-')}")
+
+
+async def _observe_max_num_seqs(lim: _Limits, prober: _Prober, samples, base: str, log) -> None:
+    """The running-sequence cap: the plateau of num_requests_running under 64, 256, 1024 probes."""
+    if lim.overrides.get("max_num_seqs") is not None:
+        lim.put("max_num_seqs", None, "")
+        return
+    if samples is None:
+        raise EndpointError(f"{base}: no /metrics endpoint to observe the running-sequence cap; "
+                            f"give --max-num-seqs")
+    n = 64
+    while True:
+        best, waited, seen = await prober.running_plateau(n)
+        log(f"max_num_seqs probe: {n} sent, at most {best} running, some waiting: {waited}")
+        if not waited and seen < n:
+            # not every probe reached the server's queues in time (a busy machine): a
+            # plateau below n without a queue is no evidence of a cap; look once more
+            best, waited, seen = await prober.running_plateau(n, deadline_s=60.0)
+            log(f"max_num_seqs probe again: at most {best} running, some waiting: {waited}")
+            if not waited and seen < n:
+                raise EndpointError(f"{base}: only {seen} of {n} probe requests reached the server "
+                                    f"within 60 s, so its running-sequence cap could not be "
+                                    f"observed; give --max-num-seqs")
+        if waited or best < n:
+            lim.put("max_num_seqs", best, f"observed plateau of num_requests_running ({n} sent)")
+            return
+        if n >= 1024:
+            lim.put("max_num_seqs", best, f"at least {best} (all {n} probes ran at once)")
+            return
+        n *= 4
+
+
+async def _latency_probes(prober: _Prober, limits: dict[str, int], repeats: int, seed: int,
+                          log) -> list[Observation]:
+    """Time the prefill, decode and mixed probes, every (probe, repetition) in one seeded shuffled
+    order, so a slow drift of the machine's speed spreads over all probes instead of biasing one
+    coefficient; one observation per probe, its median."""
+    mml, budget = limits["max_model_len"], limits["max_num_batched_tokens"]
+    lengths = sorted({L for L in (1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+                      if L <= mml - 1} | {mml - 1})
+    n_out = DECODE_PROBE_TOKENS
+    contexts = sorted({16, max(16, min(mml // 4, mml - n_out - 1))})
+    batches = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= limits["max_num_seqs"]]
+    # mixed steps: a decode batch that leaves room for one more sequence, and prompts that
+    # fit one chunk beside its decodes
+    mixed_batch = min(4, limits["max_num_seqs"] - 1)
+    mixed_prompts = sorted({p for p in (min(budget // 4, MIXED_PROMPT_TOKENS[0]),
+                                        min(3 * budget // 4, MIXED_PROMPT_TOKENS[1]))
+                            if 16 <= p <= min(budget - mixed_batch, mml - 1)}) if mixed_batch >= 1 else []
+    specs = ([("prefill", L, 0) for L in lengths] + [("decode", b, ctx) for ctx in contexts for b in batches]
+             + [("mixed", p, mixed_batch) for p in mixed_prompts])
+    plan = [spec for spec in specs for _ in range(repeats)]
+    np.random.Generator(np.random.PCG64(seed)).shuffle(plan)
+    measured: dict[tuple, list[float]] = {spec: [] for spec in specs}
+    for i, (kind, x, y) in enumerate(plan, 1):
+        try:
+            t = await _probe(prober, kind, x, y, n_out, contexts[0], mml)
+        except EndpointError as e:        # one more try: a single request can fail by chance
+            log(f"{kind} probe failed ({e}); trying it once more")
+            t = await _probe(prober, kind, x, y, n_out, contexts[0], mml)
+        if t is None:
+            log(f"mixed probe (prompt {x}, batch {y}): the decodes ended before the injected "
+                f"prompts ran; repetition dropped")
+            continue
+        measured[(kind, x, y)].append(t)
+        if i % max(1, len(plan) // 10) == 0:
+            log(f"latency probes: {i}/{len(plan)}")
+    obs: list[Observation] = []
+    for kind, x, y in specs:
+        if not measured[(kind, x, y)]:
+            continue
+        sec = float(np.median(measured[(kind, x, y)]))
+        if kind == "prefill":
+            obs.append(Observation("prefill", f"prompt {x}", sec, prefill_features(x, budget)))
+            log(f"prefill {x:>6} tokens: TTFT {1e3 * sec:.1f} ms")
+        elif kind == "decode":
+            mean_ctx = y + (n_out // 4 + n_out - 2) / 2.0
+            obs.append(Observation("decode", f"batch {x} context {y}", sec,
+                                   decode_features(x, x * mean_ctx)))
+            log(f"decode batch {x:>3} context {y:>5}: step {1e3 * sec:.2f} ms")
+        elif sec > 0:
+            obs.append(Observation("mixed", f"prompt {x} + {y} decodes", sec, mixed_delta_features(x)))
+            log(f"mixed: a {x}-token prefill adds {1e3 * sec:.1f} ms to a {y}-sequence decode step")
+        else:
+            log(f"mixed: a {x}-token prefill added no measurable time to a decode step "
+                f"({1e3 * sec:.1f} ms); not fitted")
+    return obs
+
+
 async def _calibrate_async(endpoint: str, model: str | None, overrides: dict, repeats: int,
                            token_range, log, seed: int = 0) -> Calibration:
-    aiohttp = _need_aiohttp()
-    base = _base(endpoint)
+    aiohttp = need_aiohttp()
+    base = server_root(endpoint)
     async with aiohttp.ClientSession(connector=client_connector(),
                                      timeout=aiohttp.ClientTimeout()) as session:   # probes time themselves
-        info = await _server_info(session, base, model, timeout_s=30.0)
+        info = await fetch_server_info(session, base, model, timeout_s=30.0)
         samples = await _metrics(session, base)
-        limits: dict[str, int] = {}
-        sources: dict[str, str] = {}
-
-        def put(key, value, source):
-            if key in overrides and overrides[key] is not None:
-                limits[key], sources[key] = int(overrides[key]), "given on the command line"
-            elif value is not None:
-                limits[key], sources[key] = int(value), source
-
-        put("max_model_len", info.max_model_len, "from /v1/models")
-        if samples is not None:
-            busy = _metric(samples, "vllm:num_requests_running") or 0
-            if busy:
-                log(f"warning: {int(busy)} requests already running; other load skews the calibration")
-            cache = [lab for n, lab, _ in samples if n == "vllm:cache_config_info"]
-            if cache:
-                put("block_size", _int_label(cache[0], "block_size"), "from /metrics cache_config_info")
-                put("num_gpu_blocks", _int_label(cache[0], "num_gpu_blocks"), "from /metrics cache_config_info")
-        for key in ("max_model_len", "block_size", "num_gpu_blocks"):
-            if key not in limits:
-                put(key, None, "")
-                if key not in limits:
-                    raise EndpointError(f"{base}: the server does not report {key} "
-                                        f"(no /metrics cache_config_info); give --{key.replace('_', '-')}")
+        lim = _Limits(overrides)
+        _reported_limits(lim, info, samples, base, log)
         prober = _Prober(session, base, info, token_range, log)
         await prober.ttft(16)                          # warm-up, not measured
-
-        # --- the running-sequence cap
-        if overrides.get("max_num_seqs") is not None:
-            put("max_num_seqs", None, "")
-        elif samples is None:
-            raise EndpointError(f"{base}: no /metrics endpoint to observe the running-sequence cap; "
-                                f"give --max-num-seqs")
-        else:
-            n = 64
-            while True:
-                best, waited, seen = await prober.running_plateau(n)
-                log(f"max_num_seqs probe: {n} sent, at most {best} running, some waiting: {waited}")
-                if not waited and seen < n:
-                    # not every probe reached the server's queues in time (a busy machine): a
-                    # plateau below n without a queue is no evidence of a cap; look once more
-                    best, waited, seen = await prober.running_plateau(n, deadline_s=60.0)
-                    log(f"max_num_seqs probe again: at most {best} running, some waiting: {waited}")
-                    if not waited and seen < n:
-                        raise EndpointError(f"{base}: only {seen} of {n} probe requests reached the server "
-                                            f"within 60 s, so its running-sequence cap could not be "
-                                            f"observed; give --max-num-seqs")
-                if waited or best < n:
-                    put("max_num_seqs", best, f"observed plateau of num_requests_running ({n} sent)")
-                    break
-                if n >= 1024:
-                    put("max_num_seqs", best, f"at least {best} (all {n} probes ran at once)")
-                    break
-                n *= 4
-
+        await _observe_max_num_seqs(lim, prober, samples, base, log)
         # --- the token budget
-        mml = limits["max_model_len"]
         if overrides.get("max_num_batched_tokens") is not None:
-            put("max_num_batched_tokens", None, "")
+            lim.put("max_num_batched_tokens", None, "")
         elif samples is None:
             raise EndpointError(f"{base}: no /metrics endpoint to observe the token budget; "
                                 f"give --max-num-batched-tokens")
         else:
-            budget, how = await _probe_budget(prober, session, base, mml, limits["max_num_seqs"])
-            put("max_num_batched_tokens", budget, how)
-        budget = limits["max_num_batched_tokens"]
-
-        # --- latency probes: every (probe, repetition) in one seeded shuffled order, so a slow
-        # drift of the machine's speed spreads over all probes instead of biasing one coefficient
-        lengths = sorted({L for L in (1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
-                          if L <= mml - 1} | {mml - 1})
-        n_out = DECODE_PROBE_TOKENS
-        contexts = sorted({16, max(16, min(mml // 4, mml - n_out - 1))})
-        batches = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= limits["max_num_seqs"]]
-        # mixed steps: a decode batch that leaves room for one more sequence, and prompts that
-        # fit one chunk beside its decodes
-        mixed_batch = min(4, limits["max_num_seqs"] - 1)
-        mixed_prompts = sorted({p for p in (min(budget // 4, MIXED_PROMPT_TOKENS[0]),
-                                            min(3 * budget // 4, MIXED_PROMPT_TOKENS[1]))
-                                if 16 <= p <= min(budget - mixed_batch, mml - 1)}) if mixed_batch >= 1 else []
-        specs = ([("prefill", L, 0) for L in lengths] + [("decode", b, ctx) for ctx in contexts for b in batches]
-                 + [("mixed", p, mixed_batch) for p in mixed_prompts])
-        plan = [spec for spec in specs for _ in range(repeats)]
-        np.random.Generator(np.random.PCG64(seed)).shuffle(plan)
-        measured: dict[tuple, list[float]] = {spec: [] for spec in specs}
-        for i, (kind, x, y) in enumerate(plan, 1):
-            try:
-                t = await _probe(prober, kind, x, y, n_out, contexts[0], mml)
-            except EndpointError as e:        # one more try: a single request can fail by chance
-                log(f"{kind} probe failed ({e}); trying it once more")
-                t = await _probe(prober, kind, x, y, n_out, contexts[0], mml)
-            if t is None:
-                log(f"mixed probe (prompt {x}, batch {y}): the decodes ended before the injected "
-                    f"prompts ran; repetition dropped")
-                continue
-            measured[(kind, x, y)].append(t)
-            if i % max(1, len(plan) // 10) == 0:
-                log(f"latency probes: {i}/{len(plan)}")
-        obs: list[Observation] = []
-        for kind, x, y in specs:
-            if not measured[(kind, x, y)]:
-                continue
-            sec = float(np.median(measured[(kind, x, y)]))
-            if kind == "prefill":
-                obs.append(Observation("prefill", f"prompt {x}", sec, prefill_features(x, budget)))
-                log(f"prefill {x:>6} tokens: TTFT {1e3 * sec:.1f} ms")
-            elif kind == "decode":
-                mean_ctx = y + (n_out // 4 + n_out - 2) / 2.0
-                obs.append(Observation("decode", f"batch {x} context {y}", sec,
-                                       decode_features(x, x * mean_ctx)))
-                log(f"decode batch {x:>3} context {y:>5}: step {1e3 * sec:.2f} ms")
-            elif sec > 0:
-                obs.append(Observation("mixed", f"prompt {x} + {y} decodes", sec, mixed_delta_features(x)))
-                log(f"mixed: a {x}-token prefill adds {1e3 * sec:.1f} ms to a {y}-sequence decode step")
-            else:
-                log(f"mixed: a {x}-token prefill added no measurable time to a decode step "
-                    f"({1e3 * sec:.1f} ms); not fitted")
-    cal = Calibration(info, base, limits, sources, obs)
+            budget, how = await _probe_budget(prober, session, base, lim.limits["max_model_len"],
+                                              lim.limits["max_num_seqs"])
+            lim.put("max_num_batched_tokens", budget, how)
+        obs = await _latency_probes(prober, lim.limits, repeats, seed, log)
+    cal = Calibration(info, base, lim.limits, lim.sources, obs)
     cal.fit = fit_linear(obs)
     for label in cal.fit.excluded:
         log(f"mixed probe {label}: over {MIXED_PLAUSIBLE:g}x the time of its prompt alone "
@@ -672,16 +698,13 @@ def calibrate(endpoint: str, out: str | Path | None = None, *, model: str | None
     """
     if repeats < 1:
         raise SchedportError(f"--repeats must be at least 1, got {repeats}")
-    with _no_gc_pauses():
+    with no_gc_pauses():
         cal = asyncio.run(_calibrate_async(endpoint, model, dict(overrides or {}), repeats, token_range, log,
                                            seed))
     if out is not None:
-        from schedport.engine.runner import _atomic_write
-        from schedport.engine.config import load_engine_config
-
         path = Path(out)
         path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, lambda p: Path(p).write_text(cal.engine_toml()))
+        atomic_write(path, lambda p: Path(p).write_text(cal.engine_toml()))
         load_engine_config(path)
     return cal
 
@@ -696,26 +719,23 @@ def speed_index(endpoint: str, engine, *, prompt_tokens: int = 256, n: int = 3, 
     100 ms ten minutes later). `validate` takes this reading before every replay, so a run's
     error can be read beside the machine's speed at that moment.
     """
-    from schedport.engine.runner import _resolve_engine, simulate
-    from schedport.workload.trace import Trace
-
-    cfg = _resolve_engine(engine)
+    cfg = resolve_engine(engine)
     prompt_tokens = max(1, min(prompt_tokens, cfg.max_model_len - 1))
     one = Trace(np.zeros(1), np.array([prompt_tokens]), np.array([1]))
     modelled = float(simulate(one, "vllm-fcfs", engine=cfg).requests["ttft_s"].iloc[0])
 
     async def measure() -> float:
-        aiohttp = _need_aiohttp()
-        base = _base(endpoint)
+        aiohttp = need_aiohttp()
+        base = server_root(endpoint)
         async with aiohttp.ClientSession(connector=client_connector(), timeout=aiohttp.ClientTimeout()) as session:
-            info = await _server_info(session, base, model, timeout_s=30.0)
+            info = await fetch_server_info(session, base, model, timeout_s=30.0)
             salt = secrets.randbits(63)
             url = f"{base}/v1/completions"
             times = []
             for i in range(n):
-                body = _body(info.model, prompt_token_ids(prompt_tokens, i, salt, token_range), 1, None)
+                body = completion_body(info.model, prompt_token_ids(prompt_tokens, i, salt, token_range), 1, None)
                 times.append((await _stream(session, url, body, timeout_s=60.0)).first_s)
             return float(np.median(times))
 
-    with _no_gc_pauses():
+    with no_gc_pauses():
         return asyncio.run(measure()) / modelled

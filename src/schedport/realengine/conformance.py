@@ -17,16 +17,12 @@ and sjf, spf and edf against its "priority" policy with the priorities `replay` 
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Optional
-
-import typer
 
 from schedport.engine.config import EngineConfig
 from schedport.errors import SchedportError
@@ -363,90 +359,3 @@ def format_divergence(r: CaseResult, limit: int = 12) -> list[str]:
 
     return [f"  {r.case} [{r.mode}] step {d['step']} (request:tokens)",
             f"    schedport: {show(d['sim'])}", f"    vLLM:      {show(d['vllm'])}"]
-
-
-# ----------------------------------------------------------------------------- the command
-
-
-def conformance_command(
-    corpus: Path = typer.Option(Path("corpus"), "--corpus", help="Corpus directory for the standard cases "
-                                "(built from the public data if missing)."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Public data directory, used only to "
-                                            "build a missing corpus."),
-    trace: Optional[Path] = typer.Option(None, "--trace", help="Check your own trace instead of the standard "
-                                         "cases (with --scheduler and --load)."),
-    scheduler: str = typer.Option("vllm-fcfs", "--scheduler", help="With --trace: comma-separated schedulers "
-                                  f"({', '.join(VLLM_POLICY)})."),
-    load: Optional[float] = typer.Option(None, "--load", help="With --trace: offered load rho (default: the "
-                                         "trace's own time axis)."),
-    engine: Optional[Path] = typer.Option(None, "--engine", help="Engine config TOML (defaults: docs/engine.md)."),
-    cases: Optional[str] = typer.Option(None, "--cases", help="Run only the standard cases whose name contains "
-                                        "one of these comma-separated strings."),
-    mode: str = typer.Option("exact,fast", "--mode", help="Simulator modes to compare: exact, fast or both."),
-    vllm_python: Optional[Path] = typer.Option(None, "--vllm-python", help="Interpreter with vLLM "
-                                               "(default: $SCHEDPORT_VLLM_PYTHON or ./.venv-vllm)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Also write the per-case results as JSON."),
-) -> None:
-    """Check the engine against vLLM's real v1 scheduler, step for step (docs/validation.md).
-
-    Exits 0 when every case is bit-identical in every mode, 1 when some case differs, 2 on
-    bad input."""
-    from rich.console import Console
-
-    from schedport.engine.config import load_engine_config
-
-    con = Console()
-    modes = tuple(m.strip() for m in mode.split(",") if m.strip())
-    if not modes or any(m not in ("exact", "fast") for m in modes):
-        raise SchedportError(f"--mode: must be exact, fast or exact,fast, got {mode!r}")
-    cfg = load_engine_config(engine)
-    if out is not None and out.is_dir():
-        raise SchedportError(f"--out {out}: is a directory, not a file")
-    if trace is not None:
-        from schedport.engine.runner import scaled
-        from schedport.workload.trace import load_trace
-
-        if load is not None and not (load > 0 and math.isfinite(load)):
-            raise SchedportError(f"--load must be a positive finite number, got {load}")
-        tr = scaled(load_trace(trace), cfg, load=load)[0]
-        names = [s.strip() for s in scheduler.split(",") if s.strip()]
-        for s in names:
-            if s not in VLLM_POLICY:
-                raise SchedportError(f"--scheduler: '{s}' has no vLLM counterpart; comparable: "
-                                     f"{', '.join(VLLM_POLICY)}")
-        todo = [Case(f"{s}/{trace.name}" + (f"/rho{load}" if load else ""), tr, s, cfg) for s in names]
-    else:
-        if not corpus.exists():
-            from schedport.workload.corpus import build_corpus
-
-            con.print(f"corpus {corpus} not found: building it from the public data first", markup=False)
-            build_corpus(spec=None, data_dir=data_dir, out=corpus)
-        from schedport.workload.corpus import load_corpus
-
-        todo = standard_cases(load_corpus(corpus), cfg)
-        if cases:
-            keys = [c.strip() for c in cases.split(",") if c.strip()]
-            todo = [c for c in todo if any(k in c.name for k in keys)]
-            if not todo:
-                raise SchedportError(f"--cases {cases!r}: no standard case matches")
-    results = run_conformance(todo, vllm_python, modes,
-                              progress=lambda m: con.print(m, markup=False, soft_wrap=True))
-    version = results[0].vllm_version if results else "?"
-    con.print(f"vLLM {version}: {sum(r.agrees for r in results)} of {len(results)} case runs identical",
-              markup=False)
-    for line in format_table(results):
-        con.print(line, markup=False, soft_wrap=True)
-    for r in results:
-        for line in format_divergence(r):
-            con.print(line, markup=False, soft_wrap=True)
-    if out is not None:
-        tmp = out.with_name(out.name + ".tmp")
-        try:
-            tmp.write_text(json.dumps({"vllm_version": version, "results": [r.to_dict() for r in results]},
-                                      indent=1))
-            tmp.replace(out)
-        except OSError as e:
-            tmp.unlink(missing_ok=True)
-            raise SchedportError(f"--out {out}: cannot write: {e.strerror or e}") from None
-    if not all(r.agrees for r in results):
-        raise typer.Exit(1)

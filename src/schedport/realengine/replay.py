@@ -53,7 +53,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import pandas as pd
 
-from schedport.engine.runner import SimulationResult, _resolve_engine, scaled
+from schedport.engine.runner import SimulationResult, resolve_engine, scaled
 from schedport.engine.config import EngineConfig
 from schedport.errors import SchedportError
 from schedport.engine.latency import make_latency_model
@@ -97,7 +97,7 @@ def request_priorities(trace: Trace, scheduler: str, engine: EngineConfig | None
         known = f" (known to the simulator, but not expressible as priorities)" if scheduler in REGISTRY else ""
         raise SchedportError(f"scheduler '{scheduler}' cannot be replayed on a vLLM server{known}; "
                              f"expressible: {', '.join(EXPRESSIBLE)}")
-    cfg = engine if engine is not None else _resolve_engine(None)
+    cfg = engine if engine is not None else resolve_engine(None)
     validate_scheduler_params(cfg)
     params = dict(REGISTRY[scheduler].params)
     params.update(cfg.scheduler_params.get(scheduler, {}))
@@ -216,7 +216,7 @@ class ServerInfo:
     max_model_len: int | None
 
 
-def _base(endpoint: str) -> str:
+def server_root(endpoint: str) -> str:
     """The server root URL (accepts http://host:port, .../v1 or .../v1/completions)."""
     url = endpoint.strip().rstrip("/")
     parts = urlsplit(url)
@@ -228,7 +228,9 @@ def _base(endpoint: str) -> str:
     return url
 
 
-def _need_aiohttp():
+def need_aiohttp():
+    """The aiohttp module, or a one-line error naming the extra that installs it (the replay and
+    the calibration talk HTTP to the server through it; the rest of schedport never needs it)."""
     try:
         import aiohttp
     except ImportError:
@@ -237,8 +239,11 @@ def _need_aiohttp():
     return aiohttp
 
 
-async def _server_info(session, base: str, model: str | None, timeout_s: float) -> ServerInfo:
-    aiohttp = _need_aiohttp()
+async def fetch_server_info(session, base: str, model: str | None, timeout_s: float) -> ServerInfo:
+    """The served model (`model`, or the first one listed) and its max_model_len, from the
+    server's ``/v1/models``; an unreachable server, a wrong answer or an unknown model is a
+    one-line `EndpointError`."""
+    aiohttp = need_aiohttp()
     url = f"{base}/v1/models"
     try:
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
@@ -268,7 +273,10 @@ async def _server_info(session, base: str, model: str | None, timeout_s: float) 
     return ServerInfo(model=model, max_model_len=int(mml) if isinstance(mml, int) else None)
 
 
-def _body(model: str, prompt: list[int], n_out: int, priority: int | None) -> dict:
+def completion_body(model: str, prompt: list[int], n_out: int, priority: int | None) -> dict:
+    """The streamed ``/v1/completions`` request for one trace request: `prompt` as token ids, exactly
+    `n_out` tokens (EOS ignored, greedy), usage reported with every chunk, and the vLLM priority
+    the scheduler under replay gives it (None: no priority)."""
     body = {"model": model, "prompt": prompt, "max_tokens": int(n_out), "min_tokens": int(n_out),
             "ignore_eos": True, "temperature": 0.0, "stream": True,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
@@ -296,7 +304,7 @@ _REQUEST_ID = re.compile(r"schedport-([0-9a-f]{16})-(\d+)(?:\D|$)")
 async def _send(session, url: str, body: dict, want: int, t_zero: float, timeout_s: float,
                 out: _Outcome, rid: str | None = None) -> None:
     """Send one request, timing its stream into `out` (never raises)."""
-    aiohttp = _need_aiohttp()
+    aiohttp = need_aiohttp()
     clock = time.perf_counter
     out.send_s = clock() - t_zero
     timer = out.timer
@@ -337,21 +345,21 @@ def client_connector():
     to "Server disconnected", and even a 2 s client timeout did under load, when a starved client
     or server overruns its timers (a calibration failed so in `make test` with both cores busy).
     A loopback connect costs well under a millisecond, below the probes' resolution."""
-    aiohttp = _need_aiohttp()
+    aiohttp = need_aiohttp()
     return aiohttp.TCPConnector(limit=0, force_close=True)
 
 
 async def _replay_async(trace: Trace, base: str, model: str | None, priorities, salt: int,
                         token_range, timeout_s: float, on_progress) -> tuple[list[_Outcome], ServerInfo, float]:
-    aiohttp = _need_aiohttp()
+    aiohttp = need_aiohttp()
     connector = aiohttp.TCPConnector(limit=0)     # one connection per in-flight request
     # No session-wide deadline: aiohttp's default (5 min total) would cut long requests short
     # and report them as timeouts; request_timeout_s is the only deadline on a request.
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout()) as session:
-        info = await _server_info(session, base, model, timeout_s=30.0)
+        info = await fetch_server_info(session, base, model, timeout_s=30.0)
         url = f"{base}/v1/completions"
         n = len(trace)
-        bodies = [_body(info.model, prompt_token_ids(trace.input_tokens[i], i, salt, token_range),
+        bodies = [completion_body(info.model, prompt_token_ids(trace.input_tokens[i], i, salt, token_range),
                         trace.output_tokens[i], None if priorities is None else priorities[i])
                   for i in range(n)]
         outs = [_Outcome() for _ in range(n)]
@@ -381,7 +389,7 @@ async def _replay_async(trace: Trace, base: str, model: str | None, priorities, 
 
 
 @contextlib.contextmanager
-def _no_gc_pauses():
+def no_gc_pauses():
     """No cyclic garbage collection while replaying: a full collection of a process that has
     imported pandas and scipy takes long enough to delay sends and chunk reads; reference
     counting frees the replay's own garbage, and collection resumes afterwards."""
@@ -431,7 +439,7 @@ def replay(trace: Trace, endpoint: str, *, engine: EngineConfig | str | None = N
     precomputed scale factor instead of `load`. Unreachable servers raise `EndpointError`;
     per-request failures are recorded, never raised.
     """
-    cfg = _resolve_engine(engine)
+    cfg = resolve_engine(engine)
     if not (request_timeout_s > 0 and math.isfinite(request_timeout_s)):
         raise SchedportError(f"--request-timeout must be a positive number of seconds, got {request_timeout_s}")
     if not (max_lag_s > 0):
@@ -443,10 +451,10 @@ def replay(trace: Trace, endpoint: str, *, engine: EngineConfig | str | None = N
     prio = request_priorities(trace, scheduler, cfg, seed)
     if retries < 0:
         raise SchedportError(f"--retries must be >= 0, got {retries}")
-    base = _base(endpoint)
+    base = server_root(endpoint)
     for attempt in range(1, retries + 2):
         salt = secrets.randbits(63)
-        with _no_gc_pauses():
+        with no_gc_pauses():
             outs, info, a0 = asyncio.run(_replay_async(trace, base, model, prio, salt, token_range,
                                                        request_timeout_s, on_progress))
         res = _result(trace, cfg, outs, info, a0, scale, max_lag_s, scheduler)

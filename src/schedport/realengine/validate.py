@@ -28,7 +28,9 @@ import numpy as np
 import pandas as pd
 
 from schedport.__about__ import __version__
-from schedport.engine.runner import _atomic_write, _resolve_engine, load_scale, simulate
+from schedport.analysis.validation_stats import (load_validation, median_request_table, median_summary,
+                                                 rank_agreement, repeat_spread, request_errors, run_errors)
+from schedport.engine.runner import atomic_write, load_scale, resolve_engine, simulate
 from schedport.errors import SchedportError
 from schedport.workload.trace import Trace
 
@@ -147,10 +149,8 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
     be resumed, or extended with more repeats); a mismatch is a one-line error.
     """
     from schedport.realengine.replay import EXPRESSIBLE, replay
-    from schedport.analysis.validation_stats import (median_request_table, median_summary, repeat_spread,
-                                            request_errors, run_errors)
 
-    cfg = _resolve_engine(engine)
+    cfg = resolve_engine(engine)
     regions = dict(regions or {"light": 0.3, "moderate": 0.6, "high": 0.8})
     if not traces:
         raise SchedportError("validate needs at least one trace (--trace or --corpus)")
@@ -198,7 +198,7 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
                             res.summary["speed_index"] = index
                         c.path.mkdir(parents=True, exist_ok=True)
                         if c.old_meta is None:
-                            _atomic_write(c.path / "cell.json",
+                            atomic_write(c.path / "cell.json",
                                           lambda p: Path(p).write_text(json.dumps(c.meta, indent=2)))
                             c.old_meta = c.meta
                         if not (c.path / "sim" / "summary.json").exists():
@@ -246,8 +246,6 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
                 row[f"real_lo_{m}"], row[f"real_hi_{m}"] = min(vals), max(vals)
         rows.append(row)
     runs = pd.DataFrame(rows)
-    from schedport.analysis.validation_stats import rank_agreement
-
     agreement = rank_agreement(runs, RANK_METRICS, threshold=threshold)
     validation = {
         "schedport_version": __version__,
@@ -269,10 +267,10 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
         "speed_index": _index_summary(cells.values()),
     }
     text = json.dumps(_jsonable(validation), indent=2, allow_nan=False) + "\n"
-    _atomic_write(out / "validation.json", lambda p: Path(p).write_text(text))
-    from schedport.analysis.validation_stats import write_validation_html
+    atomic_write(out / "validation.json", lambda p: Path(p).write_text(text))
+    from schedport.report.validation import write_validation_html  # matplotlib: loaded when a page is written
 
-    write_validation_html(json.loads(text), out / "validation.html")
+    write_validation_html(load_validation(json.loads(text)), out / "validation.html")
     return json.loads(text)
 
 

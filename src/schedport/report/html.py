@@ -2,41 +2,37 @@
 
 `build_html(res)` turns the dict returned by `schedport.analysis.portability.compute_portability` into a
 page; `write_report(res, path)` writes it. Given a ``validation.json`` dict (``schedport
-validate``), both add its simulator-vs-real-engine section (`schedport.analysis.validation_stats`). Nothing is recomputed here: every number on the page
+validate``, read with `schedport.analysis.validation_stats.load_validation`), both add its
+simulator-vs-real-engine section (`schedport.report.validation`); given explanations
+(``res["explain"]``, ``schedport analyze --explain``), the "Why it flips" section
+(`schedport.report.explain`). Nothing is recomputed here: every number on the page
 is read from the dict, so the report and ``portability.json`` cannot disagree. The numbers of
 the first screen (the headline findings) carry ``data-key`` (their path in the JSON) and
 ``data-fmt`` attributes, so a test can check each against the file.
 
 Figures are drawn with matplotlib's Agg backend and embedded as base64 PNG (no network,
-no scripts, no external files). Palettes are colour-blind safe: cividis for concordance,
-viridis for counts, Okabe-Ito (with distinct markers and line styles) for categories.
+no scripts, no external files; `schedport.report.figures`). Palettes are colour-blind safe: cividis
+for concordance, viridis for counts, Okabe-Ito (with distinct markers and line styles) for
+categories (`schedport.report.style`).
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 import json
-import math
 from pathlib import Path
 from typing import Any, Optional
 
 from schedport.common.formatting import fmt, pct  # noqa: F401  (the report's number style)
-
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from schedport.report.explain import render_section
+from schedport.report.figures import (fig_headline_tau, fig_metric_matrix, fig_rank_trajectories,  # noqa: F401
+                                      fig_reversal_map, fig_tau_heatmap, fig_workload)
+from schedport.report.style import CSS, OKABE_ITO, img_tag  # noqa: F401  (OKABE_ITO: part of this module's API)
+from schedport.report.style import escape_html as esc
+from schedport.report.validation import render_validation_section
 
 __all__ = ["build_html", "write_report", "fmt", "pct", "resolve_key", "OKABE_ITO"]
 
-OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000")
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "d")
-LINESTYLES = ("-", "--", "-.", ":")
 ROW_CAP = 200  # rows of long lists shown in the page (the JSON has all)
-MAP_ROWS = 25  # scheduler pairs shown in the reversal map
 
 
 # --------------------------------------------------------------------------- formatting
@@ -53,10 +49,6 @@ def resolve_key(res: dict, key: str) -> Any:
     return cur
 
 
-def _esc(s: Any) -> str:
-    return html.escape(str(s), quote=True)
-
-
 class _Nums:
     """Emits headline numbers tagged with their JSON path and format."""
 
@@ -71,7 +63,7 @@ class _Nums:
             # a ratio over a noisy ceiling can pass 1: shown as it is, marked, never as "better than perfect"
             mark = ("<sup class='flag' title='above 1: the split-half reliability it is divided by is itself "
                     "noisy here; read as at the ceiling (1)'>&gt;1</sup>")
-        return f'<span class="num" data-key="{_esc(key)}" data-fmt="{kind}">{_esc(text)}</span>{mark}'
+        return f'<span class="num" data-key="{esc(key)}" data-fmt="{kind}">{esc(text)}</span>{mark}'
 
     def ci(self, key: str, kind: str = "num") -> str:
         """value [low, high] for a dict at `key` with value/ci_low/ci_high."""
@@ -79,258 +71,7 @@ class _Nums:
                 f"{self(key + '.ci_high', kind)}]</span>")
 
 
-# --------------------------------------------------------------------------- figures
-
-
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
-    plt.close(fig)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def _img(uri: Optional[str], alt: str, cls: str = "fig") -> str:
-    if uri is None:
-        return ""
-    return f'<img class="{cls}" alt="{_esc(alt)}" src="{uri}">'
-
-
-def _annotate(ax, mat: np.ndarray, fmt_s: str = "{:.2f}", fontsize: int = 7) -> None:
-    for (i, j), v in np.ndenumerate(mat):
-        if np.isfinite(v):
-            ax.text(j, i, fmt_s.format(v), ha="center", va="center", fontsize=fontsize,
-                    color="white" if v < 0.35 else "black")
-
-
-def fig_tau_heatmap(res: dict) -> Optional[str]:
-    """Cross-source Kendall tau by region (columns) x metric (rows), one panel per source pair."""
-    items = res["concordance"]["sources"]
-    if not items:
-        return None
-    metrics = res["parameters"]["metrics"]
-    regions = [r["name"] for r in res["parameters"]["regions"]]
-    pairs = list(dict.fromkeys((d["source_a"], d["source_b"]) for d in items))
-    fig, axes = plt.subplots(1, len(pairs), figsize=(1.0 + 0.55 * len(regions) * len(pairs) + 2.2 * len(pairs),
-                                                       1.2 + 0.26 * len(metrics)), squeeze=False)
-    im = None
-    for ax, (a, b) in zip(axes[0], pairs):
-        mat = np.full((len(metrics), len(regions)), np.nan)
-        tied = np.zeros(mat.shape, dtype=bool)
-        for d in items:
-            if (d["source_a"], d["source_b"]) == (a, b) and d["tau"] is not None:
-                mat[metrics.index(d["metric"]), regions.index(d["region"])] = d["tau"]
-                tied[metrics.index(d["metric"]), regions.index(d["region"])] = bool(d.get("tied"))
-        im = ax.imshow(mat, cmap="cividis", vmin=-1, vmax=1, aspect="auto")
-        for (i, j), v in np.ndenumerate(mat):
-            if np.isfinite(v):
-                ax.text(j, i, f"{v:.2f}{'*' if tied[i, j] else ''}", ha="center", va="center", fontsize=6,
-                        color="white" if v < 0.35 else "black")
-        ax.set_xticks(range(len(regions)), regions, rotation=45, ha="right", fontsize=7)
-        ax.set_yticks(range(len(metrics)), metrics if ax is axes[0][0] else [""] * len(metrics), fontsize=7)
-        ax.set_title(f"{a} vs {b}", fontsize=9)
-        ax.set_xlabel("operating region (increasing load)", fontsize=8)
-    axes[0][0].set_ylabel("metric", fontsize=8)
-    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="Kendall tau-b (blank: undefined)")
-    fig.suptitle("Cross-source rank agreement by region and metric (*: a mean-rank vector with 3 or fewer "
-                 "distinct values)", fontsize=10)
-    return _png(fig)
-
-
-def fig_headline_tau(res: dict) -> Optional[str]:
-    """Cross-source tau (main-metric mean) per region, one line per source pair, with CIs."""
-    rows = res["headline"]["cross_source"]["by_pair_region"]
-    if not rows:
-        return None
-    regions = [r["name"] for r in res["parameters"]["regions"]]
-    pairs = list(dict.fromkeys((d["source_a"], d["source_b"]) for d in rows))
-    fig, ax = plt.subplots(figsize=(5.6, 3.0))
-    x = np.arange(len(regions))
-    for n, (a, b) in enumerate(pairs):
-        v = np.full(len(regions), np.nan)
-        lo, hi = v.copy(), v.copy()
-        for d in rows:
-            if (d["source_a"], d["source_b"]) == (a, b):
-                i = regions.index(d["region"])
-                v[i] = np.nan if d["value"] is None else d["value"]
-                lo[i] = np.nan if d["ci_low"] is None else d["ci_low"]
-                hi[i] = np.nan if d["ci_high"] is None else d["ci_high"]
-        off = (n - (len(pairs) - 1) / 2) * 0.08
-        col = OKABE_ITO[n % 8]
-        ax.vlines(x + off, lo, hi, color=col, linewidth=1.2)  # the CI need not contain the estimate
-        ax.plot(x + off, v, label=f"{a} vs {b}", color=col, marker=MARKERS[n % len(MARKERS)],
-                linestyle=LINESTYLES[n % 4], linewidth=1.2, markersize=4)
-    ax.set_xticks(x, regions, rotation=30, ha="right", fontsize=8)
-    ax.set_ylim(-1.05, 1.05)
-    ax.axhline(0, color="grey", linewidth=0.5)
-    ax.set_ylabel("Kendall tau-b (mean of main metrics)", fontsize=8)
-    ax.set_xlabel("operating region", fontsize=8)
-    ax.set_title("Cross-source agreement (line: estimate; bar: 95% basic bootstrap CI)", fontsize=9)
-    ax.legend(fontsize=7, loc="lower left")
-    return _png(fig)
-
-
-def fig_metric_matrix(res: dict, only: Optional[list] = None, title: str = "") -> Optional[str]:
-    """Metric x metric Kendall tau (mean over source x region conditions)."""
-    mm = res["metric_matrix"]
-    metrics = mm["metrics"]
-    if len(metrics) < 2:
-        return None
-    mat = np.array([[np.nan if v is None else v for v in row] for row in mm["tau"]], dtype=float)
-    if only:
-        ix = [metrics.index(m) for m in only if m in metrics]
-        if len(ix) < 2:
-            return None
-        mat = mat[np.ix_(ix, ix)]
-        metrics = [metrics[i] for i in ix]
-    n = len(metrics)
-    size = 1.8 + 0.36 * n
-    fig, ax = plt.subplots(figsize=(size + 1.0, size))
-    im = ax.imshow(mat, cmap="cividis", vmin=-1, vmax=1)
-    if n <= 14:
-        _annotate(ax, mat, fontsize=7 if n <= 8 else 6)
-    ax.set_xticks(range(n), metrics, rotation=60, ha="right", fontsize=7)
-    ax.set_yticks(range(n), metrics, fontsize=7)
-    fig.colorbar(im, ax=ax, shrink=0.8, label="mean Kendall tau-b")
-    ax.set_title(title or "Metric x metric rank agreement (mean over conditions)", fontsize=9)
-    return _png(fig)
-
-
-def fig_reversal_map(res: dict) -> Optional[str]:
-    """Reversal counts per scheduler pair (rows) and region (columns)."""
-    cells = res["reversals"]["map"]
-    if not cells:
-        return None
-    regions = [r["name"] for r in res["parameters"]["regions"]]
-    totals: dict = {}
-    for c in cells:
-        totals[c["scheduler_pair"]] = totals.get(c["scheduler_pair"], 0) + c["count"]
-    ranked = sorted(totals, key=lambda p: (-totals[p], p))
-    pairs = ranked[:MAP_ROWS]
-    cells = [c for c in cells if c["scheduler_pair"] in pairs]
-    mat = np.zeros((len(pairs), len(regions)))
-    for c in cells:
-        mat[pairs.index(c["scheduler_pair"]), regions.index(c["region"])] += c["count"]
-    fig, ax = plt.subplots(figsize=(1.8 + 0.7 * len(regions), 1.2 + 0.3 * len(pairs)))
-    im = ax.imshow(mat, cmap="viridis", aspect="auto", vmin=0)
-    for (i, j), v in np.ndenumerate(mat):
-        if v:
-            ax.text(j, i, f"{int(v)}", ha="center", va="center", fontsize=7,
-                    color="black" if v > 0.6 * mat.max() else "white")
-    ax.set_xticks(range(len(regions)), regions, rotation=30, ha="right", fontsize=8)
-    ax.set_yticks(range(len(pairs)), pairs, fontsize=7)
-    ax.set_xlabel("operating region", fontsize=8)
-    ax.set_ylabel("scheduler pair", fontsize=8)
-    fig.colorbar(im, ax=ax, label="significant practical reversals")
-    shown = f" (top {len(pairs)} of {len(ranked)} pairs)" if len(ranked) > len(pairs) else ""
-    ax.set_title(f"Where rankings flip{shown}; cross-region reversals count in both regions", fontsize=9)
-    return _png(fig)
-
-
-def fig_rank_trajectories(res: dict) -> Optional[str]:
-    """Mean rank of each scheduler across regions: one row per main metric, one column per source."""
-    rk = res["rankings"]
-    if not rk:
-        return None
-    regions = [r["name"] for r in res["parameters"]["regions"]]
-    sources = res["parameters"]["sources"]
-    scheds = res["parameters"]["schedulers"]
-    metrics = res["headline"]["main_metrics"]
-    K = len(scheds)
-    table: dict = {}
-    for d in rk:
-        if d["metric"] in metrics:
-            table[(d["source"], d["metric"], d["scheduler"], d["region"])] = d["mean_rank"]
-    nr, nc = len(metrics), len(sources)
-    fig, axes = plt.subplots(nr, nc, figsize=(3.3 * nc + 1.9, 2.0 * nr + 0.9), squeeze=False,
-                             sharex=True, sharey=True)
-    x = np.arange(len(regions))
-    for mi, m in enumerate(metrics):
-        for si, s in enumerate(sources):
-            ax = axes[mi][si]
-            for k, sc in enumerate(scheds):
-                y = [table.get((s, m, sc, r), np.nan) for r in regions]
-                ax.plot(x, y, color=OKABE_ITO[k % 8], marker=MARKERS[k % len(MARKERS)],
-                        linestyle=LINESTYLES[(k // 8) % 4], linewidth=1.1, markersize=3.5, label=sc)
-            ax.set_ylim(K + 0.5, 0.5)
-            if mi == 0:
-                ax.set_title(s, fontsize=9)
-            if si == 0:
-                ax.set_ylabel(f"{m}\nmean rank (1 = best)", fontsize=7)
-            if mi == nr - 1:
-                ax.set_xticks(x, regions, rotation=35, ha="right", fontsize=7)
-            ax.tick_params(labelsize=7)
-            ax.grid(alpha=0.25)
-    h, lab = axes[0][0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="center left", bbox_to_anchor=(0.99, 0.5), fontsize=8, title="scheduler")
-    fig.suptitle("Rank trajectories across operating regions (x: region, increasing load)", fontsize=10)
-    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.08, top=0.94, wspace=0.06, hspace=0.1)
-    return _png(fig)
-
-
-def fig_workload(res: dict) -> Optional[str]:
-    """Per-source distributions (over windows) of lengths, rate and burstiness."""
-    wl = res.get("workload") or {}
-    if not wl.get("available"):
-        return None
-    rows = wl["windows"]
-    stats_ = [s for s in ("input_mean", "output_mean", "input_p99", "output_p99", "rate_mean_rps", "dispersion")
-              if s in wl.get("stats", [])]
-    labels = {"input_mean": "mean input tokens", "output_mean": "mean output tokens",
-              "input_p99": "p99 input tokens", "output_p99": "p99 output tokens",
-              "rate_mean_rps": "mean rate (req/s, before scaling)", "dispersion": "index of dispersion"}
-    if not stats_:
-        return None
-    sources = sorted({r["source"] for r in rows})
-    fig, axes = plt.subplots(1, len(stats_), figsize=(2.6 * len(stats_), 3.0), squeeze=False)
-    rng = np.random.default_rng(0)
-    for ax, st in zip(axes[0], stats_):
-        data = [[r[st] for r in rows if r["source"] == s and r.get(st) is not None] for s in sources]
-        ax.boxplot([d if d else [np.nan] for d in data], showfliers=False, widths=0.5)
-        for n, d in enumerate(data):
-            ax.scatter(n + 1 + rng.uniform(-0.15, 0.15, len(d)), d, s=8, color=OKABE_ITO[n % 8],
-                       marker=MARKERS[n % len(MARKERS)], alpha=0.8, zorder=3)
-        ax.set_xticks(range(1, len(sources) + 1), sources, rotation=30, ha="right", fontsize=7)
-        flat = [v for d in data for v in d]
-        if flat and min(flat) > 0 and max(flat) / min(flat) > 50:
-            ax.set_yscale("log")
-        ax.set_title(labels[st], fontsize=8)
-        ax.tick_params(labelsize=7)
-    axes[0][0].set_ylabel("per-window value", fontsize=8)
-    fig.suptitle("Workload characterization per source (one point per window)", fontsize=10)
-    fig.tight_layout()
-    return _png(fig)
-
-
 # --------------------------------------------------------------------------- page
-
-
-CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1a1a1a;background:#fff;line-height:1.4}
-main{max-width:1200px;margin:0 auto;padding:16px 24px}
-h1{font-size:1.5em;margin:0.2em 0}h2{border-bottom:1px solid #ccc;padding-bottom:2px;margin-top:1.6em}
-.sub{color:#555;font-size:0.9em}
-#headline{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:12px}
-#card-sources,#card-claims,#card-reversals,#card-regiondefs{grid-column:1/-1}
-.scroll{overflow-x:auto}
-.card{border:1px solid #d0d0d0;border-radius:6px;padding:10px 14px;background:#fafafa}
-.card h3{margin:0 0 6px 0;font-size:1.05em}
-.big{font-size:1.6em;font-weight:600}
-.num{font-variant-numeric:tabular-nums}.ci{color:#555;font-size:0.9em}
-table{border-collapse:collapse;font-size:0.85em;margin:6px 0}
-th,td{border:1px solid #ddd;padding:2px 6px;text-align:right}th{background:#f0f0f0}
-td.l,th.l{text-align:left}
-img.fig{max-width:100%;height:auto;display:block;margin:8px 0}
-img.small{max-width:100%;height:auto}
-.note{background:#fff8e1;border-left:4px solid #E69F00;padding:6px 10px;margin:8px 0;font-size:0.9em}
-tr.flag td{background:#fdecea}
-.warn{background:#fdecea;border-left:4px solid #D55E00;padding:6px 10px;margin:8px 0}
-.modeled{background:#e8f1fb;border-left:4px solid #0072B2;padding:4px 8px}
-pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:0.8em}
-details{margin:6px 0}summary{cursor:pointer;font-weight:600}
-.v-holds{background:#e3f4ea}.v-not{background:#fbe5e1}.v-part{background:#fff4d6}.v-nc{background:#eeeeee}
-.subset{font-size:0.6em;color:#D55E00;font-weight:600}
-tr.ceiling td{color:#444;background:#f4f4f4}
-"""
 
 
 VERDICT_CLASS = {"holds": "v-holds", "does not hold": "v-not", "partly holds": "v-part", "inconclusive": "v-part",
@@ -350,9 +91,9 @@ def _claims_card(res: dict, n: _Nums) -> str:
     rows = []
     for i, c in enumerate(cl):
         cls = VERDICT_CLASS.get(c["verdict"], "")
-        rows.append(f"<tr><td class='l'>{_esc(c['study'])}</td><td class='l'>{n(f'study_form.claims.{i}.here', 'str')}"
+        rows.append(f"<tr><td class='l'>{esc(c['study'])}</td><td class='l'>{n(f'study_form.claims.{i}.here', 'str')}"
                     f"</td><td class='l {cls}'><b>{n(f'study_form.claims.{i}.verdict', 'str')}</b></td>"
-                    f"<td class='l sub'>{_esc(c.get('rule', ''))}</td></tr>")
+                    f"<td class='l sub'>{esc(c.get('rule', ''))}</td></tr>")
     return ("<div class='card' id='card-claims'><h3>The study's findings, claim by claim</h3>"
             "<p class='sub'>Each finding of the original study beside this run's figure in the same form, with its "
             "95% interval; the verdict is computed from the numbers by the rule shown (generated from "
@@ -379,12 +120,12 @@ def _tau_card(res: dict, n: _Nums) -> str:
              "sqrt(split-half reliability of each source), 1 = the sources agree as well as each agrees with "
              "itself.</p>")
     c.append("<div class='scroll'><table><tr><th class='l'>source pair</th>"
-             + "".join(f"<th>{_esc(m)}</th>" for m in main)
+             + "".join(f"<th>{esc(m)}</th>" for m in main)
              + "<th>main metrics</th><th>ceiling-adjusted</th></tr>")
     ct = sf["cross_source_tau"]
     half = sf["cross_source_half"]["by_pair"]
     for pi, d in enumerate(cs["by_pair"]):
-        row = [f"<td class='l'>{_esc(d['source_a'])} vs {_esc(d['source_b'])}</td>"]
+        row = [f"<td class='l'>{esc(d['source_a'])} vs {esc(d['source_b'])}</td>"]
         for m in main:
             ix = _find_ix(ct, source_a=d["source_a"], source_b=d["source_b"], metric=m)
             if ix is None:
@@ -406,16 +147,16 @@ def _tau_card(res: dict, n: _Nums) -> str:
     mp = cs["min_pair"]
     if mp:
         pi = _find_ix(cs["by_pair"], source_a=mp["source_a"], source_b=mp["source_b"])
-        c.append(f"<p>Lowest pair: <b>{_esc(mp['source_a'])} vs {_esc(mp['source_b'])}</b>, tau = "
+        c.append(f"<p>Lowest pair: <b>{esc(mp['source_a'])} vs {esc(mp['source_b'])}</b>, tau = "
                  f"<span class='big'>{n('headline.cross_source.min_pair.value')}</span> (interval as in the "
                  f"table).</p>")
     # per region, with the noise ceiling of both sources beside each tau
     sh = sf["split_half"]
     pr = sf["cross_source_half"]["by_pair_region"]
     c.append("<div class='scroll'><table><tr><th class='l'>source pair, per region</th>"
-             + "".join(f"<th>{_esc(r)}</th>" for r in regions) + "</tr>")
+             + "".join(f"<th>{esc(r)}</th>" for r in regions) + "</tr>")
     for d in cs["by_pair"]:
-        row = [f"<td class='l'>{_esc(d['source_a'])} vs {_esc(d['source_b'])}<br><span class='sub'>tau / "
+        row = [f"<td class='l'>{esc(d['source_a'])} vs {esc(d['source_b'])}<br><span class='sub'>tau / "
                "ceiling-adjusted</span></td>"]
         for r in regions:
             ix = _find_ix(cs["by_pair_region"], source_a=d["source_a"], source_b=d["source_b"], region=r)
@@ -426,16 +167,16 @@ def _tau_card(res: dict, n: _Nums) -> str:
             row.append(f"<td>{cell}</td>")
         c.append("<tr>" + "".join(row) + "</tr>")
     for s in res["parameters"]["sources"]:
-        row = [f"<td class='l'>split-half reliability: {_esc(s)}</td>"]
+        row = [f"<td class='l'>split-half reliability: {esc(s)}</td>"]
         for r in regions:
             ix = _find_ix(sh, source=s, region=r)
             row.append(f"<td>{n.ci(f'study_form.split_half.{ix}')}</td>" if ix is not None else "<td>n/a</td>")
         c.append("<tr class='ceiling'>" + "".join(row) + "</tr>")
     info = sf["split_half_info"]
     c.append("</table></div>")
-    c.append(f"<p class='sub'>Split-half reliability: {_esc(info['definition'])}; {info['n_splits']} random "
-             f"splits; range: {_esc(info['ci_method'])}. Adjusted: {_esc(info['adjusted_definition'])}.</p>")
-    c.append("<div>" + _img(fig_headline_tau(res), "cross-source tau per region", "small") + "</div>")
+    c.append(f"<p class='sub'>Split-half reliability: {esc(info['definition'])}; {info['n_splits']} random "
+             f"splits; range: {esc(info['ci_method'])}. Adjusted: {esc(info['adjusted_definition'])}.</p>")
+    c.append("<div>" + img_tag(fig_headline_tau(res), "cross-source tau per region", "small") + "</div>")
     c.append("</div>")
     return "".join(c)
 
@@ -446,8 +187,8 @@ def _study_reversals_card(res: dict, n: _Nums) -> str:
     p = res["parameters"]
     c = ['<div class="card" id="card-reversals"><h3>How often do pairwise rankings flip across sources?</h3>']
     c.append(f"<p class='sub'>Per main metric: scheduler pairs whose median per-window effect has opposite signs "
-             f"in two sources at the same region, both Benjamini-Hochberg significant at q = {_esc(p['q'])} within "
-             f"that metric's tests, both |effect| at or beyond the threshold ({_esc(p['threshold_rule'])}). "
+             f"in two sources at the same region, both Benjamini-Hochberg significant at q = {esc(p['q'])} within "
+             f"that metric's tests, both |effect| at or beyond the threshold ({esc(p['threshold_rule'])}). "
              "Duplicate schedulers count once. Interval: 95% percentile bootstrap over windows, with the tests, BH "
              "and reversals redone on every resample.</p>")
     head = ("<tr><th class='l'>metric</th><th>comparisons</th><th>reversals</th><th>share [95% CI]</th>"
@@ -464,12 +205,12 @@ def _study_reversals_card(res: dict, n: _Nums) -> str:
             key = max(d, key=lambda x: (d[x]["n_reversals"] if isinstance(d[x], dict) else d[x], x))
             v = d[key]["n_reversals"] if isinstance(d[key], dict) else d[key]
             sub = (f"{k}.{field}.{key}.n_reversals" if isinstance(d[key], dict) else f"{k}.{field}.{key}")
-            return f"{_esc(key)} ({n(sub, 'int')})" if "." not in key else f"{_esc(key)} ({v})"
+            return f"{esc(key)} ({n(sub, 'int')})" if "." not in key else f"{esc(key)} ({v})"
 
         one = "&ndash;" if e["one_scheduler_pair"] is None else ("yes" if e["one_scheduler_pair"] else "no")
         src = "&ndash;" if e["sources_on_every_reversal"] is None else (
-            _esc(", ".join(e["sources_on_every_reversal"])) or "none")
-        rows.append(f"<tr><td class='l'>{_esc(e['metric'])}</td><td>{n(k + '.n_comparisons', 'int')}</td>"
+            esc(", ".join(e["sources_on_every_reversal"])) or "none")
+        rows.append(f"<tr><td class='l'>{esc(e['metric'])}</td><td>{n(k + '.n_comparisons', 'int')}</td>"
                     f"<td>{n(k + '.n_reversals', 'int')}</td><td><b>{n(k + '.share', 'pct')}</b> <span class='ci'>"
                     f"[{n(k + '.ci_low', 'pct')}, {n(k + '.ci_high', 'pct')}]</span></td><td class='l'>"
                     f"{_top('by_region')}</td><td class='l'>{_top('by_source_pair')}</td><td class='l'>"
@@ -499,15 +240,15 @@ def _metrics_card(res: dict, n: _Nums) -> str:
              f"{n('study_form.best_changes_with_metric.pairwise.share', 'pct')} <span class='ci'>["
              f"{n('study_form.best_changes_with_metric.pairwise.ci_low', 'pct')}, "
              f"{n('study_form.best_changes_with_metric.pairwise.ci_high', 'pct')}]</span> of (cell, metric pair).</p>")
-    c.append(f"<p class='sub'>{_esc(b['definition'])}; pairwise: {_esc(b['pairwise']['definition'])}; 95% "
+    c.append(f"<p class='sub'>{esc(b['definition'])}; pairwise: {esc(b['pairwise']['definition'])}; 95% "
              "percentile bootstrap over windows.</p>")
     for i, f in enumerate(b.get("forced_by") or []):
         k = f"study_form.best_changes_with_metric.forced_by.{i}"
-        c.append(f"<div class='note'>By construction: {_esc(f['scheduler'])} is the sole best on {_esc(f['metric'])} "
+        c.append(f"<div class='note'>By construction: {esc(f['scheduler'])} is the sole best on {esc(f['metric'])} "
                  "in every window and never best on all the other main metrics, so every cell counts as changed. "
-                 f"Without {_esc(f['metric'])}: {n(k + '.share_without', 'pct')} <span class='ci'>["
+                 f"Without {esc(f['metric'])}: {n(k + '.share_without', 'pct')} <span class='ci'>["
                  f"{n(k + '.share_without_ci_low', 'pct')}, {n(k + '.share_without_ci_high', 'pct')}]</span>.</div>")
-    c.append(_img(fig_metric_matrix(res, only=h["main_metrics"], title="Main-metric rank agreement"),
+    c.append(img_tag(fig_metric_matrix(res, only=h["main_metrics"], title="Main-metric rank agreement"),
                   "metric concordance (main metrics)", "small"))
     c.append("</div>")
     return "".join(c)
@@ -519,15 +260,15 @@ def _artifacts_card(res: dict) -> str:
     dup = res["duplicates"]
     li = []
     for g in fam:
-        li.append(f"<li>metrics <b>{_esc(' = '.join(g))}</b>: identical rankings in every window; "
-                  f"only {_esc(g[0])} is analysed</li>")
+        li.append(f"<li>metrics <b>{esc(' = '.join(g))}</b>: identical rankings in every window; "
+                  f"only {esc(g[0])} is analysed</li>")
     for s, groups in dup["by_source"].items():
         for g in groups:
-            li.append(f"<li>{_esc(s)}: <b>{_esc(' = '.join(g))}</b> identical in every window and region "
+            li.append(f"<li>{esc(s)}: <b>{esc(' = '.join(g))}</b> identical in every window and region "
                       "(one row in its rankings, counted once in reversals)</li>")
     for s, regs in dup["by_condition"].items():
         for r, groups in regs.items():
-            li.append(f"<li>{_esc(s)} @ {_esc(r)}: {_esc('; '.join(' = '.join(g) for g in groups))}</li>")
+            li.append(f"<li>{esc(s)} @ {esc(r)}: {esc('; '.join(' = '.join(g) for g in groups))}</li>")
     if not li:
         li.append("<li>no duplicate metric and no duplicate scheduler</li>")
     return ("<div class='card' id='card-artifacts'><h3>Duplicates found in the results</h3><ul>" + "".join(li)
@@ -541,7 +282,7 @@ def _region_card(res: dict, n: _Nums) -> str:
         return ""
     a, b = rc["this"], rc["other"]
     rows = []
-    warn = (f"<p class='warn'><b>Not one study:</b> {_esc(rc['selection_note'])}.</p>"
+    warn = (f"<p class='warn'><b>Not one study:</b> {esc(rc['selection_note'])}.</p>"
             if rc.get("selection_differs") else "")
 
     def _row(label: str, ka: Optional[str], kb: Optional[str], kind: str = "num", ci: bool = False) -> None:
@@ -552,7 +293,7 @@ def _region_card(res: dict, n: _Nums) -> str:
                 return (f"{n(k + '.value' if kind == 'num' else k + '.share', kind)} <span class='ci'>["
                         f"{n(k + '.ci_low', kind)}, {n(k + '.ci_high', kind)}]</span>")
             return n(k, kind)
-        rows.append(f"<tr><td class='l'>{_esc(label)}</td><td>{cell(ka)}</td><td>{cell(kb)}</td></tr>")
+        rows.append(f"<tr><td class='l'>{esc(label)}</td><td>{cell(ka)}</td><td>{cell(kb)}</td></tr>")
 
     for i, d in enumerate(a["cross_source_tau"]):
         j = _find_ix(b["cross_source_tau"], source_a=d["source_a"], source_b=d["source_b"])
@@ -574,20 +315,20 @@ def _region_card(res: dict, n: _Nums) -> str:
          "region_comparison.other.split_half_max")
     def _flagged(d):
         f = d.get("regimes_flagged")
-        return "n/a" if f is None else (_esc(", ".join(f)) or "none")
+        return "n/a" if f is None else (esc(", ".join(f)) or "none")
 
     rows.append(f"<tr><td class='l'>regions not one regime across sources</td><td>{_flagged(a)}</td>"
                 f"<td>{_flagged(b)}</td></tr>")
     for cid in a["claims"]:
         _row(f"claim {cid}", f"region_comparison.this.claims.{cid}",
              f"region_comparison.other.claims.{cid}" if cid in b["claims"] else None, kind="str")
-    note = f"<p class='note'>{_esc(rc['note'])}</p>" if rc.get("note") else ""
+    note = f"<p class='note'>{esc(rc['note'])}</p>" if rc.get("note") else ""
     return ("<div class='card' id='card-regiondefs'><h3>The headline under both region definitions</h3>"
-            f"<p class='sub'>This run: {_esc(a['region_def_description'])}. Other: "
-            f"{_esc(b['region_def_description'])} (from {_esc(rc['other_path'])}). Intervals as in each run's own "
+            f"<p class='sub'>This run: {esc(a['region_def_description'])}. Other: "
+            f"{esc(b['region_def_description'])} (from {esc(rc['other_path'])}). Intervals as in each run's own "
             "report.</p>" + warn + note
-            + f"<div class='scroll'><table><tr><th class='l'>figure</th><th>{_esc(a['region_def'])} (this run)</th>"
-            f"<th>{_esc(b['region_def'])}</th></tr>" + "".join(rows) + "</table></div></div>")
+            + f"<div class='scroll'><table><tr><th class='l'>figure</th><th>{esc(a['region_def'])} (this run)</th>"
+            f"<th>{esc(b['region_def'])}</th></tr>" + "".join(rows) + "</table></div></div>")
 
 
 def _headline(res: dict, n: _Nums) -> str:
@@ -595,7 +336,7 @@ def _headline(res: dict, n: _Nums) -> str:
     rc = res.get("region_comparison") or {}
     if rc.get("selection_differs"):
         out.append(f"<p class='warn' id='compare-warning'><b>--compare: not one study.</b> "
-                   f"{_esc(rc['selection_note'])}.</p>")
+                   f"{esc(rc['selection_note'])}.</p>")
     out.append(_regime_warning(res))
     out.append(_claims_card(res, n))
     out.append(_region_card(res, n))
@@ -625,7 +366,7 @@ def _rank_tables(res: dict) -> str:
                     continue
                 group = merged.get(sc, [sc])
                 seen.update(group)
-                cells = [f"<td class='l'>{_esc(' = '.join(group))}</td>"]
+                cells = [f"<td class='l'>{esc(' = '.join(group))}</td>"]
                 for r in regions:
                     d = look.get((m, s, r, sc))
                     if d is None:
@@ -637,10 +378,10 @@ def _rank_tables(res: dict) -> str:
                                  f"[{fmt(d['ci_low'], 2)}, {fmt(d['ci_high'], 2)}], {d['n_windows']} windows'>"
                                  f"{fmt(v, 2)}</td>")
                 rows.append("<tr>" + "".join(cells) + "</tr>")
-            head = (f"<tr><th class='l'>{_esc(s)}</th>" + "".join(f"<th>{_esc(r)}</th>" for r in regions) + "</tr>")
+            head = (f"<tr><th class='l'>{esc(s)}</th>" + "".join(f"<th>{esc(r)}</th>" for r in regions) + "</tr>")
             tables.append(f"<div class='scroll'><table>{head}{''.join(rows)}</table></div>")
         direction = p["directions"].get(m, "?")
-        out.append(f"<details{' open' if mi == 0 else ''}><summary>{_esc(m)} ({direction} is better)</summary>"
+        out.append(f"<details{' open' if mi == 0 else ''}><summary>{esc(m)} ({direction} is better)</summary>"
                    "<div style='display:flex;gap:12px;flex-wrap:wrap'>" + "".join(tables) + "</div></details>")
     return ("<p class='sub'>Mean within-window rank (1 = best) per source and region; darker = better; hover "
             "for the 95% percentile bootstrap CI. Schedulers with identical results in every window of a source "
@@ -655,11 +396,11 @@ def _reversal_table(res: dict) -> str:
     for d in items[:ROW_CAP]:
         rows.append(
             "<tr>" + "".join([
-                f"<td class='l'>{_esc(d.get('pair') or (d['scheduler_a'] + ' vs ' + d['scheduler_b']))}</td>",
-                f"<td class='l'>{_esc(d['metric'])}</td>",
-                f"<td class='l'>{_esc(d['source_a'])} @ {_esc(d['region_a'])}</td>",
+                f"<td class='l'>{esc(d.get('pair') or (d['scheduler_a'] + ' vs ' + d['scheduler_b']))}</td>",
+                f"<td class='l'>{esc(d['metric'])}</td>",
+                f"<td class='l'>{esc(d['source_a'])} @ {esc(d['region_a'])}</td>",
                 f"<td>{fmt(d['effect_a'])}</td><td>{fmt(d['q_a'], 4)}</td>",
-                f"<td class='l'>{_esc(d['source_b'])} @ {_esc(d['region_b'])}</td>",
+                f"<td class='l'>{esc(d['source_b'])} @ {esc(d['region_b'])}</td>",
                 f"<td>{fmt(d['effect_b'])}</td><td>{fmt(d['q_b'], 4)}</td>",
             ]) + "</tr>")
     more = (f"<p class='sub'>{len(items) - ROW_CAP} more in portability.json.</p>" if len(items) > ROW_CAP else "")
@@ -676,10 +417,10 @@ def _breakdowns(res: dict) -> str:
     parts = []
 
     def _tab(label: str, d: dict, denom: str) -> str:
-        rows = "".join(f"<tr><td class='l'>{_esc(k)}</td><td>{v['n_reversals']}</td><td>{v['n_comparisons']}</td>"
+        rows = "".join(f"<tr><td class='l'>{esc(k)}</td><td>{v['n_reversals']}</td><td>{v['n_comparisons']}</td>"
                        f"<td>{pct(v['rate'], 2)}</td><td>{pct(v['share_of_reversals'])}</td></tr>"
                        for k, v in list(d.items())[:30])
-        return (f"<div><table><tr><th class='l'>{_esc(label)}</th><th>reversals</th><th>comparisons</th>"
+        return (f"<div><table><tr><th class='l'>{esc(label)}</th><th>reversals</th><th>comparisons</th>"
                 f"<th>rate</th><th>share of {denom}</th></tr>{rows}</table></div>")
 
     cs, cr = rv["cross_source"], rv["cross_region"]
@@ -690,8 +431,8 @@ def _breakdowns(res: dict) -> str:
     for key, label in (("by_scheduler_pair", "scheduler pair"), ("by_metric", "metric")):
         d = rv.get(key) or {}
         if d:
-            rows = "".join(f"<tr><td class='l'>{_esc(k)}</td><td>{v}</td></tr>" for k, v in list(d.items())[:30])
-            parts.append(f"<div><table><tr><th class='l'>{_esc(label)}</th><th>reversals (of "
+            rows = "".join(f"<tr><td class='l'>{esc(k)}</td><td>{v}</td></tr>" for k, v in list(d.items())[:30])
+            parts.append(f"<div><table><tr><th class='l'>{esc(label)}</th><th>reversals (of "
                          f"{rv['n_significant_practical']})</th></tr>{rows}</table></div>")
     return (f"<p>{rv['n_significant_practical']} reversals of {rv['n_comparisons']} comparisons "
             f"({pct(rv['share'])}, Wilson interval [{pct(rv['share_ci_low'])}, {pct(rv['share_ci_high'])}], which "
@@ -700,7 +441,7 @@ def _breakdowns(res: dict) -> str:
             f"{cr['n_comparisons']} cross-region, over {len(res['parameters']['metrics'])} distinct metrics, BH over "
             f"all {rv['n_tests']} tests.</p>"
             "<div style='display:flex;gap:16px;flex-wrap:wrap'>" + "".join(parts) + "</div>"
-            f"<p class='sub'>{_esc(rv['counting'])}.</p>")
+            f"<p class='sub'>{esc(rv['counting'])}.</p>")
 
 
 _FLAG = " class='flag'"
@@ -711,9 +452,9 @@ def _regime_warning(res: dict) -> str:
     rg = res.get("regimes") or {}
     if not rg.get("flagged"):
         return ""
-    parts = [f"{_esc(f['region'])} (backlog {fmt(f['low'], 2)}&ndash;{fmt(f['high'], 2)})" for f in rg["flagged"]]
+    parts = [f"{esc(f['region'])} (backlog {fmt(f['low'], 2)}&ndash;{fmt(f['high'], 2)})" for f in rg["flagged"]]
     return (f"<p class='warn' id='regime-warning'><b>Not the same regime in every source:</b> at "
-            f"{', '.join(parts)} the sources' median {_esc(rg['scheduler'])} "
+            f"{', '.join(parts)} the sources' median {esc(rg['scheduler'])} "
             f"backlog at the last arrival differs by more than {fmt(rg['spread_limit'], 2)}, so a comparison "
             f"across sources there compares different loads (<a href='#regimes'>regime check</a>).</p>")
 
@@ -722,15 +463,15 @@ def _regime_table(res: dict) -> str:
     """The regime check: per source and region, the reference scheduler's queue beside the fluid value."""
     rg = res.get("regimes") or {}
     if not rg.get("available"):
-        return f"<p class='note'>{_esc(rg.get('note') or 'no regime check in this analysis')}.</p>"
+        return f"<p class='note'>{esc(rg.get('note') or 'no regime check in this analysis')}.</p>"
     flagged = {f["region"] for f in rg.get("flagged", [])}
     rows = "".join(
-        f"<tr{_FLAG if r['region'] in flagged else ''}><td class='l'>{_esc(r['region'])}"
-        f"</td><td class='l'>{_esc(r['source'])}</td><td>{fmt(r['rho'], 2)}</td><td>{r['n_windows']}</td>"
+        f"<tr{_FLAG if r['region'] in flagged else ''}><td class='l'>{esc(r['region'])}"
+        f"</td><td class='l'>{esc(r['source'])}</td><td>{fmt(r['rho'], 2)}</td><td>{r['n_windows']}</td>"
         f"<td>{fmt(r['backlog_median'], 2)}</td><td>{fmt(r['fluid_backlog'], 2)}</td>"
         f"<td>{fmt(r.get('ttft_p50_s_median'), 3)}</td><td>{fmt(r.get('slo_attainment_standard_median'), 3)}</td></tr>"
         for r in sorted(rg["rows"], key=lambda r: (r["rho"], r["source"])))
-    return (f"<p class='sub'>{_esc(rg['scheduler'])} in every source and region: median over windows of the share of "
+    return (f"<p class='sub'>{esc(rg['scheduler'])} in every source and region: median over windows of the share of "
             "accepted requests still queued when the last request arrives, beside a fluid queue's max(0, 1 - 1/rho); "
             f"regions whose sources differ by more than {fmt(rg['spread_limit'], 2)} are flagged.</p>"
             "<div class='scroll'><table><tr><th class='l'>region</th><th class='l'>source</th><th>rho</th>"
@@ -745,17 +486,17 @@ def _methodology(res: dict) -> str:
     dirs_hi = [m for m, d in p["directions"].items() if d == "higher"]
     dirs_lo = [m for m, d in p["directions"].items() if d == "lower"]
     li = [
-        f"Data: {len(p['schedulers'])} schedulers ({_esc(', '.join(p['schedulers']))}); sources and windows: "
-        f"{_esc(wins)}; regions: {_esc(regions)}; seeds per cell: {p['seeds_per_cell']['min']}"
+        f"Data: {len(p['schedulers'])} schedulers ({esc(', '.join(p['schedulers']))}); sources and windows: "
+        f"{esc(wins)}; regions: {esc(regions)}; seeds per cell: {p['seeds_per_cell']['min']}"
         f"&ndash;{p['seeds_per_cell']['max']}, averaged within each window first. The window is the unit of "
         "replication.",
-        f"Metrics ({len(p['metrics'])}): lower is better for {_esc(', '.join(dirs_lo))}; higher is better for "
-        f"{_esc(', '.join(dirs_hi))}. Each SLO profile's attainment and goodput is a metric of its own unless "
+        f"Metrics ({len(p['metrics'])}): lower is better for {esc(', '.join(dirs_lo))}; higher is better for "
+        f"{esc(', '.join(dirs_hi))}. Each SLO profile's attainment and goodput is a metric of its own unless "
         f"they rank identically (metric families, below). Main metrics (one per family; tables, headline "
-        f"averages and the study form): {_esc(', '.join(p['main_metrics']))}.",
-        f"Ranks: {_esc(p['rank_method'])}. A condition (source x region) uses its complete block: the windows in "
+        f"averages and the study form): {esc(', '.join(p['main_metrics']))}.",
+        f"Ranks: {esc(p['rank_method'])}. A condition (source x region) uses its complete block: the windows in "
         f"which every scheduler has a result (at least {p['min_windows']}).",
-        f"Uncertainty: {_esc(p['ci_method'])}; B = {p['n_boot']} replicates, seed {p['seed']}, "
+        f"Uncertainty: {esc(p['ci_method'])}; B = {p['n_boot']} replicates, seed {p['seed']}, "
         f"{int(100 * p['ci_level'])}% intervals. Every concordance, average, minimum and share is recomputed on "
         "each replicate. Why basic intervals for concordance: tau between estimated mean-rank vectors is biased "
         "towards 0 by sampling noise and a resample adds that noise again, so the replicates sit below the "
@@ -767,7 +508,7 @@ def _methodology(res: dict) -> str:
         "Spearman's rho and top-1 agreement (the sets of tied-best schedulers intersect). tau is undefined when "
         "all schedulers tie; averages skip undefined values.",
         f"Best-changes share (pooled, per source x region): "
-        f"{_esc(res['headline']['metrics']['best_changes_with_metric']['definition'])}.",
+        f"{esc(res['headline']['metrics']['best_changes_with_metric']['definition'])}.",
         "Regime check (<code>regimes</code>): per source and region, the reference scheduler's (vllm-fcfs) median "
         "over windows of backlog_at_last_arrival, the share of accepted requests without a first token when the "
         "last request arrives, beside the fluid value max(0, 1 - 1/rho) of a queue started empty, with the median "
@@ -783,9 +524,9 @@ def _methodology(res: dict) -> str:
         "one scheduler there (<code>duplicates</code>, per source and per condition). Their tests and comparisons "
         "count once: a comparison between two conditions is one per pair of schedulers that are distinct in the "
         "conditions compared, and a reversal between a duplicate and a third scheduler counts once.",
-        f"Bounded metrics ({_esc(', '.join(p.get('bounded_metrics', [])))}): per-window effect = absolute "
-        f"difference, practical threshold {_esc(pct(p.get('abs_threshold'), 0))} (percentage points); other "
-        f"metrics: relative difference, threshold {_esc(pct(p['practical_threshold'], 0))}.",
+        f"Bounded metrics ({esc(', '.join(p.get('bounded_metrics', [])))}): per-window effect = absolute "
+        f"difference, practical threshold {esc(pct(p.get('abs_threshold'), 0))} (percentage points); other "
+        f"metrics: relative difference, threshold {esc(pct(p['practical_threshold'], 0))}.",
         "Study form (first screen, <code>study_form</code>): per main metric, cross-source reversals only, BH "
         "within that metric's tests; n_comparisons = distinct scheduler pairs x source pairs x regions tested in "
         "both sources; the share's 95% interval is the percentile bootstrap over windows with medians, Wilcoxon "
@@ -816,9 +557,9 @@ def _methodology(res: dict) -> str:
         "ci_high, n_tied_regions, by_region]; duplicates {source: [[names]]}; split_half[source, region, value, "
         "ci_low, ci_high]; cross_source_half[by_pair, by_pair_region, by_pair_metric]; claims[study, here, "
         "verdict, rule]; the analysis module's docstring defines each.",
-        f"Pooled reversals (secondary): effect = {_esc(p['effect'])} (absolute difference for bounded metrics). "
-        f"Test: {_esc(p['test'])}. Multiplicity: {_esc(p['multiplicity'])}, at q = {p['q']}. Rule: "
-        f"{_esc(p['reversal_rule'])}, {_esc(p.get('threshold_rule', ''))}. n_comparisons counts (scheduler pair, "
+        f"Pooled reversals (secondary): effect = {esc(p['effect'])} (absolute difference for bounded metrics). "
+        f"Test: {esc(p['test'])}. Multiplicity: {esc(p['multiplicity'])}, at q = {p['q']}. Rule: "
+        f"{esc(p['reversal_rule'])}, {esc(p.get('threshold_rule', ''))}. n_comparisons counts (scheduler pair, "
         "metric, condition pair) cases where both conditions were tested; breakdowns of cross-source reversals "
         "divide by the cross-source count, of cross-region ones by the cross-region count.",
         "NaN metrics (e.g. no completed request): rank worst in their window; windows where every scheduler is "
@@ -828,7 +569,7 @@ def _methodology(res: dict) -> str:
     notes = res.get("notes") or []
     note_html = ""
     if notes:
-        shown = "".join(f"<li>{_esc(x)}</li>" for x in notes[:60])
+        shown = "".join(f"<li>{esc(x)}</li>" for x in notes[:60])
         extra = f"<li>... {len(notes) - 60} more in portability.json</li>" if len(notes) > 60 else ""
         note_html = f"<h3>Notes from this analysis</h3><ul>{shown}{extra}</ul>"
     ri = res.get("run_info", {})
@@ -843,19 +584,19 @@ def _provenance(res: dict) -> str:
               "ended", "cells_done", "corpus_dir", "results_dir", "analysis_version"):
         if k in ("finished", "ended", "cells_done", "corpus_dir") and pv.get(k) is None:
             continue
-        rows.append(f"<tr><th class='l'>{_esc(k)}</th><td class='l'>{_esc(pv.get(k) if pv.get(k) is not None else 'n/a')}"
+        rows.append(f"<tr><th class='l'>{esc(k)}</th><td class='l'>{esc(pv.get(k) if pv.get(k) is not None else 'n/a')}"
                     "</td></tr>")
     if pv.get("selectors") is not None:
-        rows.append(f"<tr><th class='l'>selectors</th><td class='l'><code>{_esc(json.dumps(pv['selectors']))}"
+        rows.append(f"<tr><th class='l'>selectors</th><td class='l'><code>{esc(json.dumps(pv['selectors']))}"
                     "</code></td></tr>")
     srcs = []
     for d in pv["data_sources"]:
         cls = " class='modeled'" if d.get("modeled") else ""
         flag = " <b>[MODELED: not the real trace]</b>" if d.get("modeled") else ""
-        srcs.append(f"<li{cls}><b>{_esc(d['source'])}</b>: {_esc(d['name'])}{flag}. License: {_esc(d['license'])}. "
-                    f"Cite: {_esc(d['citation'])}. {_esc(d.get('note', ''))}</li>")
+        srcs.append(f"<li{cls}><b>{esc(d['source'])}</b>: {esc(d['name'])}{flag}. License: {esc(d['license'])}. "
+                    f"Cite: {esc(d['citation'])}. {esc(d.get('note', ''))}</li>")
     eng = pv.get("engine_config")
-    eng_html = (f"<details><summary>engine config</summary><pre>{_esc(json.dumps(eng, indent=1, sort_keys=True))}"
+    eng_html = (f"<details><summary>engine config</summary><pre>{esc(json.dumps(eng, indent=1, sort_keys=True))}"
                 "</pre></details>") if eng else "<p>engine config: n/a</p>"
     return (f"<table>{''.join(rows)}</table>{eng_html}<h3>Data sources</h3><ul>{''.join(srcs)}</ul>")
 
@@ -866,10 +607,10 @@ def _missing(res: dict) -> str:
     partial = [b for b in blocks if b["n_complete"] < b["n_windows"] or not b["analysed"]]
     if not cells:
         return "<p>No missing cells: every (source, window, region, scheduler) has a result.</p>"
-    rows = "".join(f"<tr><td class='l'>{_esc(c['source'])}</td><td class='l'>{_esc(c['window_id'])}</td>"
-                   f"<td class='l'>{_esc(c['region'])}</td><td class='l'>{_esc(c['scheduler'])}</td></tr>"
+    rows = "".join(f"<tr><td class='l'>{esc(c['source'])}</td><td class='l'>{esc(c['window_id'])}</td>"
+                   f"<td class='l'>{esc(c['region'])}</td><td class='l'>{esc(c['scheduler'])}</td></tr>"
                    for c in cells[:ROW_CAP])
-    brows = "".join(f"<tr><td class='l'>{_esc(b['source'])}</td><td class='l'>{_esc(b['region'])}</td>"
+    brows = "".join(f"<tr><td class='l'>{esc(b['source'])}</td><td class='l'>{esc(b['region'])}</td>"
                     f"<td>{b['n_complete']}</td><td>{b['n_windows']}</td><td>{'yes' if b['analysed'] else 'no'}"
                     "</td></tr>" for b in partial)
     more = f"<p class='sub'>{len(cells) - ROW_CAP} more in portability.json.</p>" if len(cells) > ROW_CAP else ""
@@ -892,7 +633,7 @@ def build_html(res: dict, validation: Optional[dict] = None) -> str:
     p = res["parameters"]
     pv = res["provenance"]
     modeled = [d["source"] for d in pv["data_sources"] if d.get("modeled")]
-    modeled_note = (f"<div class='modeled'>Modeled source(s): <b>{_esc(', '.join(modeled))}</b> &mdash; generated "
+    modeled_note = (f"<div class='modeled'>Modeled source(s): <b>{esc(', '.join(modeled))}</b> &mdash; generated "
                     "from the authors' published characterization, not the real trace.</div>") if modeled else ""
     miss_note = (f"<div class='note'>{len(res['missing_cells'])} missing cell(s): every condition is analysed on "
                  "its complete block of windows (see <a href='#missing'>Missing cells</a>).</div>"
@@ -900,44 +641,42 @@ def build_html(res: dict, validation: Optional[dict] = None) -> str:
     corpus = pv.get("corpus_sha256") or "n/a"
     sub = res.get("subset") or {}
     subset_title = f" (subset run: {', '.join(sub['reasons'])})" if sub.get("is_subset") else ""
-    subset_h1 = (f"<br><span class='subset'>Subset run: {_esc(', '.join(sub['reasons']))} &mdash; not the full "
+    subset_h1 = (f"<br><span class='subset'>Subset run: {esc(', '.join(sub['reasons']))} &mdash; not the full "
                  "study</span>" if sub.get("is_subset") else "")
     wl = res.get("workload") or {}
     wl_fig = fig_workload(res)
     if wl_fig:
-        wl_html = _img(wl_fig, "workload characterization") + f"<p class='sub'>{_esc(wl.get('note', ''))}</p>"
+        wl_html = img_tag(wl_fig, "workload characterization") + f"<p class='sub'>{esc(wl.get('note', ''))}</p>"
     elif wl.get("available"):
         wl_html = ("<p class='note'>Workload characterization skipped: the corpus manifest carries none of the "
                    "per-window length, rate or burstiness statistics it plots.</p>")
     else:
-        wl_html = (f"<p class='note'>Workload characterization skipped: {_esc(wl.get('note', 'no corpus given'))}. "
+        wl_html = (f"<p class='note'>Workload characterization skipped: {esc(wl.get('note', 'no corpus given'))}. "
                    "Pass <code>--corpus DIR</code> to include it.</p>")
     figs = [
-        ("Cross-source agreement by region and metric", _img(fig_tau_heatmap(res), "tau heatmap")
+        ("Cross-source agreement by region and metric", img_tag(fig_tau_heatmap(res), "tau heatmap")
          or "<p>Only one source: nothing to compare.</p>"),
-        ("Reversal map", _img(fig_reversal_map(res), "reversal map") or "<p>No reversals to map.</p>"),
-        ("Rank trajectories", _img(fig_rank_trajectories(res), "rank trajectories")),
-        ("Metric x metric concordance (all metrics)", _img(fig_metric_matrix(res), "metric matrix")),
+        ("Reversal map", img_tag(fig_reversal_map(res), "reversal map") or "<p>No reversals to map.</p>"),
+        ("Rank trajectories", img_tag(fig_rank_trajectories(res), "rank trajectories")),
+        ("Metric x metric concordance (all metrics)", img_tag(fig_metric_matrix(res), "metric matrix")),
         ("Workload characterization", wl_html),
     ]
-    fig_html = "".join(f"<h3>{_esc(t)}</h3>{b}" for t, b in figs)
+    fig_html = "".join(f"<h3>{esc(t)}</h3>{b}" for t, b in figs)
     validation_html = ""
     if validation is not None:
-        from schedport.analysis.validation_stats import render_validation_section
-
         validation_html = render_validation_section(validation) + "\n"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>schedport portability report{_esc(subset_title)}</title>
+<title>schedport portability report{esc(subset_title)}</title>
 <style>{CSS}</style></head>
 <body><main>
 <h1>Do scheduler rankings carry over?{subset_h1}</h1>
-<p class="sub">{len(p['schedulers'])} schedulers &middot; sources {_esc(', '.join(p['sources']))} &middot;
-{len(p['regions'])} regions &middot; {len(p['metrics'])} distinct metrics &middot; corpus <code>{_esc(str(corpus)[:16])}</code>
-&middot; B = {p['n_boot']} &middot; q = {p['q']} &middot; practical threshold {_esc(pct(p['practical_threshold'], 0))}
-relative, {_esc(pct(p.get('abs_threshold'), 0))} absolute for bounded metrics<br>regions:
-{_esc(p.get('region_def_description') or 'throughput-anchored')}</p>
+<p class="sub">{len(p['schedulers'])} schedulers &middot; sources {esc(', '.join(p['sources']))} &middot;
+{len(p['regions'])} regions &middot; {len(p['metrics'])} distinct metrics &middot; corpus <code>{esc(str(corpus)[:16])}</code>
+&middot; B = {p['n_boot']} &middot; q = {p['q']} &middot; practical threshold {esc(pct(p['practical_threshold'], 0))}
+relative, {esc(pct(p.get('abs_threshold'), 0))} absolute for bounded metrics<br>regions:
+{esc(p.get('region_def_description') or 'throughput-anchored')}</p>
 {modeled_note}{miss_note}
 {_headline(res, n)}
 {_why_it_flips(res)}
@@ -956,7 +695,7 @@ relative, {_esc(pct(p.get('abs_threshold'), 0))} absolute for bounded metrics<br
 {_methodology(res)}
 <h2 id="provenance">Provenance</h2>
 {_provenance(res)}
-<p class="sub">Generated by schedport {_esc(pv.get('analysis_version'))} from portability.json.</p>
+<p class="sub">Generated by schedport {esc(pv.get('analysis_version'))} from portability.json.</p>
 </main></body></html>
 """
 
@@ -965,8 +704,6 @@ def _why_it_flips(res: dict) -> str:
     """The "Why it flips" section (`schedport analyze --explain K`); empty when nothing was explained."""
     if not res.get("explain"):
         return ""
-    from schedport.analysis.explain import render_section
-
     return render_section(res)
 
 

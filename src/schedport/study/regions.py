@@ -1,22 +1,19 @@
 """Operating regions (offered load rho) and the persistent per-window capacity cache.
 
 A window is run in a region by scaling its time axis so that its offered load
-rho = (offered request rate) / (engine capacity for the window's request mix) hits the
-region's value. Capacity is measured by the simulator (`schedport.engine.runner.capacity`), so it
-depends only on the window's content and the engine configuration -- never on the scheduler
-under test. By default it is the *sustainable* capacity: the steady-state completion rate of
-the engine saturated with the window's mix under the reference scheduler, so rho > 1 means a
-queue that grows, in every source (docs/corpus.md, "Capacity"). It is worth caching: measuring
-it costs one simulation of the window (of a few copies of a short one), and the sweep, the
-corpus listing and the analysis all need it. The cache is a small JSON file keyed by (window
-content sha256, engine config hash, definition), written atomically.
+rho = (offered request rate) / (the engine's anchor rate for the window's request mix) hits the
+region's value. What the anchor is -- the sustainable capacity (the default), the drain rate or
+the rate that meets an SLO -- and the time-scale arithmetic belong to the engine
+(`schedport.engine.capacity`: `RegionDefinition`, `parse_region_def`, `slo_capacity`,
+`offered_rate`, `time_scale`; re-exported here). This module holds the study's side: the six
+named regions (`REGIONS`, `parse_regions` for ``--regions``) and the cache of measured anchors.
 
-Two other definitions are selectable (`RegionDefinition`, ``--region-def``): ``drain``, the
-earlier requests / makespan of an all-at-once replay, and ``slo:PROFILE:TARGET``, where rho is
-measured against the rate at which the reference scheduler meets TARGET of the SLO
-(`slo_capacity`), so a region is the same latency regime in every source.
+An anchor costs one simulation of the window (of a few copies of a short one), or a bisection
+of them for the SLO definition, and the sweep, the corpus listing and the analysis all need it:
+`CapacityCache` is a small JSON file keyed by (window content sha256, engine config hash,
+definition), written atomically.
 
-The region scale factor is exactly `schedport.engine.runner.load_scale`'s formula,
+The region scale factor is exactly `schedport.engine.capacity.load_scale`'s formula,
 ``offered / (capacity * rho)`` with ``offered = (n - 1) / span``, so a sweep cell and a
 ``schedport simulate --load RHO`` run of the same window agree to the last bit.
 """
@@ -25,12 +22,17 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import os
+import re
 import tempfile
 from pathlib import Path
 
-from schedport.errors import SchedportError, TraceError
+from schedport.engine.capacity import (  # noqa: F401  (re-exported: the region definitions' home is the engine)
+    DRAIN, LEGACY_DRAIN, REFERENCE_SCHEDULER, SLO_BRACKET, SLO_DEFAULT_PROFILE, SLO_DEFAULT_TARGET, SLO_ITERATIONS,
+    SLO_RTOL, SUSTAINABLE, THROUGHPUT_KINDS, RegionDefinition, offered_rate, parse_region_def, slo_capacity,
+    time_scale,
+)
+from schedport.errors import SchedportError
 
 #: The six operating regions of the study, by offered load rho, in increasing order.
 REGIONS: dict[str, float] = {
@@ -44,146 +46,6 @@ REGIONS: dict[str, float] = {
 
 CACHE_KIND = "schedport-capacity-cache"
 CACHE_SCHEMA = 1
-
-#: The default region definition: rho = offered rate / sustainable capacity (steady state of a
-#: saturated engine, `schedport.engine.runner.capacity`).
-SUSTAINABLE = "sustainable"
-#: The earlier definition: rho = offered rate / (requests / makespan of an all-at-once replay),
-#: which includes the drain. Stores made before `sustainable` recorded it as ``throughput``.
-DRAIN = "drain"
-LEGACY_DRAIN = "throughput"
-#: Definitions anchored on a throughput (every other is ``slo:...``).
-THROUGHPUT_KINDS = (SUSTAINABLE, DRAIN)
-#: Latency-anchored regions (``slo``, ``slo:PROFILE`` or ``slo:PROFILE:TARGET``): rho = offered rate /
-#: the rate at which the reference scheduler meets TARGET of PROFILE's SLO (DistServe's goodput capacity).
-SLO_DEFAULT_PROFILE = "standard"
-SLO_DEFAULT_TARGET = 0.9
-REFERENCE_SCHEDULER = "vllm-fcfs"
-#: Bisection on log(rate / throughput capacity) between these multiples, to this relative precision.
-SLO_BRACKET = (1e-3, 4.0)
-SLO_ITERATIONS = 30
-SLO_RTOL = 1e-3
-
-
-class RegionDefinition:
-    """How a region's rho is anchored: on a throughput capacity, or on the rate that meets an SLO.
-
-    ``sustainable`` (the default): rho = offered rate / the engine's sustainable capacity for the
-    window's request mix, the steady-state completion rate of a saturated engine under the
-    reference scheduler (`schedport.engine.runner.capacity`): rho > 1 is a queue that grows, in every
-    source. ``drain``: rho = offered rate / (requests / makespan) of the same all-at-once replay,
-    the definition of stores made before (recorded there as ``throughput``): its makespan
-    includes the drain, so long-tailed windows get a low capacity and a mild "overload".
-    ``slo:P:X``: rho = offered rate / r*, where r* is the highest rate at which the reference
-    scheduler (vllm-fcfs) still meets fraction X of SLO profile P's requests (found by
-    bisection, `slo_capacity`), so one rho is the same latency regime in every window and
-    source: at rho = 1 the reference just meets X of the SLO. Either way a region's time scale
-    is offered / (anchor x rho).
-    """
-
-    def __init__(self, kind: str, profile: str | None = None, target: float | None = None):
-        self.kind, self.profile, self.target = kind, profile, target
-
-    @property
-    def spec(self) -> str:
-        """The canonical text form (``sustainable``, ``drain`` or ``slo:standard:0.9``), as recorded in stores."""
-        return self.kind if self.kind in THROUGHPUT_KINDS else f"slo:{self.profile}:{self.target:g}"
-
-    def describe(self) -> str:
-        """One sentence for reports: what rho = 1 means under this definition."""
-        if self.kind == SUSTAINABLE:
-            return ("sustainable-capacity-anchored: rho = offered rate / the rate the engine sustains on the window's "
-                    "request mix with a queue (vllm-fcfs, saturated, steady state): above 1 the queue grows")
-        if self.kind == DRAIN:
-            return ("drain-anchored: rho = offered rate / (requests / makespan) when all the window's requests are "
-                    "released at once under vllm-fcfs (the makespan includes the drain)")
-        return (f"latency-anchored: rho = offered rate / the rate at which {REFERENCE_SCHEDULER} meets "
-                f"{100 * self.target:g}% of the {self.profile} SLO on that window (bisection)")
-
-    def cache_hash(self, config_hash: str) -> str:
-        """The capacity-cache key part for an engine config under this definition (the drain
-        definition keeps the bare config hash it had in caches made before the others)."""
-        return config_hash if self.kind == DRAIN else f"{config_hash}|{self.spec}"
-
-    def anchor(self, trace, cfg) -> float:
-        """The anchor rate in req/s of `trace` on engine `cfg` (its capacity, or its SLO rate)."""
-        from schedport.engine.runner import capacity
-
-        if self.kind in THROUGHPUT_KINDS:
-            return capacity(trace, cfg, self.kind)
-        return slo_capacity(trace, cfg, self.profile, self.target)
-
-
-def parse_region_def(spec: str | None, slo_profiles=None) -> RegionDefinition:
-    """Turn ``--region-def`` (``sustainable``, ``drain``, ``slo``, ``slo:PROFILE`` or ``slo:PROFILE:TARGET``)
-    into a definition; None or empty is the default, ``sustainable``.
-
-    ``throughput`` (what stores made before the sustainable definition recorded) reads as
-    ``drain``. An unknown kind, an SLO profile the engine config does not define (when
-    `slo_profiles` is given) or a target outside (0, 1) is a one-line error.
-    """
-    if spec is None or spec.strip() in ("", SUSTAINABLE):
-        return RegionDefinition(SUSTAINABLE)
-    if spec.strip() in (DRAIN, LEGACY_DRAIN):
-        return RegionDefinition(DRAIN)
-    parts = [p.strip() for p in spec.strip().split(":")]
-    if parts[0] != "slo" or len(parts) > 3:
-        raise SchedportError(f"--region-def: {spec!r}: expected 'sustainable', 'drain' or 'slo[:PROFILE[:TARGET]]'")
-    profile = parts[1] if len(parts) > 1 and parts[1] else SLO_DEFAULT_PROFILE
-    if slo_profiles is not None and profile not in slo_profiles:
-        raise SchedportError(f"--region-def: SLO profile {profile!r} is not in the engine config (known: "
-                             f"{', '.join(slo_profiles)})")
-    target = SLO_DEFAULT_TARGET
-    if len(parts) > 2:
-        try:
-            target = float(parts[2])
-        except ValueError:
-            raise SchedportError(f"--region-def: target must be a number in (0, 1), got {parts[2]!r}") from None
-    if not (math.isfinite(target) and 0 < target < 1):
-        raise SchedportError(f"--region-def: target must be in (0, 1), got {target}")
-    return RegionDefinition("slo", profile, target)
-
-
-def slo_capacity(trace, cfg, profile: str = SLO_DEFAULT_PROFILE, target: float = SLO_DEFAULT_TARGET) -> float:
-    """The highest offered rate (req/s) at which the reference scheduler meets `target` of `profile`'s SLO.
-
-    The window keeps its burst shape; its time axis is scaled to each candidate rate and run
-    under vllm-fcfs (scheduler-independent, like the throughput capacity). Attainment falls as
-    the rate rises, so the crossing is found by bisection on log rate between 1e-3 and 4 times
-    the throughput capacity, to 0.1%; where attainment is not monotone, bisection returns one
-    crossing, deterministically. A window whose attainment is below `target` even at the
-    lowest rate (requests too long for the SLO on an idle engine) is a one-line error.
-    """
-    from schedport.engine.runner import capacity, simulate
-
-    key = f"slo_attainment_{profile}"
-    offered = offered_rate(trace)
-    cap = capacity(trace, cfg, DRAIN)     # the bracket only (as before the sustainable definition)
-
-    def attainment(rate: float) -> float:
-        res = simulate(trace, REFERENCE_SCHEDULER, engine=cfg, time_scale=offered / rate)
-        v = res.summary.get(key)
-        if v is None:
-            raise SchedportError(f"{trace.name}: the engine config has no SLO profile for {key}")
-        return float(v)
-
-    lo, hi = math.log(SLO_BRACKET[0] * cap), math.log(SLO_BRACKET[1] * cap)
-    a_lo = attainment(math.exp(lo))
-    if a_lo < target:
-        raise SchedportError(f"{trace.name}: {REFERENCE_SCHEDULER} meets only {100 * a_lo:.1f}% of the {profile} SLO "
-                             f"even at {SLO_BRACKET[0]:g} x capacity; a latency-anchored region needs a target "
-                             f"below that (--region-def slo:{profile}:X)")
-    if attainment(math.exp(hi)) >= target:
-        return math.exp(hi)
-    for _ in range(SLO_ITERATIONS):
-        if hi - lo <= math.log1p(SLO_RTOL):
-            break
-        mid = (lo + hi) / 2
-        if attainment(math.exp(mid)) >= target:
-            lo = mid
-        else:
-            hi = mid
-    return math.exp(lo)
 
 
 _REGION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -232,23 +94,6 @@ def parse_regions(spec: str | None) -> dict[str, float]:
     if not out:
         raise SchedportError("--regions: no region given")
     return out
-
-
-def offered_rate(trace) -> float:
-    """The window's offered request rate, (n - 1) / span in req/s (as `api.load_scale`)."""
-    if len(trace) < 2 or trace.span_s <= 0:
-        raise TraceError(f"{trace.name}: a region needs at least two requests with distinct arrival "
-                         f"times (the offered rate is undefined otherwise)")
-    return (len(trace) - 1) / trace.span_s
-
-
-def time_scale(trace, capacity_rps: float, rho: float) -> float:
-    """The time-axis factor bringing `trace` to offered load `rho` given its capacity.
-
-    Identical arithmetic to `schedport.engine.runner.load_scale`, with the capacity supplied by
-    the caller (from the cache) instead of measured again.
-    """
-    return offered_rate(trace) / (capacity_rps * rho)
 
 
 class CapacityCache:

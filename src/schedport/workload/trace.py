@@ -15,14 +15,12 @@ means "no client" (None) and that an arrival of -0.0 is stored as 0.0.
 from __future__ import annotations
 
 import csv
-import difflib
 import hashlib
 import io
 import os
 import struct
 import uuid
 import warnings
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,20 +28,11 @@ from typing import Any
 import numpy as np
 
 from schedport.errors import TraceError
+from schedport.workload.tracecheck import (  # noqa: F401  (COLUMNS, REQUIRED, MAX_*: re-exported)
+    COLUMNS, EXPECTED_HEADER, MAX_ARRIVAL_S, MAX_TOKENS, REQUIRED, NumericColumn, Where, bad_mask, check_header,
+    check_required, clients_from_any, clients_from_strings, numeric_from_any, numeric_from_strings,
+)
 
-COLUMNS = ("arrival_s", "input_tokens", "output_tokens", "client_id")
-REQUIRED = ("arrival_s", "input_tokens", "output_tokens")
-
-#: Largest token count accepted for one request. Far above any real model context; it
-#: keeps every value exactly representable and safe from overflow in downstream sums.
-MAX_TOKENS = 2**31 - 1
-
-#: Latest arrival accepted, in seconds (about 136 years; Unix timestamps fit). Up to here a
-#: float64 number of seconds still resolves a microsecond, so the engine's clock can add a
-#: millisecond step to an arrival without losing it to rounding.
-MAX_ARRIVAL_S = float(2**32)
-
-_EXPECTED_HEADER = "arrival_s,input_tokens,output_tokens[,client_id]"
 _CSV_SUFFIXES = (".csv",)
 _PARQUET_SUFFIXES = (".parquet", ".pq")
 _SUPPORTED = ".csv, .parquet or .pq"
@@ -94,7 +83,7 @@ class Trace:
         1-based row and the column, e.g. ``<arrays>: row 3: column 'arrival_s': ...``.
         An empty table is an error too: a trace without requests is never useful.
         """
-        where = _Where(str(source))
+        where = Where(str(source))
         raw: dict[str, np.ndarray] = {}
         given = {"arrival_s": arrival_s, "input_tokens": input_tokens,
                  "output_tokens": output_tokens}
@@ -116,7 +105,7 @@ class Trace:
             raise TraceError(f"{where.source}: columns have different lengths ({desc})")
         if lengths["arrival_s"] == 0:
             raise TraceError(f"{where.source}: no requests (the table has no rows)")
-        numeric = {col: _numeric_from_any(col, raw[col], where) for col in REQUIRED}
+        numeric = {col: numeric_from_any(col, raw[col], where) for col in REQUIRED}
         clients = raw.get("client_id")
         return _build(numeric, clients, where, name)
 
@@ -234,7 +223,7 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     except OSError as exc:
         raise TraceError(f"{src}: cannot read file ({exc.strerror or exc})") from exc
     if size == 0:
-        raise TraceError(f"{src}: file is empty; expected a header {_EXPECTED_HEADER} "
+        raise TraceError(f"{src}: file is empty; expected a header {EXPECTED_HEADER} "
                          "and one row per request")
     if kind == "csv":
         _check_memory(size, CSV_MEMORY_FACTOR, src)
@@ -247,8 +236,10 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
 CSV_MEMORY_FACTOR = 4.0
 
 
-def _available_memory() -> int | None:
-    """Bytes of memory available to a new allocation (Linux MemAvailable), None if unknown."""
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (Linux MemAvailable), None if unknown: what
+    a trace load (here) and a simulation (`schedport.engine.inputs.check_simulation_memory`) check
+    their need against before they start."""
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
@@ -261,7 +252,7 @@ def _available_memory() -> int | None:
 
 def _check_memory(size: int, factor: float, src: str) -> None:
     """Refuse, before reading, a file whose load would need more memory than is available."""
-    avail = _available_memory()
+    avail = available_memory()
     need = size * factor
     if avail is not None and need > avail:
         raise TraceError(f"{src}: loading this {size / 2**30:.1f} GiB file needs about {need / 2**30:.1f} GiB of "
@@ -321,33 +312,6 @@ def save_trace(trace: Trace, path: str | os.PathLike[str]) -> None:
 # ===================================================================== internals
 
 
-class _Where:
-    """Where a row lives, for error messages: `line N` (CSV) or `row N` (1-based)."""
-
-    def __init__(self, source: str, lines: np.ndarray | None = None) -> None:
-        self.source = source
-        self.lines = lines
-
-    def label(self, i: int) -> str:
-        if self.lines is not None:
-            return f"line {int(self.lines[i])}"
-        return f"row {i + 1}"
-
-    def cell(self, i: int, col: str) -> str:
-        return f"{self.source}: {self.label(i)}: column '{col}'"
-
-
-class _Numeric:
-    """A required column parsed to float64 (NaN where unparseable/missing).
-
-    `raw_at(i)` returns the original cell for error messages (str, None, or a number).
-    """
-
-    def __init__(self, values: np.ndarray, raw_at: Callable[[int], Any]) -> None:
-        self.values = values
-        self.raw_at = raw_at
-
-
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
@@ -368,176 +332,19 @@ def _frozen(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _show(raw: Any) -> str:
-    """A cell as it appears in messages: quoted, one line, not too long."""
-    text = raw if isinstance(raw, str) else str(raw)
-    if len(text) > 40:
-        text = text[:37] + "..."
-    return repr(text)
-
-
-def _is_null(raw: Any) -> bool:
-    if raw is None:
-        return True
-    try:
-        import pandas as pd
-
-        return raw is pd.NA or raw is pd.NaT
-    except ImportError:  # pragma: no cover - pandas is a dependency
-        return False
-
-
-def _bad_mask(col: str, vals: np.ndarray) -> np.ndarray:
-    """True where a parsed value is not acceptable for `col` (NaN counts as bad)."""
-    with np.errstate(invalid="ignore"):
-        if col == "arrival_s":
-            ok = np.isfinite(vals) & (vals >= 0) & (vals <= MAX_ARRIVAL_S)
-        else:
-            ok = np.isfinite(vals) & (vals >= 1) & (vals <= MAX_TOKENS) & (np.floor(vals) == vals)
-    return ~ok
-
-
-def _why(col: str, value: float, raw: Any) -> str:
-    """Why the cell `raw` (parsed as `value`) is not acceptable, as a message tail."""
-    integer = col != "arrival_s"
-    kind = "an integer" if integer else "a number"
-    if _is_null(raw):
-        return "missing value (null); a value is required"
-    if isinstance(raw, str):
-        stripped = raw.strip()
-        if stripped == "":
-            return "empty cell; a value is required"
-        if np.isnan(value):
-            if stripped.lower().lstrip("+-") == "nan":
-                return f"{_show(raw)} is not a number (NaN)"
-            return f"{_show(raw)} is not {kind}"
-    elif np.isnan(value):
-        return f"{_show(raw)} is not a number (NaN)"
-    if np.isinf(value):
-        return f"{_show(raw)} is infinite"
-    if integer:
-        if value != np.floor(value):
-            return f"{_show(raw)} is not an integer"
-        if value == 0:
-            return f"{_show(raw)} is zero; token counts must be >= 1"
-        if value < 0:
-            return f"{_show(raw)} is negative; token counts must be >= 1"
-        return f"{_show(raw)} is too large; token counts must be <= {MAX_TOKENS}"
-    if value > MAX_ARRIVAL_S:
-        return (f"{_show(raw)} is too large; arrival times must be <= {MAX_ARRIVAL_S:.0f} s (2^32), "
-                f"where the clock still resolves a microsecond")
-    return f"{_show(raw)} is negative; arrival times must be >= 0"
-
-
-def _numeric_from_strings(obj: np.ndarray) -> np.ndarray:
-    """Parse an object array of str (or mixed objects) to float64, NaN where impossible."""
-    import pandas as pd
-
-    parsed = pd.to_numeric(pd.Series(obj, dtype=object, copy=False), errors="coerce")
-    return np.asarray(parsed, dtype=np.float64)
-
-
-def _numeric_from_any(col: str, arr: np.ndarray, where: _Where) -> _Numeric:
-    """Turn one in-memory column (numeric, string or object array) into `_Numeric`."""
-    kind = arr.dtype.kind
-    if kind in "iuf":
-        values = arr.astype(np.float64)
-        return _Numeric(values, lambda i: arr[i].item())
-    if kind in "OUS":
-        obj = arr.astype(object) if kind != "O" else arr
-        if kind == "S":
-            obj = np.array([b.decode("utf-8", "replace") for b in arr.tolist()], dtype=object)
-        return _Numeric(_numeric_from_strings(obj), lambda i: obj[i])
-    raise TraceError(f"{where.source}: column '{col}': expected numbers, got values of "
-                     f"type {arr.dtype}")
-
-
-def _check_required(numeric: dict[str, _Numeric], where: _Where) -> None:
-    """Raise for the first bad cell; columns in order arrival_s, input_tokens, output_tokens."""
-    for col in REQUIRED:
-        num = numeric[col]
-        bad = _bad_mask(col, num.values)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise TraceError(f"{where.cell(i, col)}: {_why(col, num.values[i], num.raw_at(i))}")
-        if col == "arrival_s" and num.values.size > 1:
-            back = np.diff(num.values) < 0
-            if back.any():
-                i = int(np.argmax(back)) + 1
-                raise TraceError(
-                    f"{where.cell(i, col)}: {_show(num.raw_at(i))} is earlier than the "
-                    f"previous arrival {_show(num.raw_at(i - 1))} ({where.label(i - 1)}); "
-                    "arrival times must be non-decreasing")
-
-
-def _clients_from_any(values: Any, where: _Where) -> np.ndarray:
-    """client_id cells -> object array of str/None ("" and null mean no client)."""
-    seq = values.tolist() if isinstance(values, np.ndarray) else list(values)
-    out = np.empty(len(seq), dtype=object)
-    for i, x in enumerate(seq):
-        if isinstance(x, str):
-            if x == "":
-                out[i] = None
-                continue
-            try:
-                x.encode("utf-8")
-            except UnicodeEncodeError:
-                raise TraceError(f"{where.cell(i, 'client_id')}: {_show(x)} is not valid "
-                                 "Unicode text (cannot be stored as UTF-8)") from None
-            out[i] = str(x)
-        elif x is None or _is_null(x) or (isinstance(x, float) and x != x):
-            out[i] = None
-        elif isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
-            out[i] = str(int(x))
-        else:
-            raise TraceError(f"{where.cell(i, 'client_id')}: {_show(x)} is not a string "
-                             f"(got {type(x).__name__})")
-    return out
-
-
-def _clients_from_strings(obj: np.ndarray) -> np.ndarray:
-    """Fast path for an object array that holds only str: "" becomes None."""
-    out = np.array(obj, dtype=object, copy=True)
-    out[out == ""] = None
-    return out
-
-
-def _build(numeric: dict[str, _Numeric], clients: Any, where: _Where, name: str,
+def _build(numeric: dict[str, NumericColumn], clients: Any, where: Where, name: str,
            *, clients_are_strings: bool = False) -> Trace:
     """Check the parsed columns and assemble a read-only `Trace`."""
-    _check_required(numeric, where)
+    check_required(numeric, where)
     arrival = numeric["arrival_s"].values.astype(np.float64) + 0.0  # fold -0.0 into 0.0
     inp = numeric["input_tokens"].values.astype(np.int64)
     out = numeric["output_tokens"].values.astype(np.int64)
     cid = None
     if clients is not None:
-        cid = (_clients_from_strings(clients) if clients_are_strings
-               else _clients_from_any(clients, where))
+        cid = (clients_from_strings(clients) if clients_are_strings
+               else clients_from_any(clients, where))
         cid = _frozen(cid)
     return Trace(_frozen(arrival), _frozen(inp), _frozen(out), cid, str(name))
-
-
-def _check_header(names: Sequence[str], src: str, prefix: str) -> None:
-    """Duplicate, unknown (with a did-you-mean hint) or missing columns -> TraceError."""
-    seen: set[str] = set()
-    for n in names:
-        if n in seen:
-            raise TraceError(f"{src}: {prefix}column '{n}' appears more than once")
-        seen.add(n)
-    allowed = ", ".join(COLUMNS)
-    for n in names:
-        if n not in COLUMNS:
-            if n.strip() == "":
-                what = "an empty column name (a stray comma?)"
-            else:
-                close = difflib.get_close_matches(n.strip(), COLUMNS, n=1, cutoff=0.6)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                what = f"unknown column '{n}'{hint}"
-            raise TraceError(f"{src}: {prefix}{what}; allowed columns are {allowed}")
-    for c in REQUIRED:
-        if c not in seen:
-            raise TraceError(f"{src}: {prefix}missing required column '{c}'; expected "
-                             f"header {_EXPECTED_HEADER}")
 
 
 # --------------------------------------------------------------------- CSV
@@ -630,15 +437,15 @@ def _load_csv(p: Path, src: str) -> Trace:
     numeric = {}
     for c in REQUIRED:
         obj = columns[c]
-        numeric[c] = _Numeric(_numeric_from_strings(obj), lambda i, obj=obj: obj[i])
-    return _build(numeric, columns.get("client_id"), _Where(src, lines), name,
+        numeric[c] = NumericColumn(numeric_from_strings(obj), lambda i, obj=obj: obj[i])
+    return _build(numeric, columns.get("client_id"), Where(src, lines), name,
                   clients_are_strings=True)
 
 
 def _no_rows(src: str, has_header: bool) -> TraceError:
     if has_header:
         return TraceError(f"{src}: no requests (the file has a header but no data rows)")
-    return TraceError(f"{src}: file is empty; expected a header {_EXPECTED_HEADER} "
+    return TraceError(f"{src}: file is empty; expected a header {EXPECTED_HEADER} "
                       "and one row per request")
 
 
@@ -676,7 +483,7 @@ def _structure_plain_bytes(data: bytes, src: str) -> tuple[list[str], int] | Non
 def _check_header_quietly(header: list[str]) -> str:
     """The header's problem ('' if none), for the fast path to leave to the exact one."""
     try:
-        _check_header(header, "", "")
+        check_header(header, "", "")
     except TraceError as e:
         return str(e) or "bad header"
     return ""
@@ -690,7 +497,7 @@ def _structure_plain(text: str, src: str) -> tuple[list[str], np.ndarray]:
         raise _no_rows(src, False)
     h = nonblank[0]
     header = lines[h].split(",")
-    _check_header(header, src, f"line {h + 1}: ")
+    check_header(header, src, f"line {h + 1}: ")
     rec = nonblank[1:]
     if not rec:
         raise _no_rows(src, True)
@@ -722,7 +529,7 @@ def _structure_quoted(text: str, src: str
     if not keep:
         raise _no_rows(src, False)
     header = rows[keep[0]]
-    _check_header(header, src, f"line {starts[keep[0]]}: ")
+    check_header(header, src, f"line {starts[keep[0]]}: ")
     rec = keep[1:]
     if not rec:
         raise _no_rows(src, True)
@@ -758,7 +565,7 @@ def _csv_fast(buf: bytes, header: list[str], nrows: int, name: str,
     if len(df) != nrows or list(df.columns) != list(header):
         return None
     vals = {c: df[c].to_numpy(dtype=np.float64) for c in REQUIRED}
-    if any(_bad_mask(c, vals[c]).any() for c in REQUIRED):
+    if any(bad_mask(c, vals[c]).any() for c in REQUIRED):
         return None
     if nrows > 1 and bool(np.any(np.diff(vals["arrival_s"]) < 0)):
         return None
@@ -767,7 +574,7 @@ def _csv_fast(buf: bytes, header: list[str], nrows: int, name: str,
         raw = df["client_id"].to_numpy(dtype=object)
         if text_columns is not None and not np.array_equal(raw, text_columns["client_id"]):
             return None
-        cid = _frozen(_clients_from_strings(raw))
+        cid = _frozen(clients_from_strings(raw))
     arrival = vals["arrival_s"] + 0.0  # fold -0.0 into 0.0
     inp = df["input_tokens"].to_numpy(dtype=np.int64)
     out = df["output_tokens"].to_numpy(dtype=np.int64)
@@ -788,10 +595,10 @@ def _load_parquet(p: Path, src: str) -> Trace:
         raise TraceError(f"{src}: not a readable Parquet file ({_one_line(exc)})") from exc
     except Exception as exc:
         raise TraceError(f"{src}: not a readable Parquet file ({_one_line(exc)})") from exc
-    _check_header(list(table.column_names), src, "")
+    check_header(list(table.column_names), src, "")
     if table.num_rows == 0:
         raise TraceError(f"{src}: no requests (the file has the columns but no rows)")
-    where = _Where(src)
+    where = Where(src)
     try:
         numeric = {c: _numeric_from_arrow(c, table.column(c), where) for c in REQUIRED}
         clients = None
@@ -804,20 +611,20 @@ def _load_parquet(p: Path, src: str) -> Trace:
         raise TraceError(f"{src}: cannot read Parquet columns ({_one_line(exc)})") from exc
 
 
-def _numeric_from_arrow(col: str, chunked: Any, where: _Where) -> _Numeric:
+def _numeric_from_arrow(col: str, chunked: Any, where: Where) -> NumericColumn:
     import pyarrow as pa
 
     t = chunked.type
     if pa.types.is_integer(t) or pa.types.is_floating(t):
         values = np.asarray(chunked.cast(pa.float64(), safe=False).to_pandas(), dtype=np.float64)
-        return _Numeric(values, lambda i: chunked[i].as_py())
+        return NumericColumn(values, lambda i: chunked[i].as_py())
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         obj = np.array(chunked.to_pylist(), dtype=object)
-        return _Numeric(_numeric_from_strings(obj), lambda i: obj[i])
+        return NumericColumn(numeric_from_strings(obj), lambda i: obj[i])
     raise TraceError(f"{where.source}: column '{col}' has Parquet type {t}; expected numbers")
 
 
-def _clients_from_arrow(chunked: Any, where: _Where) -> list[Any]:
+def _clients_from_arrow(chunked: Any, where: Where) -> list[Any]:
     import pyarrow as pa
 
     t = chunked.type

@@ -1,0 +1,99 @@
+"""Where the numbers come from: the data sources' licences and citations, the store's and the
+package's provenance, and whether the store is a subset of the study.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Optional
+
+from schedport.__about__ import __version__
+from schedport.analysis.store_loading import Study
+from schedport.engine.schedulers import REGISTRY
+from schedport.study.regions import REGIONS
+
+SOURCE_INFO = (
+    ("burstgpt-modeled", {
+        "name": "BurstGPT (modeled, not the real trace)",
+        "license": "CC-BY 4.0 (the characterization it is modeled from)",
+        "citation": "Wang et al., 'BurstGPT: A Real-World Workload Dataset to Optimize LLM Serving Systems', "
+                    "KDD 2025; github.com/HPMLL/BurstGPT",
+        "modeled": True,
+        "note": "Windows generated from the authors' published characterization (Gamma inter-arrivals, Zipf "
+                "lengths); the trace itself was not available. Conclusions about 'burstgpt-modeled' are about "
+                "this model, not about BurstGPT's traffic.",
+    }),
+    ("burstgpt", {
+        "name": "BurstGPT", "license": "CC-BY 4.0",
+        "citation": "Wang et al., 'BurstGPT: A Real-World Workload Dataset to Optimize LLM Serving Systems', "
+                    "KDD 2025; github.com/HPMLL/BurstGPT",
+        "modeled": False, "note": "",
+    }),
+    ("azure", {
+        "name": "Azure LLM inference trace 2023", "license": "CC-BY 4.0",
+        "citation": "Patel et al., 'Splitwise: Efficient generative LLM inference using phase splitting', "
+                    "ISCA 2024; github.com/Azure/AzurePublicDataset",
+        "modeled": False, "note": "",
+    }),
+    ("bailian", {
+        "name": "Alibaba Bailian (Qwen) client data from ServeGen", "license": "Apache-2.0",
+        "citation": "'ServeGen: Workload Characterization and Generation of Large Language Model Serving in "
+                    "Production', arXiv 2505.09999; github.com/alibaba/ServeGen",
+        "modeled": False, "note": "Arrivals generated from ServeGen's per-client fitted distributions.",
+    }),
+    ("servegen", None),  # alias of bailian
+)
+
+
+def source_info(label: str) -> dict:
+    """License, citation and modeled/real flag for a source label (matched by prefix)."""
+    low = label.lower()
+    table = dict((k, v) for k, v in SOURCE_INFO if v is not None)
+    for key, info in SOURCE_INFO:
+        if low.startswith(key) or key in low:
+            info = info or table["bailian"]
+            return {"source": label, **info}
+    return {"source": label, "name": label, "license": "unknown", "citation": "not known to schedport",
+            "modeled": False, "note": ""}
+
+
+def provenance(manifest: dict, sources: list[str], results_dir: Optional[str]) -> dict:
+    """The ``provenance`` block: the manifest's identity fields (corpus hash, engine config and
+    hash, package version, git commit, selection, ...), its other keys' names, the results
+    directory, this package's version and each source's licence and citation."""
+    keys = ("corpus_sha256", "engine_hash", "engine_config", "package_version", "git_commit", "selectors",
+            "started", "finished", "ended", "status", "corpus_dir", "cells_done", "kind", "store_schema")
+    prov = {k: manifest.get(k) for k in keys}
+    prov["manifest_extra_keys"] = sorted(k for k in manifest if k not in keys)
+    prov["results_dir"] = results_dir
+    prov["analysis_version"] = __version__
+    prov["data_sources"] = [source_info(s) for s in sources]
+    return prov
+
+
+
+def subset_info(manifest: dict, st: Study, workload: Optional[dict]) -> dict:
+    """Whether the store holds a subset of the study (``--quick``, fewer schedulers, windows or regions).
+
+    Compared with the scheduler registry, the default regions and, when the corpus manifest is
+    at hand, the corpus's windows per source. The report's title says so for a subset.
+    """
+    sel = manifest.get("selectors") if isinstance(manifest.get("selectors"), dict) else {}
+    reasons = []
+    if sel.get("quick"):
+        reasons.append("the --quick selection")
+    n_known = len(REGISTRY)
+    if n_known and len(st.schedulers) < n_known:
+        reasons.append(f"{len(st.schedulers)} of {n_known} schedulers")
+    if set(st.regions) < set(REGIONS):
+        reasons.append(f"{len(st.regions)} of {len(REGIONS)} regions")
+    n_win = sum(len(v) for v in st.windows.values())
+    if workload and workload.get("available"):
+        corpus_n = Counter(str(w.get("source")) for w in workload.get("windows", []))
+        total = sum(corpus_n.get(s, 0) for s in st.sources)
+        if total and n_win < total:
+            reasons.append(f"{n_win} of {total} windows")
+    elif sel.get("quick"):
+        reasons.append(f"{n_win} windows")
+    return {"is_subset": bool(reasons), "reasons": reasons,
+            "n_schedulers": len(st.schedulers), "n_windows": n_win, "n_regions": len(st.regions)}

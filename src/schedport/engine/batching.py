@@ -1,0 +1,733 @@
+"""The batching modes: how an iteration's batch is formed.
+
+* `Continuous` (vLLM v1: one token budget, running first, chunked prefill; with a preemptive
+  ordering, vllm-ltr's ranked fill),
+* `StallFree` (Sarathi-Serve: decodes, then ongoing prefills, then new ones, prompt blocks
+  reserved at admission),
+* `Selective` (Orca: whole prompts batched with decodes, max-length KV reservation, no
+  preemption),
+* `Static` (FasterTransformer request-level batches).
+
+Each is a `schedport.engine.policy.BatchingMode`; a policy declaration names one
+(`schedport.engine.schedulers`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from operator import attrgetter, itemgetter
+
+from schedport.engine.policy import BatchingMode, Plan
+from schedport.engine.simulator import RUNNING, WAITING, Request
+
+_KEY = attrgetter("key")
+_SECOND = itemgetter(1)
+
+
+class Continuous(BatchingMode):
+    """vLLM v1 continuous batching with chunked prefill (Kwon et al., SOSP 2023; vLLM v1 scheduler).
+
+    One token budget per step (`max_num_batched_tokens`, default 2048 as vLLM's API server).
+    Running requests are served first in admission order (decodes and unfinished prefill
+    chunks alike), each taking what it still needs up to the remaining budget; KV blocks are
+    allocated per scheduled chunk. When blocks run out the victim (the newest running request,
+    or the largest-key one under a priority order) is preempted by recompute; if the victim is
+    the request being scheduled, the running pass stops. Waiting requests are then admitted in
+    the ordering's order while the budget, `max_num_seqs` and free blocks allow, stopping at
+    the first that does not fit — and not at all in a step that preempted.
+
+    Three vLLM 0.32 rules are followed, each an `[engine]` key (docs/engine.md §1.1):
+    `reserve_full_prompt` — a waiting request starts only when the blocks for its whole known
+    sequence (prompt + tokens generated before a preemption) are free, not just its first chunk
+    (`scheduler_reserve_full_isl`, vllm/config/scheduler.py; the `full_sequence_must_fit` check of
+    `KVCacheManager.allocate_slots`, vllm/v1/core/kv_cache_manager.py), and the waiting pass stops
+    there; `null_block` — block 0 of the pool is vLLM's null block (`BlockPool.__init__`,
+    vllm/v1/core/block_pool.py), so num_gpu_blocks - 1 blocks are usable; and
+    `priority_victim_ties` (see `pick_victim`). The watermark, when set, applies to admissions
+    only while some request is running (`allocate_slots`' `has_scheduled_reqs`).
+    """
+
+    _rank_hint = None           # ranked fill: the running requests in last step's rank order
+
+    def __init__(self, sim, params):
+        super().__init__(sim, params)
+        self.reserve_full = sim.config.reserve_full_prompt
+        if sim.config.null_block:
+            sim.cache.num_blocks -= 1
+            sim.cache.free -= 1
+
+    def plan(self, sched, now: float) -> Plan:
+        if sched.order.preemptive:
+            return self._plan_ranked(sched, now)
+        sim = self.sim
+        cache = sim.cache
+        running = sim.running
+        budget = self.budget
+        if sim.bulk:
+            plan = self._plan_cohort(sim, budget)
+        else:
+            plan = self._plan_running_unconstrained(running, cache, budget)
+        if plan is None:
+            sim.sync_all()
+            plan = self._plan_running_in_order(sched, now)
+            if plan.preempted:
+                plan.decode_only = False
+                return plan
+        budget -= self.planned_tokens(plan)
+        order = sched.order
+        bs = cache.block_size
+        full = self.reserve_full
+        while budget > 0 and len(running) < self.max_num_seqs and len(order):
+            req = order.head(now)
+            n_tok = req.prompt + req.generated
+            k = min(n_tok, budget)
+            need = -(-k // bs)
+            wm = self.watermark_blocks if running else 0
+            if (-(-n_tok // bs) if full else need) > cache.free - wm:
+                break
+            order.pop_head()
+            sched.admit(req, now)
+            sim.allocate(req, need)
+            plan.add(req, k)
+            plan.admitted += 1
+            budget -= k
+        return plan
+
+    @staticmethod
+    def _plan_cohort(sim, budget, in_order: bool = True) -> Plan | None:
+        """Bulk form of the running pass (fast mode): cohort members are not touched one by one.
+
+        If the running requests' needs exceed the budget, the in-order pass is replayed on counts:
+        cohort members reached after the budget runs out sit the step out (they leave the cohort
+        for this step and rejoin after it); with `in_order=False` (a ranked order decides who is
+        served) None is returned instead. Also None when blocks would run out, so that the
+        request-by-request pass decides the preemptions. A decoding request outside the cohort
+        (left by a request-by-request step) joins it here.
+        """
+        cache = sim.cache
+        bs = cache.block_size
+        running = sim.running
+        items = []
+        if sim.cohort_n != len(running):    # some running requests are outside the cohort
+            for r in running:
+                if r.sync < 0:
+                    if r.decoding:
+                        sim.cohort_join(r)
+                    else:
+                        items.append([r, r.prompt + r.generated - r.computed, 0])
+        tokens = sim.cohort_n
+        for it in items:
+            tokens += it[1]
+        skipped = []
+        if tokens > budget:
+            if not in_order:
+                return None
+            items = []
+            left = budget
+            for r in running:
+                if left <= 0:
+                    if r.sync >= 0:
+                        skipped.append(r)
+                    continue
+                if r.sync >= 0:
+                    left -= 1
+                else:
+                    k = min(r.prompt + r.generated - r.computed, left)
+                    items.append([r, k, 0])
+                    left -= k
+            for r in skipped:
+                sim.cohort_leave(r)
+        blocks = sim.cohort_crossings(sim.dclock)
+        for it in items:
+            r, k, _ = it
+            it[2] = nb = -(-(r.computed + k) // bs) - r.blocks
+            blocks += nb
+        if blocks > cache.free:
+            for r in skipped:
+                sim.cohort_join(r)
+            return None
+        cache.free -= blocks
+        plan = Plan()
+        plan.cohort = True
+        plan.rejoin = skipped
+        for r, k, nb in items:
+            r.blocks += nb
+            plan.add(r, k)
+        return plan
+
+    @staticmethod
+    def _plan_running_unconstrained(running, cache, budget) -> Plan | None:
+        """The common case, decided in bulk: every running request gets all it needs.
+
+        When the running requests' total token need fits the budget and their new blocks fit
+        the free pool, the in-order pass would give each its full need with no preemption,
+        whatever the order; otherwise return None and let the in-order pass decide.
+        """
+        bs = cache.block_size
+        pre = [r for r in running if not r.decoding]
+        tokens = len(running) - len(pre)
+        if tokens > budget:
+            return None
+        cross = [r for r in running if r.decoding and not r.computed % bs]
+        blocks = len(cross)
+        chunks = []
+        for r in pre:
+            k = r.prompt + r.generated - r.computed
+            tokens += k
+            nb = -(-(r.computed + k) // bs) - r.blocks
+            blocks += nb
+            chunks.append((r, k, nb))
+        if tokens > budget or blocks > cache.free:
+            return None
+        for r in cross:
+            r.blocks += 1
+        for r, k, nb in chunks:
+            r.blocks += nb
+        cache.free -= blocks
+        plan = Plan()
+        if chunks:
+            ks = {r.idx: k for r, k, _ in chunks}
+            plan.items = [(r, ks[r.idx] if not r.decoding else 1) for r in running]
+            plan.decode_only = False
+        else:
+            plan.items = [(r, 1) for r in running]
+        return plan
+
+    def _plan_running_in_order(self, sched, now: float) -> Plan:
+        """vLLM v1's running pass, request by request, preempting when blocks run out."""
+        sim = self.sim
+        cache = sim.cache
+        running = sim.running
+        plan = Plan()
+        budget = self.budget
+        scheduled: dict[int, int] = {}
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            k = min(req.num_tokens - req.computed, budget)
+            need = cache.blocks_for(req.computed + k) - req.blocks
+            stopped = False
+            while need > cache.free:
+                victim = self.pick_victim(sched, now)
+                vi = running.index(victim)
+                if victim.idx in scheduled:               # give back what it was given this step
+                    budget += scheduled.pop(victim.idx)
+                    plan.items = [(r, kk) for r, kk in plan.items if r is not victim]
+                sim.preempt(victim)
+                plan.preempted += 1
+                if victim is req:
+                    stopped = True
+                    break
+                if vi < i:
+                    i -= 1
+            if stopped:
+                break
+            if need > 0:
+                sim.allocate(req, need)
+            plan.add(req, k)
+            scheduled[req.idx] = k
+            budget -= k
+            i += 1
+        return plan
+
+    def _plan_ranked(self, sched, now: float) -> Plan:
+        """Preemptive orderings: rank running and waiting together and fill the batch in rank order.
+
+        This is vllm-ltr's global ordering (Fu et al., NeurIPS 2024; hao-ai-lab/vllm-ltr,
+        vllm/core/scheduler.py, `Scheduler._general_schedule` and `reserve_free_blocks`): requests
+        are taken in rank order while the token budget and `max_num_seqs` (counted over the
+        requests *scheduled* this step) allow. A running request that does not make this step's
+        batch — ranked past the first `max_num_seqs`, or reached after the budget ran out — keeps
+        its KV blocks and sits the step out. Only when blocks are short for a better-ranked
+        request is a running one preempted, the worst-ranked first (`reserve_free_blocks` swaps
+        out "from the lowest priority request"): by swap when the policy's `preemption = "swap"`
+        and the host swap space (`[engine] swap_space_gib`) has room, else by recompute. So more
+        than `max_num_seqs` requests may hold KV at once, as in the reference.
+        """
+        sim = self.sim
+        cache = sim.cache
+        bs = cache.block_size
+        order = sched.order
+        gated = self._host_gated()
+        host_was_full, sim.host_full_prev = sim.host_full_prev, False
+        plan = self._ranked_shortcut(sched, now, gated)
+        if plan is not None:
+            return plan
+        key = order.key
+        swap = self.swap
+        plan = Plan()
+        if sim.bulk:
+            # keys read running requests' progress: make it true, keeping the decode cohort, whose
+            # members then decode in bulk (not as items) unless preempted or left without budget
+            for r in sim.running:
+                sim.sync(r)
+            plan.cohort = True
+        budget = self.budget
+        wm = self.watermark_blocks
+        cached = getattr(order, "cached_key", False)
+        keyed, ranked = self._rank_running(key, now, cached)
+        pending = deque(map(_SECOND, keyed))        # running requests not yet reached, best first
+        selected = 0
+        admitting = True
+        members_run = []                            # cohort members given their token, in items order
+        members_sit = []                            # cohort members left out of the batch (budget or cap)
+        for req in _merge_ranked(keyed, list(order.ordered(now)), key, now):
+            if selected >= self.max_num_seqs or budget <= 0:
+                break       # the batch is full: the running requests not reached sit this step out
+            if not pending and not admitting:
+                break       # every running request reached and nothing more can start
+            if req.phase == RUNNING:
+                if pending and pending[0] is req:
+                    pending.popleft()
+                elif req in pending:
+                    pending.remove(req)
+                selected += 1
+                k = min(req.prompt + req.generated - req.computed, budget)
+                need = -(-(req.computed + k) // bs) - req.blocks
+                if need > cache.free and pending:
+                    self._make_room(need, pending, plan)
+                if need > cache.free:
+                    selected -= 1
+                    if not swap or sim.swap_fits(req):
+                        sim.preempt(req, swap)
+                        plan.preempted += 1
+                    else:
+                        plan.host_full = True       # the host cannot take it: it sits out, holding its KV
+                        if req.sync >= 0:
+                            members_sit.append(req)
+                    continue
+                if need > 0:
+                    sim.allocate(req, need)
+                if req.sync >= 0:
+                    members_run.append((len(plan.items), req, k))
+                else:
+                    plan.add(req, k)
+                budget -= k
+            elif req.phase == WAITING and admitting:
+                if gated and not req.generated and not req.swapped:
+                    continue                            # a context-stage job: held back, the rest go on
+                k = min(req.prompt + req.generated - req.computed, budget)
+                need = -(-(req.computed + k) // bs)
+                if need > cache.free - wm and pending:
+                    self._make_room(need + wm, pending, plan)
+                if need > cache.free - wm:
+                    admitting = False                   # head-of-line: nothing ranked below it starts
+                    continue
+                order.remove(req)
+                sched.admit(req, now)
+                sim.allocate(req, need)
+                plan.add(req, k)
+                plan.admitted += 1
+                selected += 1
+                budget -= k
+                if cached:
+                    ranked.append(req)
+        if plan.cohort:
+            members_sit.extend(r for r in pending if r.sync >= 0)
+        if members_sit:
+            self._settle_cohort(plan, members_run, members_sit)
+        if cached:
+            self._rank_hint = ranked
+        if plan.host_full:
+            self._host_full_step(plan, host_was_full, key, now, cached)
+        if plan.preempted or plan.admitted or plan.host_full:
+            # (a step that found the host full is not repeated unchanged: which job is worst-ranked
+            # among those holding KV may differ in the next one, as FastServe's front pushes reorder)
+            plan.decode_only = False
+        return plan
+
+    def _ranked_shortcut(self, sched, now: float, gated: bool) -> Plan | None:
+        """The ranked pass's common cases, decided without ranking: nothing waits and every running
+        request gets its full need (rank order is moot), or everything fits (`_plan_everyone`).
+        None when the ranking has to decide."""
+        sim = self.sim
+        order = sched.order
+        if not len(order) and len(sim.running) <= self.max_num_seqs:
+            # nothing waiting: if every running request gets its full need, rank order is moot
+            if sim.bulk:
+                return self._plan_cohort(sim, self.budget, in_order=False)
+            return self._plan_running_unconstrained(sim.running, sim.cache, self.budget)
+        if len(sim.running) + len(order) <= self.max_num_seqs and not gated:
+            return self._plan_everyone(sched, now)
+        return None
+
+    def _rank_running(self, key, now: float, cached: bool) -> tuple[list, list | None]:
+        """The running requests as sorted (key, request) pairs, best first, and (for an ordering
+        that keeps its keys in `req.key`) the rank order the next step starts from."""
+        running = self.sim.running
+        if not cached:
+            keyed = [(key(r, now), r) for r in running]
+            keyed.sort()
+            return keyed, None
+        # last step's rank order of the running requests, less those that left, is nearly
+        # sorted: re-sorting it costs about one comparison per request (keys are unique, so
+        # the result is the same as sorting from scratch); if requests joined the running set
+        # by another path, the hint is short and everything is sorted afresh
+        ranked = self._rank_hint
+        if ranked is not None:
+            ranked = [r for r in ranked if r.phase == RUNNING]
+        if ranked is not None and len(ranked) == len(running):
+            ranked.sort(key=_KEY)
+        else:
+            ranked = sorted(running, key=_KEY)
+        return list(zip(map(_KEY, ranked), ranked)), ranked
+
+    def _settle_cohort(self, plan: Plan, members_run: list, members_sit: list) -> None:
+        """Decode-cohort members left out of a ranked batch (`members_sit`): they leave the cohort
+        for this step, or, when most sit out, the cohort stands still and the members that run
+        (`members_run`: (items position, request, tokens)) take their token as items."""
+        sim = self.sim
+        if len(members_sit) <= len(members_run):
+            for r in members_sit:                   # they leave for this step and rejoin after it
+                sim.cohort_leave(r)
+            plan.rejoin = members_sit
+        else:
+            # most members sit out (a long prefill took the budget): the cohort stands still
+            # this step, and the few members that run take their token as items instead
+            items = plan.items
+            for pos, r, k in reversed(members_run):
+                sim.cohort_leave(r)
+                items.insert(pos, (r, k))
+            plan.cohort = False
+
+    def _host_full_step(self, plan: Plan, host_was_full: bool, key, now: float, cached: bool) -> None:
+        """A step that found the host swap space full: count the event, and if nothing can run at
+        all, break the stall by recomputing the worst-ranked holder of KV."""
+        sim = self.sim
+        sim.host_full_prev = True
+        if not host_was_full:
+            sim.host_full_events += 1
+        if not plan.items and not (plan.cohort and sim.cohort_n) and not plan.preempted and sim.running:
+            # every job that could run needs a block the full host cannot free: the last resort
+            # that breaks the stall is the engine's recompute of the worst-ranked holder, counted
+            victim = max(sim.running, key=lambda r: key(r, now))
+            sim.preempt(victim, False)
+            sim.stall_recomputes += 1
+            plan.preempted += 1
+            if cached:
+                self._rank_hint = None
+
+    def _host_gated(self) -> bool:
+        """Is the host gate closed this step (less than `host_gate` of the host swap space free)?"""
+        sim = self.sim
+        return bool(self.host_gate and sim.host_blocks
+                    and sim.host_blocks - sim.host_used < self.host_gate * sim.host_blocks)
+
+    def _make_room(self, need: int, pending: deque, plan: Plan) -> None:
+        """Preempt running requests not yet reached (`pending`), the worst-ranked first, until
+        `need` blocks are free or none is left.
+
+        With swap preemption the victims go to the host swap space. If it cannot take the ones
+        that would make room, none is preempted and the step is marked `host_full`: a swapping
+        policy never recomputes through a full host, and never evicts a job for a request that
+        still could not run.
+        """
+        sim = self.sim
+        cache = sim.cache
+        if self.swap:
+            room = sim.host_blocks - sim.host_used
+            freed = cache.free
+            for victim in reversed(pending):
+                if freed >= need:
+                    break
+                if victim.blocks > room:
+                    plan.host_full = True
+                    return
+                room -= victim.blocks
+                freed += victim.blocks
+        while need > cache.free and pending:
+            sim.preempt(pending.pop(), self.swap)
+            plan.preempted += 1
+
+    def _plan_everyone(self, sched, now: float) -> Plan | None:
+        """Ranked mode when everything fits: every running request gets its full need and every
+        waiting request starts (in rank order), with no preemption. None if anything binds."""
+        sim = self.sim
+        cache = sim.cache
+        bs = cache.block_size
+        order = sched.order
+        waiting = list(order.ordered(now))
+        tokens = 0
+        blocks = 0
+        if sim.cohort_n:
+            tokens = sim.cohort_n
+            blocks = sim.cohort_crossings(sim.dclock)
+        for r in sim.running:
+            if r.sync < 0:
+                k = r.prompt + r.generated - r.computed
+                tokens += k
+                blocks += -(-(r.computed + k) // bs) - r.blocks
+        for r in waiting:
+            tokens += r.prompt + r.generated - r.computed
+            blocks += -(-(r.prompt + r.generated) // bs)
+        if tokens > self.budget or blocks > cache.free - self.watermark_blocks:
+            return None
+        if sim.bulk:
+            plan = self._plan_cohort(sim, self.budget, in_order=False)
+        else:
+            plan = self._plan_running_unconstrained(sim.running, cache, self.budget)
+        for r in waiting:
+            k = r.prompt + r.generated - r.computed
+            need = -(-(r.computed + k) // bs)
+            sched.order.remove(r)
+            sched.admit(r, now)
+            sim.allocate(r, need)
+            plan.add(r, k)
+            plan.admitted += 1
+        plan.decode_only = False
+        return plan
+
+
+
+def _merge_ranked(keyed: list, waiting: list, key, now: float):
+    """Running requests (`keyed`: sorted (key, request) pairs) and waiting ones (`waiting`:
+    already in key order) in one rank order; waiting keys are computed only as far as the
+    caller iterates, since a ranked pass usually stops soon after the last running request."""
+    i = 0
+    n = len(keyed)
+    for w in waiting:
+        kw = key(w, now)
+        while i < n and keyed[i][0] < kw:
+            yield keyed[i][1]
+            i += 1
+        yield w
+    for j in range(i, n):
+        yield keyed[j][1]
+
+
+class StallFree(BatchingMode):
+    """Sarathi-Serve stall-free batching with chunked prefills (Agrawal et al., OSDI 2024).
+
+    Each step fills a fixed token budget (`chunk_size`, default 512) in a fixed order: every
+    ongoing decode (one token each), then requests whose prefill is under way, then new requests
+    FCFS, each prefill taking a chunk of what is left. Decodes are never stalled by a prefill.
+    A new request's prompt blocks are allocated at admission, subject to the 1% watermark;
+    decodes append blocks and, when none is free, the last running request is preempted by
+    recompute (the request itself if no other remains).
+    """
+
+    default_budget = 512
+    default_watermark = 0.01
+
+    def __init__(self, sim, params):
+        if "chunk_size" in params and not params.get("max_num_batched_tokens"):
+            params = {**params, "max_num_batched_tokens": params["chunk_size"]}
+        super().__init__(sim, params)
+
+    def never_fits(self, req):
+        c = self.sim.cache
+        need = c.blocks_for(req.prompt + req.output)
+        if need > c.num_blocks - self.watermark_blocks:
+            return (f"needs {need} KV blocks, the cache holds {c.num_blocks} "
+                    f"less a {self.watermark_blocks}-block watermark")
+        return ""
+
+    def any_admissible(self, sched, plan):
+        sim = self.sim
+        if len(sim.running) >= self.max_num_seqs or self.budget - self.planned_tokens(plan) <= 0:
+            return False
+        m = min(r.num_tokens for r in sched.order)
+        return sim.cache.blocks_for(m) <= sim.cache.free - self.watermark_blocks
+
+    def plan(self, sched, now):
+        sim = self.sim
+        cache = sim.cache
+        running = sim.running
+        plan = Plan()
+        budget = self.budget
+        if sim.bulk:
+            cross = sim.cohort_crossings(sim.dclock)
+            if sim.cohort_n <= budget and cross <= cache.free:
+                cache.free -= cross
+                plan.cohort = True
+                budget -= sim.cohort_n
+                return self._plan_prefills(sched, now, plan, budget)
+            sim.sync_all()
+        for req in list(running):
+            if not req.decoding or req.phase != RUNNING or budget <= 0:
+                continue
+            need = cache.blocks_for(req.computed + 1) - req.blocks
+            gone = False
+            while need > cache.free:
+                victim = running[-1]
+                sim.preempt(victim)
+                plan.preempted += 1
+                if victim is req:
+                    gone = True
+                    break
+            if gone:
+                continue
+            if need > 0:
+                sim.allocate(req, need)
+            plan.add(req, 1)
+            budget -= 1
+        plan = self._plan_prefills(sched, now, plan, budget)
+        if plan.preempted:
+            plan.decode_only = False
+        return plan
+
+    def _plan_prefills(self, sched, now, plan: Plan, budget: int) -> Plan:
+        """Second and third passes: ongoing prefills, then new requests, within what budget is left."""
+        sim = self.sim
+        cache = sim.cache
+        running = sim.running
+        for req in running:
+            if req.decoding or budget <= 0:
+                continue
+            k = min(req.num_tokens - req.computed, budget)
+            plan.add(req, k)
+            budget -= k
+        order = sched.order
+        while budget > 0 and len(running) < self.max_num_seqs and len(order):
+            req = order.head(now)
+            need = cache.blocks_for(req.num_tokens)
+            if cache.free - need < self.watermark_blocks:
+                break
+            order.pop_head()
+            sched.admit(req, now)
+            sim.allocate(req, need)
+            k = min(req.num_tokens, budget)
+            plan.add(req, k)
+            plan.admitted += 1
+            budget -= k
+        return plan
+
+
+class Selective(BatchingMode):
+    """Orca iteration-level scheduling with selective batching (Yu et al., OSDI 2022).
+
+    Every running request runs every iteration; new requests join in arrival order with their
+    whole prompt in the same iteration (no chunking), up to `max_num_seqs`, while their KV
+    reservation fits. As in Sarathi-Serve's Orca baseline each admitted request reserves the
+    blocks for `max_model_len` tokens (`reserve = "max_model_len"`; `"request"` reserves its own
+    prompt + output instead), so memory never runs out and nothing is preempted. A step's
+    prompt tokens are capped at max(max_model_len, 2048), vLLM v0's unchunked budget.
+    """
+
+    allocates_decode_blocks = False
+
+    def __init__(self, sim, params):
+        super().__init__(sim, params)
+        if not (params.get("max_num_batched_tokens") or sim.config.max_num_batched_tokens):
+            self.budget = max(sim.config.max_model_len, 2048)
+        self.reserve = params.get("reserve", "max_model_len")
+
+    def reservation(self, req: Request) -> int:
+        c = self.sim.cache
+        if self.reserve == "request":
+            return c.blocks_for(req.prompt + req.output)
+        return c.blocks_for(self.sim.config.max_model_len)
+
+    def never_fits(self, req):
+        c = self.sim.cache
+        if self.reservation(req) > c.num_blocks:
+            return f"its reservation of {self.reservation(req)} KV blocks exceeds the cache's {c.num_blocks}"
+        if req.prompt > self.budget:
+            return f"prompt of {req.prompt} tokens exceeds the {self.budget}-token step budget"
+        return ""
+
+    def any_admissible(self, sched, plan):
+        sim = self.sim
+        if len(sim.running) >= self.max_num_seqs:
+            return False
+        return any(self.reservation(r) <= sim.cache.free and r.num_tokens <= self.budget
+                   for r in sched.order)
+
+    def plan(self, sched, now):
+        sim = self.sim
+        cache = sim.cache
+        plan = Plan(allocates_decode_blocks=False)
+        if sim.bulk:
+            plan.cohort = True          # every running request is decoding (prompts go in whole)
+        else:
+            for req in sim.running:
+                plan.add(req, req.num_tokens - req.computed)
+        budget = self.budget
+        order = sched.order
+        while len(sim.running) < self.max_num_seqs and len(order):
+            req = order.head(now)
+            need = self.reservation(req)
+            if need > cache.free or req.num_tokens > budget:
+                break
+            order.pop_head()
+            sched.admit(req, now)
+            sim.allocate(req, need)
+            plan.add(req, req.num_tokens)
+            plan.admitted += 1
+            budget -= req.num_tokens
+        return plan
+
+
+class Static(BatchingMode):
+    """Request-level (static) batching, FasterTransformer-style (the Orca paper's baseline).
+
+    A batch of up to `batch_size` requests (default 128, Sarathi-Serve's FasterTransformer
+    scheduler) is formed in arrival order only when nothing is running; it is prefilled in one
+    forward pass and decoded until every member finishes; nothing joins mid-batch. Each member
+    reserves `max_model_len` tokens of KV. Options: `pad_compute` (the batch prefill is padded
+    to the longest prompt, as FasterTransformer pads its input) and
+    `return_at_batch_end` (every member's tokens are delivered when the batch ends). Defaults
+    follow Sarathi-Serve's re-implementation: no padding, each request returns when it finishes.
+    The batch prefill is capped at `max_num_batched_tokens` (default 65,536) tokens.
+    """
+
+    default_budget = 65536
+    allocates_decode_blocks = False
+
+    def __init__(self, sim, params):
+        super().__init__(sim, params)
+        self.batch_size = int(params.get("batch_size", 128))
+        self.pad_compute = bool(params.get("pad_compute", False))
+        self.return_at_batch_end = bool(params.get("return_at_batch_end", False))
+        self.batch: list[Request] = []
+        self.pad_len = 0
+
+    def reservation(self) -> int:
+        return self.sim.cache.blocks_for(self.sim.config.max_model_len)
+
+    def never_fits(self, req):
+        c = self.sim.cache
+        if self.reservation() > c.num_blocks:
+            return f"its reservation of {self.reservation()} KV blocks exceeds the cache's {c.num_blocks}"
+        if req.prompt > self.budget:
+            return f"prompt of {req.prompt} tokens exceeds the {self.budget}-token batch budget"
+        return ""
+
+    def any_admissible(self, sched, plan):
+        return False if self.sim.running else bool(len(sched.order))
+
+    def plan(self, sched, now):
+        sim = self.sim
+        plan = Plan(allocates_decode_blocks=False)
+        if sim.running:
+            if sim.bulk:
+                plan.cohort = True
+            else:
+                for req in sim.running:
+                    plan.add(req, 1)
+            return plan
+        order = sched.order
+        cache = sim.cache
+        batch: list[Request] = []
+        longest = 0
+        while len(batch) < min(self.batch_size, self.max_num_seqs) and len(order):
+            req = order.head(now)
+            if self.reservation() > cache.free:
+                break
+            L = max(longest, req.num_tokens)
+            tokens = (len(batch) + 1) * L if self.pad_compute else sum(r.num_tokens for r in batch) + req.num_tokens
+            if tokens > self.budget:
+                break
+            order.pop_head()
+            sched.admit(req, now)
+            sim.allocate(req, self.reservation())
+            batch.append(req)
+            longest = L
+        for req in batch:
+            plan.add(req, req.num_tokens)
+        plan.admitted = len(batch)
+        if self.pad_compute:
+            plan.pad = longest
+        self.batch = batch
+        self.pad_len = longest
+        return plan

@@ -1,0 +1,121 @@
+"""One simulation of a trace already brought to its load: the engine run, the per-request table
+and the run summary (`simulate_scaled`, which `schedport.engine.runner.simulate` and the
+latency-anchored capacity both call), and `SimulationResult`, what a simulation returns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from schedport.common.outputs import file_mode, io_error
+from schedport.engine.config import EngineConfig
+from schedport.engine.inputs import check_metrics_horizon, served_trace
+from schedport.engine.latency import make_latency_model
+from schedport.engine.metrics import request_table, summarize
+from schedport.engine.schedulers import Policy, run_counters
+from schedport.engine.simulator import Simulator
+from schedport.errors import SchedportError
+from schedport.workload.trace import Trace
+
+
+@dataclass
+class SimulationResult:
+    """The outcome of one simulation: `requests` (one row per request) and `summary` (run metrics)."""
+
+    requests: pd.DataFrame
+    summary: dict
+    scale: float
+
+    def save(self, out_dir: str | Path) -> None:
+        """Write `requests.parquet` and `summary.json` into `out_dir`, each atomically.
+
+        An I/O failure (a full disk, a read-only file system, `out_dir` an existing file)
+        is a one-line `SchedportError` naming the path; no temporary file is left behind.
+        """
+        out = Path(out_dir)
+        if out.exists() and not out.is_dir():
+            raise SchedportError(f"{out}: exists and is not a directory; choose another output directory")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise io_error(out, e, "create the directory") from None
+        atomic_write(out / "requests.parquet", lambda p: self.requests.to_parquet(p, index=False))
+        atomic_write(out / "summary.json",
+                      lambda p: Path(p).write_text(json.dumps(self.summary, indent=2, allow_nan=False) + "\n"))
+
+
+def atomic_write(path: Path, write) -> None:
+    """Write `path` through a temporary file beside it: `write(tmp)` fills the temporary file,
+    which then gets the permissions a plain open() would give (mkstemp's 0600 would hide results
+    from the rest of the group) and is renamed over `path`, so a reader never sees half a file.
+    An OSError becomes a one-line `SchedportError` naming `path`, and the temporary file is
+    removed. Every result file of a simulation, a replay or a calibration is written so."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise io_error(path, e) from None
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, file_mode())
+        os.replace(tmp, path)
+    except BaseException as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise io_error(path, e) from None
+        raise
+
+
+def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfig, *, seed: int = 0,
+                    exact: bool = False, horizon_s: float | None = None,
+                    progress: Callable[[float, int, int], None] | None = None,
+                    advice: str = "") -> SimulationResult:
+    """Simulate `trace`, already rescaled by `scale` (`schedport.engine.capacity.scaled`), under
+    the declared `policy` on the resolved engine `cfg`: the rest of `schedport.engine.runner.simulate`
+    (see there for the table, the summary and ``[latency] request_overhead_s``), with its
+    arguments already checked. `advice` ends the error of a metrics horizon too short for any
+    request (`check_metrics_horizon`): what to change, in the caller's terms.
+    """
+    trace = served_trace(trace, cfg)
+    lat = make_latency_model(cfg)
+    alone = lat.alone_time(trace.input_tokens, trace.output_tokens) if len(trace) else np.zeros(0)
+    span = trace.span_s
+    check_metrics_horizon(trace, cfg, alone, advice)
+    overhead = cfg.request_overhead_s
+    engine_trace = trace
+    if overhead:
+        engine_trace = Trace(trace.arrival_s + overhead, trace.input_tokens, trace.output_tokens,
+                             trace.client_id, trace.name)
+    sim = Simulator(engine_trace, policy, cfg, lat, seed=seed, exact=exact, horizon_s=horizon_s, progress=progress)
+    out = sim.run()
+    cid = trace.client_id if trace.client_id is not None else np.full(len(trace), None, dtype=object)
+    table = request_table(
+        arrival_s=trace.arrival_s, input_tokens=trace.input_tokens, output_tokens=trace.output_tokens,
+        client_id=cid, status=out.status, first_token_s=out.first_token_s, finish_s=out.finish_s,
+        preemptions=out.preemptions)
+    # why a request was rejected at arrival (None for every other request)
+    table["reject_reason"] = pd.Series([r or None for r in out.reject_reason], dtype=object, index=table.index)
+    if span > 0:
+        horizon = cfg.horizon_factor * span
+    else:
+        fin = out.finish_s[np.isfinite(out.finish_s)]
+        horizon = cfg.horizon_factor * max(float(fin.max() - trace.arrival_s[0]) if fin.size else 1.0, 1e-9)
+    if overhead:
+        alone = alone + overhead
+    summary = summarize(table, horizon_s=horizon, slo_profiles=cfg.slo_profiles, alone_s=alone,
+                        counters={"preemptions": out.preemptions_total, "iterations": out.iterations,
+                                  "recomputed_tokens": out.recomputed_tokens,
+                                  "swapped_bytes": out.swapped_blocks * cfg.block_bytes,
+                                  "load_scale": scale, **run_counters(sim),
+                                  "host_swap_full_events": out.host_full_events,
+                                  "stall_recomputes": out.stall_recomputes})
+    return SimulationResult(table, summary, scale)

@@ -1,0 +1,276 @@
+"""fastserve: FastServe's skip-join multi-level feedback queue (`SkipJoinMLFQ`)."""
+
+from __future__ import annotations
+
+import math
+from operator import attrgetter
+
+from schedport.engine.policy import SortedEachStep
+from schedport.engine.simulator import RUNNING
+
+
+class SkipJoinMLFQ(SortedEachStep):
+    """FastServe's skip-join multi-level feedback queue, as LLMServe/FastServe's `MLFQ` runs it.
+
+    Wu et al., 'Fast Distributed Inference Serving for Large Language Models', arXiv 2305.05920;
+    the rules are those of the official code, ``fastserve/scheduler.py``, class ``MLFQ``:
+
+    * **Skip-join** (`add_request`): a job joins level p, the smallest with
+      ``q1_s * ratio**p >= t_init``, where t_init is its batch-1 prefill time under the latency
+      model (the official code reads it from a profiled database); it goes to the back of that
+      queue.
+    * **Quanta** ``q1_s * ratio**p`` (`base_quantum` 0.01 s, `threshold` 2). The official queues
+      grow without bound; `levels` (24: a job would need 0.01 x (2^23 - 1) s ~ 23 h of service to
+      reach the last one) bounds them and the last level keeps what reaches it.
+    * **Demotion** (`pop_finished_requests`): after every step each job that ran is put back at
+      the *front* of its queue, in batch order, and first moves down one level if its processing
+      time since it joined its level (the summed times of the steps it ran in) exceeds the
+      level's quantum; a demotion resets that time.
+    * **Starvation** (`prevent_starvation`, called from `get_next_batch` every
+      `starvation_period` = 1,000 iterations): every job not in that step's batch whose last step
+      ended `starve_limit_s` (3 s) or more before the step began goes to the front of the top
+      queue, keeping its processing time. A job that has never run has ``last_step_time = 0.0``
+      there, so it is always due (`never_run_starves = true`); `false` measures its idle time from
+      its arrival instead.
+    * **Host gate, swap-only eviction**: the batching mode's ranked fill applies them
+      (`Continuous._plan_ranked`, `host_gate` and `preemption = "swap"`).
+
+    The queues are deques: a key is (level, position, index), where a push to the front takes a
+    position below every other and a push to the back one above. The engine ranks running and
+    waiting jobs together every step.
+    """
+
+    preemptive = True
+    static_keys = True                  # a waiting key changes only at a starvation check
+    per_request_steps = True            # per-step, per-request bookkeeping in `after_step`
+    cached_key = True                   # req.key = (level, position, idx), set wherever they change
+
+    def __init__(self, sim, params):
+        super().__init__(sim, params)
+        self.levels = int(params["levels"])
+        q1 = float(params["q1_s"])
+        r = float(params["ratio"])
+        self.quanta = [q1 * r ** i for i in range(self.levels)]
+        self.starve = float(params["starve_limit_s"])
+        self.every = int(params["starve_every"])
+        self.never_run_starves = bool(params["never_run_starves"])
+        self.lat = sim.latency
+        self._front = 0                 # positions handed out by pushes to the front (negated)
+        self._back = 0                  # and by pushes to the back
+        self.promotions = 0             # starvation promotions, for the run summary
+        self.deepest = 0                # the lowest level any job reached
+        self._ran: list = []            # the jobs scheduled in the last step run
+
+    def _state(self, req):
+        # [level, position, processing time of closed runs, open run's start, last step's end]
+        if req.aux is None:
+            t_init = self.lat.prefill_time(req.prompt)
+            lvl = next((i for i, q in enumerate(self.quanta) if q >= t_init), self.levels - 1)
+            self._back += 1
+            last = -math.inf if self.never_run_starves else req.arrival
+            req.aux = [lvl, self._back, 0.0, math.nan, last]
+            req.key = (lvl, self._back, req.idx)
+            if lvl > self.deepest:
+                self.deepest = lvl
+        return req.aux
+
+    def key(self, req, now):
+        s = req.aux                     # set when the request first joined the queue
+        return (s[0], s[1], req.idx)    # == req.key, which sorting and ranking read instead
+
+    def push(self, req, now):
+        self._state(req)
+        super().push(req, now)
+
+    def _to_front(self, req, s) -> None:
+        self._front += 1
+        s[1] = -self._front
+        req.key = (s[0], s[1], req.idx)
+
+    @staticmethod
+    def _close(s):
+        if not math.isnan(s[3]):
+            s[2] += s[4] - s[3]
+            s[3] = math.nan
+
+    def _run(self, s, start, end) -> bool:
+        """Account one step [start, end] the job ran in; demote it if its processing time now
+        exceeds its level's quantum (and say so)."""
+        if s[4] != start or math.isnan(s[3]):
+            self._close(s)
+            s[3] = start
+        s[4] = end
+        if s[0] < self.levels - 1 and s[2] + (end - s[3]) > self.quanta[s[0]]:
+            s[0] += 1
+            s[2] = 0.0
+            s[3] = math.nan
+            if s[0] > self.deepest:
+                self.deepest = s[0]
+            return True
+        return False
+
+    def _check_due(self) -> bool:
+        return not self.sim.iterations % self.every
+
+    def _promote_starved(self, batch_ids: set, start: float) -> None:
+        """`prevent_starvation`: every job outside the batch idle for `starve_limit_s`, collected
+        queue by queue from the top and each pushed to the front of the top queue in turn."""
+        limit = self.starve
+        due = [r for r in self.items if start - r.aux[4] >= limit]
+        due += [r for r in self.sim.running if r.idx not in batch_ids and start - r.aux[4] >= limit]
+        if not due:
+            return
+        due.sort(key=_KEY_ATTR)
+        for r in due:
+            s = r.aux
+            self._close(s)
+            s[0] = 0
+            self._to_front(r, s)
+        self.promotions += len(due)
+        self._sorted_at = None          # waiting keys changed: re-sort
+
+    def after_step(self, plan, start, end):
+        batch = sorted((r for r, _ in plan.items), key=_KEY_ATTR)
+        if self._check_due():
+            self._promote_starved({r.idx for r in batch}, start)
+        run = self._run
+        for r in batch:                 # `pop_finished_requests`, in batch (rank) order
+            s = r.aux
+            run(s, start, end)
+            self._to_front(r, s)
+        # a running job that sat this step out ends its open run (its KV stays resident); only
+        # one that ran in the step before can have a run open
+        if len(batch) != len(self.sim.running):
+            for r in self._ran:
+                s = r.aux
+                if r.phase == RUNNING and s[4] != end and s[3] == s[3]:
+                    self._close(s)
+        self._ran = batch
+
+    def requeue(self, req, now):
+        # swapped or recomputed out of the batch's way: its place in its queue is kept
+        self._close(self._state(req))
+        super().requeue(req, now)
+
+    def fast_forward_limit(self, plan, now):
+        """The next starvation check, and the earliest time a running job may sink below a waiting one.
+
+        In a decode-only batch every running job is served whatever the order. A job that ran
+        is at the front of its queue, ahead of every waiting job of its level, so a demotion
+        matters only when the job falls below the best waiting level lw: at level l <= lw it needs
+        its level's remaining quantum and then the quanta of levels l+1..lw; below lw, any
+        demotion may put it under some waiting job. Returned 1 us early (the
+        step-by-step tests compare within float rounding of these sums). The run also ends at
+        the step that is a starvation check, which `after_fast_forward` then performs.
+        """
+        k = self.every - self.sim.iterations % self.every
+        t = math.inf
+        if self.items:
+            lw = min(r.aux[0] for r in self.items)
+            quanta = self.quanta
+            for r, _ in plan.items:
+                s = r.aux
+                lvl = s[0]
+                if lvl < self.levels - 1:
+                    seg = now if (s[4] != now or math.isnan(s[3])) else s[3]
+                    due = seg + (quanta[lvl] - s[2])
+                    for m in range(lvl + 1, lw + 1):    # empty from lw on: its next demotion counts
+                        due += quanta[m]
+                    if due < t:
+                        t = due
+        return k, (t - 1e-6 if t < math.inf else None)
+
+    def after_fast_forward(self, plan, starts, ends, k):
+        """Account k consecutive steps exactly as k calls of `after_step` would: demotions, the
+        front pushes after each step, and a starvation check at the last step."""
+        start = float(starts[0])
+        end = float(ends[k - 1])
+        last = self.levels - 1
+        quanta = self.quanta
+        bounds = None
+        order = sorted((r for r, _ in plan.items), key=_KEY_ATTR)
+        level0 = {r.idx: r.aux[0] for r in order}
+        demoted: dict[int, list] = {}         # step index -> jobs demoted at its end
+        for r in order:
+            s = r.aux
+            if s[4] != start or math.isnan(s[3]):
+                self._close(s)
+                s[3] = start
+            s[4] = end
+            if s[0] < last and s[2] + (end - s[3]) > quanta[s[0]]:
+                if bounds is None:
+                    bounds = (starts[:k].tolist(), ends[:k].tolist())
+                for j in self._demote_within(s, bounds[0], bounds[1]):
+                    demoted.setdefault(j, []).append(r)
+                if s[0] > self.deepest:
+                    self.deepest = s[0]
+        # the batch's order after each step: within a level, the reverse of the step's order
+        # (each job was pushed to the front in turn), regrouped by level where jobs were demoted
+        lvl = dict(level0)
+        done = 0
+        for j in sorted(demoted):
+            if (j - done) % 2:
+                order = _reverse_within_levels(order, lvl)
+            for r in demoted[j]:
+                lvl[r.idx] += 1
+            order.reverse()
+            order.sort(key=lambda r: lvl[r.idx])
+            done = j + 1
+        if (k - done) % 2:
+            order = _reverse_within_levels(order, lvl)
+        if self._check_due():
+            self._promote_starved({r.idx for r in order}, float(starts[k - 1]))
+        self._ran = list(order)
+        for r in reversed(order):              # fresh front positions that sort as `order`
+            self._to_front(r, r.aux)
+
+    def _demote_within(self, s, starts, ends) -> list[int]:
+        """Replay the demotions of one job over a run of steps (`starts`, `ends`), step-exact;
+        return the indices of the steps at whose end it was demoted.
+
+        Within a level the test `time + (end_j - run start) > quantum` is monotone in j, so the
+        step that exceeds the quantum is found by bisection; the next level's run starts with
+        the following step, as it does when stepping one iteration at a time.
+        """
+        last = self.levels - 1
+        k = len(ends)
+        j = 0
+        at = []
+        while s[0] < last:
+            q, base, seg = self.quanta[s[0]], s[2], s[3]
+            if not base + (ends[k - 1] - seg) > q:
+                break
+            lo, hi = j - 1, k - 1           # the test fails at lo (or lo is before the run), holds at hi
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if base + (ends[mid] - seg) > q:
+                    hi = mid
+                else:
+                    lo = mid
+            s[0] += 1
+            s[2] = 0.0
+            at.append(hi)
+            if hi == k - 1:
+                s[3] = math.nan
+                break
+            s[3] = starts[hi + 1]
+            j = hi + 1
+        return at
+
+
+_KEY_ATTR = attrgetter("key")
+
+
+def _reverse_within_levels(order: list, lvl: dict) -> list:
+    """`order` (grouped by level) with each level's run of jobs reversed."""
+    out = []
+    i = 0
+    n = len(order)
+    while i < n:
+        j = i
+        L = lvl[order[i].idx]
+        while j < n and lvl[order[j].idx] == L:
+            j += 1
+        out.extend(reversed(order[i:j]))
+        i = j
+    return out

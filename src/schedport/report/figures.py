@@ -1,0 +1,241 @@
+"""The report's figures of ``portability.json``, drawn with matplotlib's Agg backend.
+
+Each ``fig_*`` function reads the portability dict and returns the figure as an embedded PNG
+(`png_data_uri`: a base64 ``data:`` URI, no file, no network), or None when there is nothing to
+draw. Palettes are colour-blind safe: cividis for concordance, viridis for counts, Okabe-Ito (with
+distinct markers and line styles) for categories (`schedport.report.style`).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Optional
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from schedport.report.style import LINESTYLES, MARKERS, OKABE_ITO  # noqa: E402
+
+__all__ = ["plt", "png_data_uri", "fig_tau_heatmap", "fig_headline_tau", "fig_metric_matrix", "fig_reversal_map",
+           "fig_rank_trajectories", "fig_workload", "MAP_ROWS"]
+
+MAP_ROWS = 25  # scheduler pairs shown in the reversal map
+
+
+def png_data_uri(fig) -> str:
+    """`fig` as a base64 PNG ``data:`` URI (96 dpi, tight box), for an ``<img>``; closes the figure."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _annotate(ax, mat: np.ndarray, fmt_s: str = "{:.2f}", fontsize: int = 7) -> None:
+    for (i, j), v in np.ndenumerate(mat):
+        if np.isfinite(v):
+            ax.text(j, i, fmt_s.format(v), ha="center", va="center", fontsize=fontsize,
+                    color="white" if v < 0.35 else "black")
+
+
+def fig_tau_heatmap(res: dict) -> Optional[str]:
+    """Cross-source Kendall tau by region (columns) x metric (rows), one panel per source pair."""
+    items = res["concordance"]["sources"]
+    if not items:
+        return None
+    metrics = res["parameters"]["metrics"]
+    regions = [r["name"] for r in res["parameters"]["regions"]]
+    pairs = list(dict.fromkeys((d["source_a"], d["source_b"]) for d in items))
+    fig, axes = plt.subplots(1, len(pairs), figsize=(1.0 + 0.55 * len(regions) * len(pairs) + 2.2 * len(pairs),
+                                                       1.2 + 0.26 * len(metrics)), squeeze=False)
+    im = None
+    for ax, (a, b) in zip(axes[0], pairs):
+        mat = np.full((len(metrics), len(regions)), np.nan)
+        tied = np.zeros(mat.shape, dtype=bool)
+        for d in items:
+            if (d["source_a"], d["source_b"]) == (a, b) and d["tau"] is not None:
+                mat[metrics.index(d["metric"]), regions.index(d["region"])] = d["tau"]
+                tied[metrics.index(d["metric"]), regions.index(d["region"])] = bool(d.get("tied"))
+        im = ax.imshow(mat, cmap="cividis", vmin=-1, vmax=1, aspect="auto")
+        for (i, j), v in np.ndenumerate(mat):
+            if np.isfinite(v):
+                ax.text(j, i, f"{v:.2f}{'*' if tied[i, j] else ''}", ha="center", va="center", fontsize=6,
+                        color="white" if v < 0.35 else "black")
+        ax.set_xticks(range(len(regions)), regions, rotation=45, ha="right", fontsize=7)
+        ax.set_yticks(range(len(metrics)), metrics if ax is axes[0][0] else [""] * len(metrics), fontsize=7)
+        ax.set_title(f"{a} vs {b}", fontsize=9)
+        ax.set_xlabel("operating region (increasing load)", fontsize=8)
+    axes[0][0].set_ylabel("metric", fontsize=8)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="Kendall tau-b (blank: undefined)")
+    fig.suptitle("Cross-source rank agreement by region and metric (*: a mean-rank vector with 3 or fewer "
+                 "distinct values)", fontsize=10)
+    return png_data_uri(fig)
+
+
+def fig_headline_tau(res: dict) -> Optional[str]:
+    """Cross-source tau (main-metric mean) per region, one line per source pair, with CIs."""
+    rows = res["headline"]["cross_source"]["by_pair_region"]
+    if not rows:
+        return None
+    regions = [r["name"] for r in res["parameters"]["regions"]]
+    pairs = list(dict.fromkeys((d["source_a"], d["source_b"]) for d in rows))
+    fig, ax = plt.subplots(figsize=(5.6, 3.0))
+    x = np.arange(len(regions))
+    for n, (a, b) in enumerate(pairs):
+        v = np.full(len(regions), np.nan)
+        lo, hi = v.copy(), v.copy()
+        for d in rows:
+            if (d["source_a"], d["source_b"]) == (a, b):
+                i = regions.index(d["region"])
+                v[i] = np.nan if d["value"] is None else d["value"]
+                lo[i] = np.nan if d["ci_low"] is None else d["ci_low"]
+                hi[i] = np.nan if d["ci_high"] is None else d["ci_high"]
+        off = (n - (len(pairs) - 1) / 2) * 0.08
+        col = OKABE_ITO[n % 8]
+        ax.vlines(x + off, lo, hi, color=col, linewidth=1.2)  # the CI need not contain the estimate
+        ax.plot(x + off, v, label=f"{a} vs {b}", color=col, marker=MARKERS[n % len(MARKERS)],
+                linestyle=LINESTYLES[n % 4], linewidth=1.2, markersize=4)
+    ax.set_xticks(x, regions, rotation=30, ha="right", fontsize=8)
+    ax.set_ylim(-1.05, 1.05)
+    ax.axhline(0, color="grey", linewidth=0.5)
+    ax.set_ylabel("Kendall tau-b (mean of main metrics)", fontsize=8)
+    ax.set_xlabel("operating region", fontsize=8)
+    ax.set_title("Cross-source agreement (line: estimate; bar: 95% basic bootstrap CI)", fontsize=9)
+    ax.legend(fontsize=7, loc="lower left")
+    return png_data_uri(fig)
+
+
+def fig_metric_matrix(res: dict, only: Optional[list] = None, title: str = "") -> Optional[str]:
+    """Metric x metric Kendall tau (mean over source x region conditions)."""
+    mm = res["metric_matrix"]
+    metrics = mm["metrics"]
+    if len(metrics) < 2:
+        return None
+    mat = np.array([[np.nan if v is None else v for v in row] for row in mm["tau"]], dtype=float)
+    if only:
+        ix = [metrics.index(m) for m in only if m in metrics]
+        if len(ix) < 2:
+            return None
+        mat = mat[np.ix_(ix, ix)]
+        metrics = [metrics[i] for i in ix]
+    n = len(metrics)
+    size = 1.8 + 0.36 * n
+    fig, ax = plt.subplots(figsize=(size + 1.0, size))
+    im = ax.imshow(mat, cmap="cividis", vmin=-1, vmax=1)
+    if n <= 14:
+        _annotate(ax, mat, fontsize=7 if n <= 8 else 6)
+    ax.set_xticks(range(n), metrics, rotation=60, ha="right", fontsize=7)
+    ax.set_yticks(range(n), metrics, fontsize=7)
+    fig.colorbar(im, ax=ax, shrink=0.8, label="mean Kendall tau-b")
+    ax.set_title(title or "Metric x metric rank agreement (mean over conditions)", fontsize=9)
+    return png_data_uri(fig)
+
+
+def fig_reversal_map(res: dict) -> Optional[str]:
+    """Reversal counts per scheduler pair (rows) and region (columns)."""
+    cells = res["reversals"]["map"]
+    if not cells:
+        return None
+    regions = [r["name"] for r in res["parameters"]["regions"]]
+    totals: dict = {}
+    for c in cells:
+        totals[c["scheduler_pair"]] = totals.get(c["scheduler_pair"], 0) + c["count"]
+    ranked = sorted(totals, key=lambda p: (-totals[p], p))
+    pairs = ranked[:MAP_ROWS]
+    cells = [c for c in cells if c["scheduler_pair"] in pairs]
+    mat = np.zeros((len(pairs), len(regions)))
+    for c in cells:
+        mat[pairs.index(c["scheduler_pair"]), regions.index(c["region"])] += c["count"]
+    fig, ax = plt.subplots(figsize=(1.8 + 0.7 * len(regions), 1.2 + 0.3 * len(pairs)))
+    im = ax.imshow(mat, cmap="viridis", aspect="auto", vmin=0)
+    for (i, j), v in np.ndenumerate(mat):
+        if v:
+            ax.text(j, i, f"{int(v)}", ha="center", va="center", fontsize=7,
+                    color="black" if v > 0.6 * mat.max() else "white")
+    ax.set_xticks(range(len(regions)), regions, rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(pairs)), pairs, fontsize=7)
+    ax.set_xlabel("operating region", fontsize=8)
+    ax.set_ylabel("scheduler pair", fontsize=8)
+    fig.colorbar(im, ax=ax, label="significant practical reversals")
+    shown = f" (top {len(pairs)} of {len(ranked)} pairs)" if len(ranked) > len(pairs) else ""
+    ax.set_title(f"Where rankings flip{shown}; cross-region reversals count in both regions", fontsize=9)
+    return png_data_uri(fig)
+
+
+def fig_rank_trajectories(res: dict) -> Optional[str]:
+    """Mean rank of each scheduler across regions: one row per main metric, one column per source."""
+    rk = res["rankings"]
+    if not rk:
+        return None
+    regions = [r["name"] for r in res["parameters"]["regions"]]
+    sources = res["parameters"]["sources"]
+    scheds = res["parameters"]["schedulers"]
+    metrics = res["headline"]["main_metrics"]
+    K = len(scheds)
+    table: dict = {}
+    for d in rk:
+        if d["metric"] in metrics:
+            table[(d["source"], d["metric"], d["scheduler"], d["region"])] = d["mean_rank"]
+    nr, nc = len(metrics), len(sources)
+    fig, axes = plt.subplots(nr, nc, figsize=(3.3 * nc + 1.9, 2.0 * nr + 0.9), squeeze=False,
+                             sharex=True, sharey=True)
+    x = np.arange(len(regions))
+    for mi, m in enumerate(metrics):
+        for si, s in enumerate(sources):
+            ax = axes[mi][si]
+            for k, sc in enumerate(scheds):
+                y = [table.get((s, m, sc, r), np.nan) for r in regions]
+                ax.plot(x, y, color=OKABE_ITO[k % 8], marker=MARKERS[k % len(MARKERS)],
+                        linestyle=LINESTYLES[(k // 8) % 4], linewidth=1.1, markersize=3.5, label=sc)
+            ax.set_ylim(K + 0.5, 0.5)
+            if mi == 0:
+                ax.set_title(s, fontsize=9)
+            if si == 0:
+                ax.set_ylabel(f"{m}\nmean rank (1 = best)", fontsize=7)
+            if mi == nr - 1:
+                ax.set_xticks(x, regions, rotation=35, ha="right", fontsize=7)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.25)
+    h, lab = axes[0][0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="center left", bbox_to_anchor=(0.99, 0.5), fontsize=8, title="scheduler")
+    fig.suptitle("Rank trajectories across operating regions (x: region, increasing load)", fontsize=10)
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.08, top=0.94, wspace=0.06, hspace=0.1)
+    return png_data_uri(fig)
+
+
+def fig_workload(res: dict) -> Optional[str]:
+    """Per-source distributions (over windows) of lengths, rate and burstiness."""
+    wl = res.get("workload") or {}
+    if not wl.get("available"):
+        return None
+    rows = wl["windows"]
+    stats_ = [s for s in ("input_mean", "output_mean", "input_p99", "output_p99", "rate_mean_rps", "dispersion")
+              if s in wl.get("stats", [])]
+    labels = {"input_mean": "mean input tokens", "output_mean": "mean output tokens",
+              "input_p99": "p99 input tokens", "output_p99": "p99 output tokens",
+              "rate_mean_rps": "mean rate (req/s, before scaling)", "dispersion": "index of dispersion"}
+    if not stats_:
+        return None
+    sources = sorted({r["source"] for r in rows})
+    fig, axes = plt.subplots(1, len(stats_), figsize=(2.6 * len(stats_), 3.0), squeeze=False)
+    rng = np.random.default_rng(0)
+    for ax, st in zip(axes[0], stats_):
+        data = [[r[st] for r in rows if r["source"] == s and r.get(st) is not None] for s in sources]
+        ax.boxplot([d if d else [np.nan] for d in data], showfliers=False, widths=0.5)
+        for n, d in enumerate(data):
+            ax.scatter(n + 1 + rng.uniform(-0.15, 0.15, len(d)), d, s=8, color=OKABE_ITO[n % 8],
+                       marker=MARKERS[n % len(MARKERS)], alpha=0.8, zorder=3)
+        ax.set_xticks(range(1, len(sources) + 1), sources, rotation=30, ha="right", fontsize=7)
+        flat = [v for d in data for v in d]
+        if flat and min(flat) > 0 and max(flat) / min(flat) > 50:
+            ax.set_yscale("log")
+        ax.set_title(labels[st], fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0][0].set_ylabel("per-window value", fontsize=8)
+    fig.suptitle("Workload characterization per source (one point per window)", fontsize=10)
+    fig.tight_layout()
+    return png_data_uri(fig)
+

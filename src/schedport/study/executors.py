@@ -1,0 +1,234 @@
+"""Where a sweep's tasks run: in the driver (`--workers 1`), on a local process pool, or on Ray.
+
+Every executor has the same small interface -- `put` (ship an object once), `submit`,
+`as_completed` (results as tasks finish, and an idle tick) and `shutdown` -- so the sweep and
+`schedport explain` drive any of them alike (`make_executor`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+from schedport.common.outputs import process_alive
+from schedport.errors import SchedportError
+from schedport.study.tasks import code_fingerprint
+
+EXECUTORS = ("local", "ray")
+
+
+def _worker_init(driver_pid: int) -> None:
+    """Pool worker set-up: ignore Ctrl-C, die with the driver, pay the imports up front."""
+    # Ctrl-C reaches the whole process group; only the driver handles it (flush, mark, exit).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watch_driver, args=(driver_pid,), daemon=True, name="driver-watch").start()
+    import schedport.engine.runner  # noqa: F401  (the workers' imports, before the first task)
+
+
+def _watch_driver(pid: int, period: float = 1.0) -> None:
+    # A SIGKILLed driver cannot stop its workers (forkserver children are not its own), and
+    # they would otherwise wait for work forever: exit within a second of its death.
+    while True:
+        time.sleep(period)
+        if not process_alive(pid):
+            os._exit(1)
+
+
+def _warmup() -> int:
+    """Worker task used to start every pool process before the sweep's clock starts."""
+    time.sleep(0.05)  # long enough that each warm-up task lands on its own new process
+    return os.getpid()
+
+
+class _Task:
+    """A deferred call (the serial executor's task handle; hashable by identity)."""
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn, args):
+        self.fn = fn
+        self.args = args
+
+
+class _Serial:
+    """Runs tasks in the driver process, one at a time (``--workers 1``)."""
+
+    name = "local"
+
+    def put(self, obj):
+        return obj
+
+    def submit(self, fn, *args):
+        return _Task(fn, args)
+
+    def as_completed(self, handles, tick: float):
+        """Run each task now, in submission order, yielding (handle, result)."""
+        for h in list(handles):
+            yield h, h.fn(*h.args)
+
+    def shutdown(self, cancel: bool = False) -> None:
+        pass
+
+
+class _Pool:
+    """A process pool over `workers` processes (forkserver start: safe with the driver's threads)."""
+
+    name = "local"
+
+    def __init__(self, workers: int):
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                                        initargs=(os.getpid(),))
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            for f in [self.pool.submit(_warmup) for _ in range(workers)]:
+                f.result()
+        except BrokenProcessPool:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            raise SchedportError("the worker processes failed to start (a script calling run_sweep must "
+                                 "guard its entry point with `if __name__ == \"__main__\":`)") from None
+
+    def put(self, obj):
+        return obj
+
+    def submit(self, fn, *args):
+        return self.pool.submit(fn, *args)
+
+    def as_completed(self, handles, tick: float):
+        """Yield (handle, result) as tasks finish, and (None, None) every `tick` seconds idle."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        pending = set(handles)
+        while pending:
+            done, pending = wait(pending, timeout=tick, return_when=FIRST_COMPLETED)
+            if not done:
+                yield None, None
+            for f in done:
+                yield f, f.result()
+
+    def shutdown(self, cancel: bool = False) -> None:
+        if cancel:
+            procs = list((getattr(self.pool, "_processes", None) or {}).values())
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            for p in procs:  # our own worker processes: stop their in-flight chunk now
+                if p.is_alive():
+                    p.terminate()
+            for p in procs:
+                p.join(timeout=5)
+        else:
+            self.pool.shutdown(wait=True)
+
+
+class _Ray:
+    """The same tasks as Ray remote tasks, on an existing cluster or a local instance."""
+
+    name = "ray"
+
+    def __init__(self, workers: int, address: str | None):
+        try:
+            import ray
+        except ImportError:
+            raise SchedportError("--executor ray needs Ray: pip install 'schedport[ray]'") from None
+        self.ray = ray
+        self.started = False
+        if not ray.is_initialized():
+            kw: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
+            if address:
+                _check_reachable(address)
+            try:
+                if address:
+                    ray.init(address=address, **kw)
+                else:
+                    ray.init(num_cpus=workers, include_dashboard=False, **kw)
+            except Exception as e:  # connection refused, bad address, ...
+                where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+                raise SchedportError(f"cannot start or reach {where}: {' '.join(str(e).split())[:300]}") from None
+            self.started = True
+        self._remote: dict = {}
+        self._pending: set = set()
+        mine = code_fingerprint()
+        theirs = ray.get(self._fn(code_fingerprint).remote())
+        if theirs != mine:
+            self.shutdown()
+            raise SchedportError("the Ray workers run another schedport version/code than this driver "
+                                 "(results would not be comparable); install the same schedport there")
+
+    def _fn(self, fn):
+        if fn not in self._remote:
+            self._remote[fn] = self.ray.remote(fn)
+        return self._remote[fn]
+
+    def put(self, obj):
+        return self.ray.put(obj)
+
+    def submit(self, fn, *args):
+        ref = self._fn(fn).remote(*args)
+        self._pending.add(ref)
+        return ref
+
+    def as_completed(self, handles, tick: float):
+        """Yield (ref, result) as tasks finish, and (None, None) every `tick` seconds idle."""
+        pending = list(handles)
+        while pending:
+            done, pending = self.ray.wait(pending, num_returns=1, timeout=tick)
+            if not done:
+                yield None, None
+            for ref in done:
+                self._pending.discard(ref)
+                try:
+                    res = self.ray.get(ref)
+                except self.ray.exceptions.RayTaskError as e:
+                    cause = getattr(e, "cause", None)
+                    if isinstance(cause, SchedportError):
+                        raise cause from None
+                    raise
+                yield ref, res
+
+    def shutdown(self, cancel: bool = False) -> None:
+        if cancel:  # on a shared cluster, do not leave our queued tasks behind
+            for ref in self._pending:
+                try:
+                    self.ray.cancel(ref, force=True)
+                except Exception:  # already finished or gone: nothing to cancel
+                    pass
+            self._pending.clear()
+        if self.started:
+            self.ray.shutdown()
+            self.started = False
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast (one line) when a ``host:port`` Ray address refuses connections.
+
+    `ray.init` would otherwise retry for minutes. Addresses without an explicit port
+    ("auto", "local") are left to Ray.
+    """
+    import socket
+
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise SchedportError(f"cannot start or reach the Ray cluster at {address}: "
+                             f"{e.strerror or e}") from None
+
+
+def make_executor(kind: str, workers: int, ray_address: str | None = None):
+    """The executor named `kind` ("local" or "ray") with `workers` processes / local CPUs."""
+    if kind == "local":
+        if ray_address:
+            raise SchedportError("--ray-address only applies to --executor ray")
+        return _Serial() if workers == 1 else _Pool(workers)
+    if kind == "ray":
+        return _Ray(workers, ray_address)
+    raise SchedportError(f"--executor must be one of {', '.join(EXECUTORS)}, got {kind!r}")

@@ -1,0 +1,70 @@
+"""The work a sweep hands its workers: one window's capacity (`measure_capacity`) and one chunk of
+cells (`run_chunk`: one window under one scheduler at several regions and seeds), plus the
+fingerprint of the code a result depends on (`code_fingerprint`), which workers and caches compare.
+
+Both tasks are module-level functions, so a process pool pickles them by name and Ray ships them
+as remote functions; `schedport explain` runs its variants through the same two.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import schedport
+from schedport.engine.runner import simulate
+from schedport.study.regions import parse_region_def, time_scale
+
+
+def measure_capacity(trace, cfg, region_def: str = "sustainable") -> tuple[float, float]:
+    """Worker task: (anchor in req/s, seconds spent) of one window on engine `cfg`: its capacity
+    under `region_def` (sustainable or drain), or under a latency-anchored one the rate meeting
+    its SLO target."""
+    t0 = time.perf_counter()
+    cap = parse_region_def(region_def).anchor(trace, cfg)
+    return cap, time.perf_counter() - t0
+
+
+def run_chunk(trace, cfg, scheduler: str, window: tuple[str, str, str, float], cells: list[tuple[str, float, int]],
+              keep_requests: bool = False) -> tuple[list[dict], list | None, float]:
+    """Worker task: simulate one window under one scheduler at several (region, rho, seed).
+
+    `window` is (source, window_id, sha256, capacity_rps). Returns the stored rows, the
+    per-request tables when `keep_requests` (else None), and the seconds spent inside
+    `api.simulate` (to measure the sweep machinery's overhead).
+    """
+    source, window_id, sha, cap = window
+    rows: list[dict] = []
+    reqs: list | None = [] if keep_requests else None
+    sim_s = 0.0
+    for region, rho, seed in cells:
+        scale = time_scale(trace, cap, rho)
+        t0 = time.perf_counter()
+        res = simulate(trace, scheduler, engine=cfg, seed=seed, time_scale=scale)
+        sim_s += time.perf_counter() - t0
+        row = {"source": source, "window_id": window_id, "region": region, "scheduler": scheduler,
+               "seed": int(seed), "rho": float(rho), "time_scale": float(scale), "capacity_rps": float(cap),
+               "window_sha256": sha}
+        row.update(res.summary)
+        rows.append(row)
+        if reqs is not None:
+            reqs.append(res.requests)
+    return rows, reqs, sim_s
+
+
+def code_fingerprint() -> str:
+    """sha256 over the source of the modules a simulation's result depends on.
+
+    The whole engine package (config, latency model, simulator, policies, metrics, capacity and
+    region definitions, runner), the trace format and its checks, and the study's regions: any edit
+    there can change a run's numbers, so caches keyed on this fingerprint (explain's runs, a Ray
+    cluster's code check) are refreshed.
+    """
+    h = hashlib.sha256(schedport.__version__.encode())
+    pkg = Path(schedport.__file__).parent
+    files = sorted((pkg / "engine").glob("*.py")) + [pkg / "workload" / "trace.py", pkg / "workload" / "tracecheck.py",
+                                                     pkg / "study" / "regions.py"]
+    for p in files:
+        h.update(p.relative_to(pkg).as_posix().encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()

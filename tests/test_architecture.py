@@ -1,0 +1,198 @@
+"""The architecture holds: layers, one typer importer, no cycles, no private names across modules.
+
+The import contracts live in pyproject.toml ([tool.importlinter], docs/architecture.md) and
+`make test` runs `lint-imports` before the suite. These tests show that each contract line is
+load-bearing: on a copy of the package with one planted import, the full contract breaks, and
+the contract without that line lets the planted import through.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+import tomllib
+import warnings
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src" / "schedport"
+CONFIG = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+CONTRACTS = {c["id"]: c for c in CONFIG["contracts"]}
+LAYERS: list[str] = CONTRACTS["layers"]["layers"]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _write_config(path: Path, contracts: list[dict]) -> Path:
+    lines = ["[tool.importlinter]", 'root_package = "schedport"', "include_external_packages = true", ""]
+    for c in contracts:
+        lines.append("[[tool.importlinter.contracts]]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in c.items()]
+        lines.append("")
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _lint(tmp: Path, contracts: list[dict]) -> subprocess.CompletedProcess:
+    """lint-imports over the package copy in `tmp` (first on the path) with these contracts."""
+    cfg = _write_config(tmp / "contracts.toml", contracts)
+    env = {"PYTHONPATH": str(tmp / "src"), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([str(LINT), "--config", str(cfg), "--no-cache"], cwd=tmp, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def _copy_package(tmp: Path) -> Path:
+    dst = tmp / "src" / "schedport"
+    shutil.copytree(SRC, dst, ignore=shutil.ignore_patterns("__pycache__"))
+    return dst
+
+
+def _module_file(pkg_root: Path, module: str) -> Path:
+    """The file a planted import goes into: a new module inside a package layer, or the module itself."""
+    rel = Path(*module.split(".")[1:])
+    if (pkg_root / rel).is_dir():
+        return pkg_root / rel / "_planted.py"
+    return pkg_root / rel.with_suffix(".py")
+
+
+def _plant(pkg_root: Path, importer: str, imported: str) -> None:
+    f = _module_file(pkg_root, importer)
+    with open(f, "a") as fh:
+        fh.write(f"\nimport {imported}  # planted by test_architecture\n")
+
+
+def _without_layer(i: int) -> dict:
+    c = dict(CONTRACTS["layers"])
+    c["layers"] = LAYERS[:i] + LAYERS[i + 1:]
+    return c
+
+
+def _first(layer: str) -> str:
+    return layer.split("|")[0].strip()
+
+
+def test_the_contracts_are_kept():
+    p = subprocess.run([str(LINT), "--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert "0 broken" in p.stdout
+
+
+@pytest.mark.parametrize("i", range(len(LAYERS)), ids=lambda i: _first(LAYERS[i]))
+def test_each_layer_line_is_load_bearing(tmp_path, i):
+    # Layer i imports the layer right above it (the top layer is imported by the one below it):
+    # the full contract refuses that, and the contract without line i lets it through.
+    if i == 0:
+        importer, imported = _first(LAYERS[1]), _first(LAYERS[0])
+    else:
+        importer, imported = _first(LAYERS[i]), _first(LAYERS[i - 1])
+        if "|" in LAYERS[i - 1] and "|" in LAYERS[i]:   # pragma: no cover - not in this contract
+            imported = LAYERS[i - 1].split("|")[1].strip()
+    line = 1 if i == 0 else i
+    pkg = _copy_package(tmp_path)
+    _plant(pkg, importer, imported)
+    full = _lint(tmp_path, [CONTRACTS["layers"]])
+    assert full.returncode != 0 and f"{importer} is not allowed to import {imported}" in full.stdout, full.stdout
+    cut = _lint(tmp_path, [_without_layer(line)])
+    assert cut.returncode == 0, cut.stdout
+
+
+def test_report_and_analysis_are_independent(tmp_path):
+    pkg = _copy_package(tmp_path)
+    _plant(pkg, "schedport.report", "schedport.analysis")
+    p = _lint(tmp_path, [CONTRACTS["layers"]])
+    assert p.returncode != 0 and "schedport.report is not allowed to import schedport.analysis" in p.stdout
+
+
+def test_only_the_cli_may_import_typer(tmp_path):
+    pkg = _copy_package(tmp_path)
+    _plant(pkg, "schedport.engine", "typer")
+    assert _lint(tmp_path, [CONTRACTS["layers"]]).returncode == 0     # the layers cannot see it
+    p = _lint(tmp_path, [CONTRACTS["layers"], CONTRACTS["cli-only-typer"]])
+    assert p.returncode != 0 and "schedport.engine is not allowed to import typer" in p.stdout
+
+
+def test_a_cycle_inside_a_layer_is_refused(tmp_path):
+    # engine.runner imports engine.config; config importing runner back is a cycle the layers
+    # contract cannot see (both are in the engine layer) and the acyclic contract refuses.
+    pkg = _copy_package(tmp_path)
+    _plant(pkg, "schedport.engine.config", "schedport.engine.runner")
+    assert _lint(tmp_path, [CONTRACTS["layers"]]).returncode == 0
+    p = _lint(tmp_path, [CONTRACTS["acyclic"]])
+    assert p.returncode != 0, p.stdout
+
+
+def _private_imports() -> list[str]:
+    """`from schedport.x import _name` where x is another module and _name is not a module of
+    the importer's own package (a package may use its own private modules)."""
+    bad = []
+    for p in sorted(SRC.rglob("*.py")):
+        mod = ".".join(p.relative_to(SRC.parent).with_suffix("").parts)
+        pkg = mod.rsplit(".", 1)[0] if p.name != "__init__.py" else mod.removesuffix(".__init__")
+        for node in ast.walk(ast.parse(p.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("schedport")):
+                continue
+            for a in node.names:
+                private = a.name.startswith("_") and not a.name.startswith("__")
+                own_module = (SRC.parent / Path(*node.module.split("."), a.name + ".py")).exists() \
+                    and node.module in (pkg, mod.removesuffix(".__init__"))
+                if private and node.module != mod and not own_module:
+                    bad.append(f"{p.relative_to(SRC.parent)}:{node.lineno} imports {node.module}.{a.name}")
+    return bad
+
+
+def test_no_private_name_is_used_across_modules():
+    assert _private_imports() == []
+
+
+def test_only_the_cli_imports_typer_by_source():
+    # Belt and braces for lint-imports: no library file even mentions an import of typer.
+    offenders = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
+                 if "cli" not in p.relative_to(SRC).parts[:1]
+                 and any(isinstance(n, (ast.Import, ast.ImportFrom))
+                         and any((getattr(n, "module", None) or a.name).split(".")[0] == "typer" for a in n.names)
+                         for n in ast.walk(ast.parse(p.read_text())))]
+    assert offenders == []
+
+
+def test_old_module_paths_are_the_new_modules_with_a_warning():
+    import importlib
+
+    from schedport import _compat
+
+    for old, new in _compat.MOVED.items():
+        sys.modules.pop(old, None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            m = importlib.import_module(old)
+        assert m is importlib.import_module(new), old
+        assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught), old
+        sys.modules.pop(old, None)   # leave no alias behind for other tests
+
+
+def test_old_module_attributes_of_packages_still_resolve():
+    import schedport.analysis
+    import schedport.engine
+    import schedport.report
+    from schedport.analysis.portability import load_store
+    from schedport.engine.simulator import Simulator
+    from schedport.report.html import write_report
+
+    with pytest.warns(DeprecationWarning, match="schedport.engine.simulator"):
+        assert schedport.engine.Simulator is Simulator
+    with pytest.warns(DeprecationWarning, match="schedport.analysis.portability"):
+        assert schedport.analysis.load_store is load_store
+    with pytest.warns(DeprecationWarning, match="schedport.report.html"):
+        assert schedport.report.write_report is write_report
+    with pytest.raises(AttributeError):
+        schedport.engine.no_such_name
