@@ -196,3 +196,25 @@ def test_old_module_attributes_of_packages_still_resolve():
         assert schedport.report.write_report is write_report
     with pytest.raises(AttributeError):
         schedport.engine.no_such_name
+
+
+def test_names_that_left_their_module_resolve_from_the_old_path():
+    import importlib
+
+    from schedport import _compat
+
+    assert _compat.MOVED_NAMES, "the table of moved names is empty"
+    for (old, name), home in _compat.MOVED_NAMES.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            value = getattr(importlib.import_module(old), name)
+        assert value is getattr(importlib.import_module(home), name), (old, name)
+        assert any(f"{home}.{name}" in str(w.message) for w in caught), (old, name)
+    # 0.1.0's analysis.analyze also rendered the report: the old name keeps doing both
+    import schedport.analysis
+    import schedport.api
+
+    with pytest.warns(DeprecationWarning):
+        assert schedport.analysis.analyze is schedport.api.analyze
+    for old in {o for o, _ in _compat.MOVED_NAMES}:
+        sys.modules.pop(old, None) if old in _compat.MOVED else None

@@ -6,7 +6,9 @@ Until 0.1.0 every module lived at the top of the package (``schedport.sweep``,
 monkeypatches stay shared. ``schedport.engine``, ``schedport.analysis`` and ``schedport.report``
 are packages now; their old top-level names (``schedport.engine.Simulator``,
 ``schedport.analysis.analyze``, ``schedport.report.write_report``) resolve through
-`package_getattr`. To be removed in 0.2.
+`package_getattr`. Names that left their module when the layers were drawn (a command that
+moved into `schedport.cli`, a renderer that moved into `schedport.report`) resolve from the old
+path through `MOVED_NAMES`. To be removed in 0.2.
 """
 
 from __future__ import annotations
@@ -52,6 +54,64 @@ PACKAGE_OF_MODULE = {
 }
 
 
+#: (0.1.0 module, name) -> the module the name lives in now, for names that left their module.
+MOVED_NAMES = {
+    # `schedport.analysis.analyze` wrote portability.json and report.html: now the API's job.
+    ("schedport.analysis", "analyze"): "schedport.api",
+    ("schedport.analysis", "BOOKKEEPING"): "schedport.analysis.store_loading",
+    ("schedport.analysis", "ID_COLUMNS"): "schedport.analysis.store_loading",
+    ("schedport.analysis", "BOUNDED_PATTERNS"): "schedport.analysis.directions",
+    ("schedport.analysis", "DIRECTION_PATTERNS"): "schedport.analysis.directions",
+    ("schedport.analysis", "SURVIVOR_ONLY"): "schedport.analysis.directions",
+    ("schedport.analysis", "REGIME_METRICS"): "schedport.analysis.regimes",
+    ("schedport.analysis", "REGIME_SCHEDULER"): "schedport.analysis.regimes",
+    ("schedport.analysis", "SOURCE_INFO"): "schedport.analysis.provenance",
+    ("schedport.analysis", "TIED_DISTINCT"): "schedport.analysis.concordance",
+    ("schedport.analysis", "duplicate_schedulers"): "schedport.analysis.duplicates",
+    ("schedport.analysis", "metric_families"): "schedport.analysis.duplicates",
+    ("schedport.analysis", "analyze_command"): "schedport.cli.analyze",
+    ("schedport.analysis", "check_analyze_options"): "schedport.cli.analyze",
+    ("schedport.analysis", "summary_lines"): "schedport.cli.analyze",
+    ("schedport.conformance", "conformance_command"): "schedport.cli.conformance",
+    ("schedport.corpus", "DAY_S"): "schedport.workload.corpus_windows",
+    ("schedport.corpus", "SERVEGEN_SLOT_S"): "schedport.workload.corpus_spec",
+    ("schedport.corpus", "corpus_app"): "schedport.cli.corpus",
+    ("schedport.corpus", "build_cmd"): "schedport.cli.corpus",
+    ("schedport.corpus", "list_cmd"): "schedport.cli.corpus",
+    ("schedport.corpus", "verify_cmd"): "schedport.cli.corpus",
+    ("schedport.explain", "explain_command"): "schedport.cli.explain",
+    ("schedport.explain", "fig_effects"): "schedport.report.explain",
+    ("schedport.explain", "render_section"): "schedport.report.explain",
+    ("schedport.policy", "Policy"): "schedport.engine.schedulers",
+    ("schedport.policy", "BoundPolicy"): "schedport.engine.schedulers",
+    ("schedport.policy", "Continuous"): "schedport.engine.batching",
+    ("schedport.policy", "Selective"): "schedport.engine.batching",
+    ("schedport.policy", "StallFree"): "schedport.engine.batching",
+    ("schedport.policy", "Static"): "schedport.engine.batching",
+    ("schedport.report", "LINESTYLES"): "schedport.report.style",
+    ("schedport.report", "MARKERS"): "schedport.report.style",
+    ("schedport.report", "MAP_ROWS"): "schedport.report.figures",
+    ("schedport.sweep", "ANALYSIS_TEMP_FILES"): "schedport.api",
+    ("schedport.sweep", "analysis_outputs_cleaned"): "schedport.api",
+    ("schedport.sweep", "check_analysable"): "schedport.cli.study",
+    ("schedport.sweep", "run_command"): "schedport.cli.study",
+    ("schedport.validation_stats", "ROW_CAP"): "schedport.report.validation",
+    ("schedport.validation_stats", "fig_sim_vs_real"): "schedport.report.validation",
+    ("schedport.validation_stats", "render_validation_section"): "schedport.report.validation",
+    ("schedport.validation_stats", "write_validation_html"): "schedport.report.validation",
+}
+
+
+def moved_name(old_module: str, name: str):
+    """`name` as 0.1.0's `old_module` had it, from its new home (AttributeError if it never was)."""
+    home = MOVED_NAMES.get((old_module, name))
+    if home is None:
+        raise AttributeError(f"module {old_module!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    _warn(f"{old_module}.{name}", f"{home}.{name}")
+    return value
+
+
 def _warn(old: str, new: str) -> None:
     warnings.warn(f"{old} moved to {new}; the old name goes in schedport 0.2", DeprecationWarning,
                   stacklevel=3)
@@ -67,7 +127,12 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         _warn(spec.name, MOVED[spec.name])
-        return importlib.import_module(MOVED[spec.name])
+        module = importlib.import_module(MOVED[spec.name])
+        if "__getattr__" not in vars(module) and any(old == spec.name for old, _ in MOVED_NAMES):
+            # the names that left this module resolve from it too (PEP 562), after its own names
+            old = spec.name
+            module.__getattr__ = lambda name: moved_name(old, name)
+        return module
 
     def exec_module(self, module):
         # Already executed under its new name; the import system now records it under the
@@ -85,6 +150,8 @@ def package_getattr(package: str, name: str):
     """An old module-level attribute of a module that became ``package`` (e.g. Simulator)."""
     if name.startswith("__"):
         raise AttributeError(name)
+    if (package, name) in MOVED_NAMES:
+        return moved_name(package, name)
     home = PACKAGE_OF_MODULE[package]
     value = getattr(importlib.import_module(home), name)   # AttributeError if it never existed
     _warn(f"{package}.{name}", f"{home}.{name}")

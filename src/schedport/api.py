@@ -18,11 +18,13 @@ from pathlib import Path
 
 from schedport.common.outputs import io_error
 from schedport.engine.runner import (CAPACITY_DEFINITIONS, CAPACITY_REFERENCE, DRAIN, MAX_ARRIVAL_S,
+                                     SATURATED_BATCHES, SATURATED_MAX, SIM_BYTES_PER_REQUEST,
                                      SUSTAINABLE, SimulationResult, capacity, check_clock, check_horizon,
                                      check_metrics_horizon, check_seed, check_simulation_memory,
                                      check_time_scale, load_scale, rescale, scaled, served_trace, simulate)
 
-__all__ = ["CAPACITY_DEFINITIONS", "CAPACITY_REFERENCE", "DRAIN", "MAX_ARRIVAL_S", "SUSTAINABLE",
+__all__ = ["CAPACITY_DEFINITIONS", "CAPACITY_REFERENCE", "DRAIN", "MAX_ARRIVAL_S", "SATURATED_BATCHES",
+           "SATURATED_MAX", "SIM_BYTES_PER_REQUEST", "SUSTAINABLE",
            "SimulationResult", "capacity", "check_clock", "check_horizon", "check_metrics_horizon",
            "check_seed", "check_simulation_memory", "check_time_scale", "load_scale", "rescale", "scaled",
            "served_trace", "simulate"]

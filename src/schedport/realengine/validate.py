@@ -32,6 +32,7 @@ from schedport.analysis.validation_stats import (load_validation, median_request
                                                  rank_agreement, repeat_spread, request_errors, run_errors)
 from schedport.engine.runner import atomic_write, load_scale, resolve_engine, simulate
 from schedport.errors import SchedportError
+from schedport.realengine import replay as replay_client   # looked up at call time: tests stand in for it
 from schedport.workload.trace import Trace
 
 #: Metrics compared per run and ranked per condition (all lower-is-better but throughput).
@@ -148,23 +149,9 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
     replays found in `out_dir` are reused when their `cell.json` matches (so a validation can
     be resumed, or extended with more repeats); a mismatch is a one-line error.
     """
-    from schedport.realengine.replay import EXPRESSIBLE, replay
-
     cfg = resolve_engine(engine)
     regions = dict(regions or {"light": 0.3, "moderate": 0.6, "high": 0.8})
-    if not traces:
-        raise SchedportError("validate needs at least one trace (--trace or --corpus)")
-    names = [t.name for t in traces]
-    if len(set(names)) != len(names):
-        raise SchedportError(f"two traces share the name {next(n for n in names if names.count(n) > 1)!r}")
-    bad = [s for s in schedulers if s not in EXPRESSIBLE]
-    if bad:
-        raise SchedportError(f"scheduler '{bad[0]}' cannot be replayed on a vLLM server; "
-                             f"expressible: {', '.join(EXPRESSIBLE)}")
-    if len(schedulers) < 2:
-        raise SchedportError("validate compares rankings: give at least two schedulers")
-    if repeats < 1:
-        raise SchedportError(f"--repeats must be at least 1, got {repeats}")
+    _check_request(traces, schedulers, repeats)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.Generator(np.random.PCG64(seed))
@@ -191,7 +178,7 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
                         index = speed_probe() if speed_probe is not None else None
                         log(f"{tag}: replaying {len(nt.trace)} requests over {nt.trace.span_s * c.scale:.0f} s"
                             + (f" (machine speed index {index:.2f})" if index is not None else ""))
-                        res = replay(nt.trace, endpoint, engine=cfg, scheduler=sched, time_scale=c.scale,
+                        res = replay_client.replay(nt.trace, endpoint, engine=cfg, scheduler=sched, time_scale=c.scale,
                                      seed=seed, model=model, request_timeout_s=request_timeout_s,
                                      max_lag_s=max_lag_s, retries=retries, log=log)
                         if index is not None:
@@ -211,39 +198,10 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
                         real_table = pd.read_parquet(rdir / "requests.parquet")
                         server = server or {"model": real_summary.get("model")}
                     c.real.append((real_summary, real_table))
-    rows = []
-    run_records = []
+    run_records, rows = [], []
     for (name, region, sched), c in cells.items():
-        summaries = [s for s, _ in c.real]
-        real = median_summary(summaries, RUN_METRICS + ("n_completed", "speed_index"))
-        for key in ("n_error", "n_timeout", "n_truncated"):      # the worst repeat's count
-            vals = [s.get(key) for s in summaries if s.get(key) is not None]
-            real[key] = max(vals) if vals else None
-        req_err = request_errors(c.sim.requests, median_request_table([t for _, t in c.real]))
-        record = {"window": name, "region": region, "load": c.meta["load"], "scheduler": sched,
-                  "scale": c.scale, "n_requests": len(c.sim.requests),
-                  "client_lag_ok": all(bool(s.get("client_lag_ok", False)) for s in summaries),
-                  "send_lag_p99_s": max((s.get("send_lag_p99_s") or 0.0) for s in summaries),
-                  "attempts": sum(s.get("attempts", 1) for s in summaries),
-                  "repeats": len(summaries),
-                  "sim": {m: c.sim.summary.get(m) for m in RUN_METRICS + ("n_completed",)},
-                  "real": real,
-                  "request_errors": req_err, "run_errors": run_errors(c.sim.summary, real, RUN_METRICS)}
-        if len(summaries) > 1:
-            record["real_spread"] = repeat_spread(summaries, RUN_METRICS)
-            record["real_repeats"] = [{"client_lag_ok": bool(s.get("client_lag_ok", False)),
-                                       "send_lag_p99_s": s.get("send_lag_p99_s"),
-                                       "speed_index": s.get("speed_index"),
-                                       **{m: s.get(m) for m in RUN_METRICS}} for s in summaries]
+        record, row = _summarise_cell(name, region, sched, c)
         run_records.append(record)
-        row = {"window": name, "region": region, "scheduler": sched}
-        for m in RUN_METRICS:
-            row[f"sim_{m}"] = _num(c.sim.summary.get(m))
-            row[f"real_{m}"] = _num(real.get(m))
-            vals = [_num(s.get(m)) for s in summaries]
-            vals = [x for x in vals if math.isfinite(x)]
-            if len(vals) > 1:
-                row[f"real_lo_{m}"], row[f"real_hi_{m}"] = min(vals), max(vals)
         rows.append(row)
     runs = pd.DataFrame(rows)
     agreement = rank_agreement(runs, RANK_METRICS, threshold=threshold)
@@ -272,6 +230,58 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
 
     write_validation_html(load_validation(json.loads(text)), out / "validation.html")
     return json.loads(text)
+
+
+def _check_request(traces: Sequence[NamedTrace], schedulers: Sequence[str], repeats: int) -> None:
+    """Refuse, before any replay, a validation that cannot compare rankings on a vLLM server."""
+    if not traces:
+        raise SchedportError("validate needs at least one trace (--trace or --corpus)")
+    names = [t.name for t in traces]
+    if len(set(names)) != len(names):
+        raise SchedportError(f"two traces share the name {next(n for n in names if names.count(n) > 1)!r}")
+    bad = [s for s in schedulers if s not in replay_client.EXPRESSIBLE]
+    if bad:
+        raise SchedportError(f"scheduler '{bad[0]}' cannot be replayed on a vLLM server; "
+                             f"expressible: {', '.join(replay_client.EXPRESSIBLE)}")
+    if len(schedulers) < 2:
+        raise SchedportError("validate compares rankings: give at least two schedulers")
+    if repeats < 1:
+        raise SchedportError(f"--repeats must be at least 1, got {repeats}")
+
+
+def _summarise_cell(name: str, region: str, sched: str, c: "_Cell") -> tuple[dict, dict]:
+    """One cell's record for ``validation.json`` (simulated vs the median real run, errors,
+    spread over repeats) and its row of the runs table the rank agreement is computed on."""
+    summaries = [s for s, _ in c.real]
+    real = median_summary(summaries, RUN_METRICS + ("n_completed", "speed_index"))
+    for key in ("n_error", "n_timeout", "n_truncated"):      # the worst repeat's count
+        vals = [s.get(key) for s in summaries if s.get(key) is not None]
+        real[key] = max(vals) if vals else None
+    req_err = request_errors(c.sim.requests, median_request_table([t for _, t in c.real]))
+    record = {"window": name, "region": region, "load": c.meta["load"], "scheduler": sched,
+              "scale": c.scale, "n_requests": len(c.sim.requests),
+              "client_lag_ok": all(bool(s.get("client_lag_ok", False)) for s in summaries),
+              "send_lag_p99_s": max((s.get("send_lag_p99_s") or 0.0) for s in summaries),
+              "attempts": sum(s.get("attempts", 1) for s in summaries),
+              "repeats": len(summaries),
+              "sim": {m: c.sim.summary.get(m) for m in RUN_METRICS + ("n_completed",)},
+              "real": real,
+              "request_errors": req_err, "run_errors": run_errors(c.sim.summary, real, RUN_METRICS)}
+    if len(summaries) > 1:
+        record["real_spread"] = repeat_spread(summaries, RUN_METRICS)
+        record["real_repeats"] = [{"client_lag_ok": bool(s.get("client_lag_ok", False)),
+                                   "send_lag_p99_s": s.get("send_lag_p99_s"),
+                                   "speed_index": s.get("speed_index"),
+                                   **{m: s.get(m) for m in RUN_METRICS}} for s in summaries]
+    row = {"window": name, "region": region, "scheduler": sched}
+    for m in RUN_METRICS:
+        row[f"sim_{m}"] = _num(c.sim.summary.get(m))
+        row[f"real_{m}"] = _num(real.get(m))
+        vals = [_num(s.get(m)) for s in summaries]
+        vals = [x for x in vals if math.isfinite(x)]
+        if len(vals) > 1:
+            row[f"real_lo_{m}"], row[f"real_hi_{m}"] = min(vals), max(vals)
+    return record, row
 
 
 def _index_summary(cells) -> dict | None:
