@@ -9,13 +9,13 @@ feature) are run too, so each share is estimated from both ends.
 
 The parts, one module each:
 
-- `schedport.analysis.explain_variants`: the variants (`FEATURES`, `Variant`, `build_variant`),
+- `schedport.analysis.explain.variants`: the variants (`FEATURES`, `Variant`, `build_variant`),
   pure and deterministic;
-- `schedport.analysis.explain_effects`: effects computed exactly as the analysis does, each
+- `schedport.analysis.explain.effects`: effects computed exactly as the analysis does, each
   feature's share of the gap (`attribute`) and the verdict sentence (`verdict`);
-- `schedport.analysis.explain_reversals`: the study form's reversals, numbered strongest first
+- `schedport.analysis.explain.reversals`: the study form's reversals, numbered strongest first
   (`ranked_reversals`), and a ``--explain`` selection of them;
-- `schedport.analysis.explain_runner`: `Explainer`, which opens a store, runs the variants
+- `schedport.analysis.explain.runner`: `Explainer`, which opens a store, runs the variants
   through the sweep's executors with a cache of finished runs, and explains one reversal.
 
 This module holds the entry points: `explain` (one reversal; `schedport explain`),
@@ -34,10 +34,10 @@ from typing import Optional, Sequence
 
 from schedport.errors import SchedportError
 from schedport.common.guard import WHAT, dir_kind
-from schedport.analysis.explain_effects import DRIVER_SHARE, GROUPS, attribute, paired_effects, verdict
-from schedport.analysis.explain_reversals import parse_selection, ranked_reversals, read_portability
-from schedport.analysis.explain_runner import DEFAULT_BOOT, Explainer
-from schedport.analysis.explain_variants import (CLIENT_AWARE, FEATURES, RECIPE_VERSION, Variant, build_variant,
+from schedport.analysis.explain.effects import DRIVER_SHARE, GROUPS, attribute, paired_effects, verdict
+from schedport.analysis.explain.reversals import parse_selection, ranked_reversals, read_portability
+from schedport.analysis.explain.runner import DEFAULT_BOOT, Explainer
+from schedport.analysis.explain.variants import (CLIENT_AWARE, FEATURES, RECIPE_VERSION, Variant, build_variant,
                                                  decouple_lengths, poisson_arrivals, resample_marginal,
                                                  transplant_arrivals)
 

@@ -1,8 +1,8 @@
 """The runner of `schedport explain`: one results store, its corpus and engine, and a cache of variant runs.
 
 `Explainer` opens a store, resolves the reversal to explain, builds its variants
-(`schedport.analysis.explain_variants`), runs A and B on them and attributes the gap
-(`schedport.analysis.explain_effects`). The window resamples are the analysis's: drawn from the
+(`schedport.analysis.explain.variants`), runs A and B on them and attributes the gap
+(`schedport.analysis.explain.effects`). The window resamples are the analysis's: drawn from the
 same seeded generator in the same order as `compute_portability`, so the original conditions'
 resamples are the analysis's.
 
@@ -34,10 +34,10 @@ from schedport.study.sweep import code_fingerprint, make_executor, measure_capac
 from schedport.workload.corpus import load_corpus
 from schedport.workload.trace import Trace, load_trace, save_trace
 from schedport.analysis.directions import metric_direction, metric_is_bounded
-from schedport.analysis.explain_effects import (attribute, finite_or_none, median_effects, paired_effects,
+from schedport.analysis.explain.effects import (attribute, finite_or_none, median_effects, paired_effects,
                                                 percentile_interval, verdict)
-from schedport.analysis.explain_reversals import ranked_reversals, read_portability
-from schedport.analysis.explain_variants import CLIENT_AWARE, FEATURES, Variant, build_variant, variant_name
+from schedport.analysis.explain.reversals import ranked_reversals, read_portability
+from schedport.analysis.explain.variants import CLIENT_AWARE, FEATURES, Variant, build_variant, variant_name
 from schedport.analysis.store_loading import load_store, window_key
 
 __all__ = ["DEFAULT_BOOT", "Explainer"]

@@ -30,7 +30,7 @@ import numpy as np
 
 from schedport.errors import SchedportError
 from schedport.common.formatting import whole_pct
-from schedport.analysis.explain_variants import FEATURES
+from schedport.analysis.explain.variants import FEATURES
 from schedport.analysis.directions import metric_direction, metric_is_bounded
 from schedport.analysis.stats import relative_effect
 from schedport.analysis.studyform import boot_wilcoxon
