@@ -9,6 +9,10 @@ The names here are the stable surface; they live in `schedport.engine.runner` (o
 through one engine) and are documented there: `load=RHO` scales the trace's time axis to offered
 load RHO against the engine's `capacity` for that request mix, and every number that reaches
 the engine is checked where it enters (`check_clock`, `check_metrics_horizon`).
+
+`analyze` is the study's last stage as the command line runs it: the analysis writes
+``portability.json``, then the report renders it (`render_report`), so neither the sweep nor
+the analysis has to call the stage after it.
 """
 
 from __future__ import annotations
