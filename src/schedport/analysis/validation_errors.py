@@ -38,6 +38,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from schedport.common.formatting import as_float
 from schedport.engine.metrics import json_scalar, percentiles
 
 __all__ = ["RUN_METRICS", "REQUEST_ERROR_METRICS", "request_errors", "median_summary", "repeat_spread",
@@ -68,17 +69,6 @@ def json_safe(v: Any) -> Any:
     if isinstance(v, np.ndarray):
         return json_safe(v.tolist())
     return json_scalar(v)
-
-
-def as_float(v: Any) -> float:
-    """`v` as a float, NaN for None / missing / non-numeric (a value read from a summary or a JSON file)."""
-    if v is None:
-        return math.nan
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return f
 
 
 # --------------------------------------------------------------------------- per request

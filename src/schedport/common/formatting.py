@@ -43,3 +43,14 @@ def signed_pct(v: Any, digits: int = 1) -> str:
     if not math.isfinite(f):
         return "n/a"
     return f"{100 * f:+.{digits}f}%"
+
+
+def as_float(v: Any) -> float:
+    """`v` as a float, NaN for None / missing / non-numeric (a value read from a summary or a JSON file)."""
+    if v is None:
+        return math.nan
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return f

@@ -19,7 +19,7 @@ from typing import Any, Optional
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from schedport.errors import SchedportError
-from schedport.common.formatting import fmt, pct, signed_pct
+from schedport.common.formatting import as_float, fmt, pct, signed_pct
 from schedport.report.figures import plt, png_data_uri
 from schedport.report.style import CSS, MARKERS, OKABE_ITO, img_tag
 from schedport.report.style import escape_html as esc
@@ -27,17 +27,6 @@ from schedport.report.style import escape_html as esc
 __all__ = ["render_validation_section", "write_validation_html", "fig_sim_vs_real"]
 
 ROW_CAP = 200  # prediction rows shown in the page (validation.json has all)
-
-
-def _num(v: Any) -> float:
-    """A float, NaN for None / missing / non-numeric."""
-    if v is None:
-        return math.nan
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return f
 
 
 def _runs(validation: dict) -> list[dict]:
@@ -78,7 +67,7 @@ def fig_sim_vs_real(validation: dict, metrics: Sequence[str] = ("ttft_mean_s", "
     for r in runs:
         sim, real = _side(r, "sim"), _side(r, "real")
         for m in metrics:
-            x, y = _num(real.get(m)), _num(sim.get(m))
+            x, y = as_float(real.get(m)), as_float(sim.get(m))
             if math.isfinite(x) and math.isfinite(y) and x > 0 and y > 0:
                 pts[m].append((str(r.get("scheduler")), x, y))
     if not any(pts.values()):
