@@ -479,7 +479,7 @@ def lookup(name: str) -> DataFile:
         if key in (f.original_relpath, f.name) or (
                 f.original_relpath and key == PurePosixPath(f.original_relpath).name):
             return f
-    raise ConfigError(f"unknown data file {name!r} (not in schedport.workload.datadir.DATA_FILES)")
+    raise ConfigError(f"unknown data file {name!r} (not in schedport.datadir.DATA_FILES)")
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

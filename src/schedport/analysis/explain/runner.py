@@ -452,7 +452,8 @@ class Explainer:
         gap_ci = percentile_interval(eff[("y", "original")][1] - eff[("x", "original")][1])
         ver = verdict(att, rev, gap_ci)
         wall = time.perf_counter() - t0
-        return {"schema": "schedport.analysis.explain/1", "reversal": rev, "effects": effects_out, "attribution": att,
+        # the schema names the file format, fixed since 0.1.0; it is not the module path
+        return {"schema": "schedport.explain/1", "reversal": rev, "effects": effects_out, "attribution": att,
                 "verdict": ver, "gap": finite_or_none(gap), "gap_ci_low": gap_ci[0], "gap_ci_high": gap_ci[1],
                 "method": {"effect": "median over windows of the analysis's per-window effect "
                                      f"({rev['effect_scale']}); interval: 2.5-97.5 percentile over {self.n_boot} "

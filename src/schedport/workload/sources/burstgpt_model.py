@@ -73,7 +73,7 @@ LABEL = "modeled BurstGPT (parameters partly guessed)"
 CITATION = ("modeled from the BurstGPT authors' published characterization: Wang et al., "
             "'BurstGPT: A Real-World Workload Dataset to Optimize LLM Serving Systems', KDD 2025 "
             "(arXiv 2401.17644) and github.com/HPMLL/BurstGPT (README, figures, generator code); "
-            "parameters partly guessed (see schedport.workload.sources.burstgpt_model)")
+            "parameters partly guessed (see schedport.sources.burstgpt_model)")
 SEGMENT_S = 1200  # 20-minute Gamma windows (the authors' Modeled Scaling)
 DAY_S = 86400
 SELECTION_KEYS = ("start_s", "rows", "seed", "max_days")
