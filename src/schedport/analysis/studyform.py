@@ -148,6 +148,48 @@ def _basic(point: Optional[float], boot: np.ndarray, lo_b: float, hi_b: float) -
 # --------------------------------------------------------------------------- reversals per metric
 
 
+def _reversal_share_bootstrap(st, raw: dict, m: int, counts: dict, q: float, thr: float, comps: list) -> np.ndarray:
+    """The reversal share of metric `m` on each window resample: the Wilcoxon tests, BH and
+    reversal counts redone on every bootstrap replicate, with the same resamples as every other
+    interval (`counts`). `comps` lists the (region, source, source, pairs compared) of the point
+    estimate, so a replicate compares exactly the pairs the point estimate did."""
+    S, R = len(st.sources), len(st.regions)
+    P = len(raw["I"])
+    made, distinct, test_rep = raw["made"][:, :, m], raw["distinct"][:, :, m], raw["test_rep"]
+    B = next(iter(counts.values())).shape[0]
+    p_b = np.full((B, S, R, P), np.nan)
+    med_b = np.full((B, S, R, P), np.nan)
+    for si, s in enumerate(st.sources):
+        W = counts[s].shape[1]
+        for r in range(R):
+            rows = raw["eff"][si, r, m, :, :W]
+            if not np.isfinite(rows).any():
+                continue
+            pb, mb = boot_wilcoxon(rows, counts[s])
+            p_b[:, si, r], med_b[:, si, r] = pb, mb
+    dmask = distinct.reshape(-1)
+    q_b_flat = np.full((B, S * R * P), np.nan)
+    if dmask.any():
+        q_b_flat[:, dmask] = bh_rows(p_b.reshape(B, -1)[:, dmask])
+    q_b = q_b_flat.reshape(B, S, R, P)
+    si_ix = np.arange(S)[:, None, None]
+    r_ix = np.arange(R)[None, :, None]
+    rep_ix = np.where(test_rep >= 0, test_rep, 0)
+    q_b = q_b[:, si_ix, r_ix, rep_ix]
+    made_b = made[None] & np.isfinite(med_b)
+    sig_b = made_b & (q_b <= q) & (np.abs(med_b) >= thr)
+    sign_b = np.sign(med_b)
+    nrev_b = np.zeros(B)
+    ncomp_b = np.zeros(B)
+    for r, s1, s2, both in comps:
+        bb = both[None] & made_b[:, s1, r] & made_b[:, s2, r]
+        ncomp_b += bb.sum(axis=1)
+        nrev_b += (bb & sig_b[:, s1, r] & sig_b[:, s2, r] & (sign_b[:, s1, r] * sign_b[:, s2, r] < 0)).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share_b = np.where(ncomp_b > 0, nrev_b / np.maximum(ncomp_b, 1), np.nan)
+    return share_b
+
+
 def _reversals_for_metric(ctx: dict, m: int, counts: dict, q: float) -> dict:
     """Cross-source reversals of one main metric: point counts, breakdowns and their window bootstrap."""
     st, raw, labels = ctx["st"], ctx["raw"], ctx["labels"]
@@ -158,7 +200,6 @@ def _reversals_for_metric(ctx: dict, m: int, counts: dict, q: float) -> dict:
     thr = float(raw["thr_m"][m])
     made, med, qm = raw["made"][:, :, m], raw["med"][:, :, m], raw["q_metric"][:, :, m]
     distinct = raw["distinct"][:, :, m]
-    test_rep = raw["test_rep"]
     sig = made & (qm <= q) & (np.abs(med) >= thr)
     sign = np.sign(med)
     comps = []  # (r, s1, s2, keep mask over pairs)
@@ -191,38 +232,7 @@ def _reversals_for_metric(ctx: dict, m: int, counts: dict, q: float) -> dict:
     n_rev = len(hits)
     share = n_rev / n_comp if n_comp else None
 
-    # bootstrap: the same window resamples as every other interval
-    B = next(iter(counts.values())).shape[0]
-    p_b = np.full((B, S, R, P), np.nan)
-    med_b = np.full((B, S, R, P), np.nan)
-    for si, s in enumerate(st.sources):
-        W = counts[s].shape[1]
-        for r in range(R):
-            rows = raw["eff"][si, r, m, :, :W]
-            if not np.isfinite(rows).any():
-                continue
-            pb, mb = boot_wilcoxon(rows, counts[s])
-            p_b[:, si, r], med_b[:, si, r] = pb, mb
-    dmask = distinct.reshape(-1)
-    q_b_flat = np.full((B, S * R * P), np.nan)
-    if dmask.any():
-        q_b_flat[:, dmask] = bh_rows(p_b.reshape(B, -1)[:, dmask])
-    q_b = q_b_flat.reshape(B, S, R, P)
-    si_ix = np.arange(S)[:, None, None]
-    r_ix = np.arange(R)[None, :, None]
-    rep_ix = np.where(test_rep >= 0, test_rep, 0)
-    q_b = q_b[:, si_ix, r_ix, rep_ix]
-    made_b = made[None] & np.isfinite(med_b)
-    sig_b = made_b & (q_b <= q) & (np.abs(med_b) >= thr)
-    sign_b = np.sign(med_b)
-    nrev_b = np.zeros(B)
-    ncomp_b = np.zeros(B)
-    for r, s1, s2, both in comps:
-        bb = both[None] & made_b[:, s1, r] & made_b[:, s2, r]
-        ncomp_b += bb.sum(axis=1)
-        nrev_b += (bb & sig_b[:, s1, r] & sig_b[:, s2, r] & (sign_b[:, s1, r] * sign_b[:, s2, r] < 0)).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        share_b = np.where(ncomp_b > 0, nrev_b / np.maximum(ncomp_b, 1), np.nan)
+    share_b = _reversal_share_bootstrap(st, raw, m, counts, q, thr, comps)
     lo, hi = _pct(share_b)
 
     rho = st.rho
@@ -530,6 +540,49 @@ def _interval_verdict(lo: Optional[float], hi: Optional[float], inside) -> str:
     return "inconclusive" if (a or b) else "does not hold"
 
 
+def _reversals_claim(sf: dict, n_sources: int, bg: str | None, note: str) -> dict:
+    """The study's reversal finding, judged per main metric: the share's interval, clustering at
+    high load, one scheduler pair, BurstGPT on every reversal; `note` says which source is modeled."""
+    per = []
+    for e in sf["reversals"]:
+        parts = {}
+        parts["share"] = (e["ci_low"] is not None and e["ci_low"] <= STUDY_SHARE <= e["ci_high"])
+        hl = e["high_load"]
+        parts["high_load"] = (e["n_reversals"] > 0 and hl["rate"] is not None and
+                              (hl["rate_elsewhere"] is None or hl["rate_elsewhere"] == 0 and hl["rate"] > 0 or
+                               (hl["rate_elsewhere"] and hl["rate"] >= CLUSTER_FACTOR * hl["rate_elsewhere"])))
+        parts["one_scheduler_pair"] = bool(e["one_scheduler_pair"])
+        parts["burstgpt_one_side"] = bool(bg and e["sources_on_every_reversal"] and bg in e["sources_on_every_reversal"])
+        ok = all(parts.values())
+        per.append({"metric": e["metric"], "share": e["share"], "ci_low": e["ci_low"], "ci_high": e["ci_high"],
+                    "n_reversals": e["n_reversals"], "n_comparisons": e["n_comparisons"], "parts": parts,
+                    "verdict": "holds" if ok else "does not hold"})
+    nh = sum(p["verdict"] == "holds" for p in per)
+    if not per or n_sources < 2:
+        v3 = "not comparable"
+    else:
+        v3 = "holds" if nh == len(per) else ("does not hold" if nh == 0 else "partly holds")
+    def _tags(x) -> str:
+        p_ = x["parts"]
+        if not x["n_reversals"]:
+            return "no reversal"
+        return ", ".join([f"3.6% {'inside' if p_['share'] else 'outside'} the interval",
+                          f"{'' if p_['high_load'] else 'not '}clustered at high load",
+                          f"{'one' if p_['one_scheduler_pair'] else 'not one'} scheduler pair",
+                          f"BurstGPT {'on' if p_['burstgpt_one_side'] else 'not on'} every one"])
+
+    desc = "; ".join(f"{x['metric']} {x['n_reversals']}/{x['n_comparisons']} = {_pc(x['share'])} "
+                     f"[{_pc(x['ci_low'])}, {_pc(x['ci_high'])}] ({_tags(x)})" for x in per)
+    return {"id": "reversals", "study": STUDY_FINDINGS["reversals"],
+            "here": f"holds on {nh} of {len(per)} main metrics: {desc}{note}", "verdict": v3,
+            "per_metric": per,
+            "rule": f"per main metric, holds when 3.6% lies in the 95% interval of the cross-source reversal "
+                    f"share AND the reversal rate at rho >= {HIGH_LOAD_RHO} is at least {CLUSTER_FACTOR:g}x the "
+                    "rate below it AND every reversal has the same scheduler pair AND every reversal has "
+                    "BurstGPT on one side; the finding holds if it holds on every main metric, does not hold "
+                    "on none, partly otherwise"}
+
+
 def claims(st, sf: dict, cross_pairs: list, metric_tau: dict, modeled: Sequence[str]) -> list[dict]:
     """One verdict per study finding, computed from this run's study-form numbers (rules stated in each)."""
     out = []
@@ -586,44 +639,7 @@ def claims(st, sf: dict, cross_pairs: list, metric_tau: dict, modeled: Sequence[
                     "verdict": v, "value": d["value"], "ci_low": d["ci_low"], "ci_high": d["ci_high"],
                     "rule": f"holds if {STUDY_LOW_TAU} lies in the 95% interval of the lowest pair with BurstGPT"})
     # 3. reversals, per main metric
-    per = []
-    for e in sf["reversals"]:
-        parts = {}
-        parts["share"] = (e["ci_low"] is not None and e["ci_low"] <= STUDY_SHARE <= e["ci_high"])
-        hl = e["high_load"]
-        parts["high_load"] = (e["n_reversals"] > 0 and hl["rate"] is not None and
-                              (hl["rate_elsewhere"] is None or hl["rate_elsewhere"] == 0 and hl["rate"] > 0 or
-                               (hl["rate_elsewhere"] and hl["rate"] >= CLUSTER_FACTOR * hl["rate_elsewhere"])))
-        parts["one_scheduler_pair"] = bool(e["one_scheduler_pair"])
-        parts["burstgpt_one_side"] = bool(bg and e["sources_on_every_reversal"] and bg in e["sources_on_every_reversal"])
-        ok = all(parts.values())
-        per.append({"metric": e["metric"], "share": e["share"], "ci_low": e["ci_low"], "ci_high": e["ci_high"],
-                    "n_reversals": e["n_reversals"], "n_comparisons": e["n_comparisons"], "parts": parts,
-                    "verdict": "holds" if ok else "does not hold"})
-    nh = sum(p["verdict"] == "holds" for p in per)
-    if not per or len(sources) < 2:
-        v3 = "not comparable"
-    else:
-        v3 = "holds" if nh == len(per) else ("does not hold" if nh == 0 else "partly holds")
-    def _tags(x) -> str:
-        p_ = x["parts"]
-        if not x["n_reversals"]:
-            return "no reversal"
-        return ", ".join([f"3.6% {'inside' if p_['share'] else 'outside'} the interval",
-                          f"{'' if p_['high_load'] else 'not '}clustered at high load",
-                          f"{'one' if p_['one_scheduler_pair'] else 'not one'} scheduler pair",
-                          f"BurstGPT {'on' if p_['burstgpt_one_side'] else 'not on'} every one"])
-
-    desc = "; ".join(f"{x['metric']} {x['n_reversals']}/{x['n_comparisons']} = {_pc(x['share'])} "
-                     f"[{_pc(x['ci_low'])}, {_pc(x['ci_high'])}] ({_tags(x)})" for x in per)
-    out.append({"id": "reversals", "study": STUDY_FINDINGS["reversals"],
-                "here": f"holds on {nh} of {len(per)} main metrics: {desc}{_mod(bg)}", "verdict": v3,
-                "per_metric": per,
-                "rule": f"per main metric, holds when 3.6% lies in the 95% interval of the cross-source reversal "
-                        f"share AND the reversal rate at rho >= {HIGH_LOAD_RHO} is at least {CLUSTER_FACTOR:g}x the "
-                        "rate below it AND every reversal has the same scheduler pair AND every reversal has "
-                        "BurstGPT on one side; the finding holds if it holds on every main metric, does not hold "
-                        "on none, partly otherwise"})
+    out.append(_reversals_claim(sf, len(sources), bg, _mod(bg)))
     # 4. moderate metric agreement
     lo, hi = metric_tau.get("ci_low"), metric_tau.get("ci_high")
     v4 = _interval_verdict(lo, hi, lambda x: MODERATE[0] <= x < MODERATE[1])
