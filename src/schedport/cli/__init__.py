@@ -35,27 +35,18 @@ app.add_typer(trace_app, name="trace")
 
 
 def _register() -> None:
-    """Attach the commands that live beside the concept they drive (corpus, sweep, analysis)."""
+    """Attach the stages' commands, each defined in its own module of this package (corpus,
+    run, analyze, conformance, explain)."""
+    from schedport.cli.analyze import analyze_command
+    from schedport.cli.conformance import conformance_command
     from schedport.cli.corpus import corpus_app
+    from schedport.cli.explain import explain_command
+    from schedport.cli.study import run_command
 
     app.add_typer(corpus_app, name="corpus", help="Build, verify and list the frozen window corpus.")
-    try:
-        from schedport.cli.study import run_command
-    except ImportError:  # pragma: no cover - during development
-        pass
-    else:
-        app.command("run")(run_command)
-    try:
-        from schedport.cli.analyze import analyze_command
-    except ImportError:  # pragma: no cover
-        pass
-    else:
-        app.command("analyze")(_checked_analyze(analyze_command))
-    from schedport.cli.conformance import conformance_command
-
+    app.command("run")(run_command)
+    app.command("analyze")(_checked_analyze(analyze_command))
     app.command("conformance")(conformance_command)
-    from schedport.cli.explain import explain_command
-
     app.command("explain")(explain_command)
 
 
