@@ -216,16 +216,22 @@ def test_calibrate_finds_the_server_limits_and_fits(server, calibrated, tmp_path
     assert cfg.latency_model == "linear" and cfg.max_num_seqs == MAX_NUM_SEQS
     assert cfg.linear_a > 0 and cfg.request_overhead_s >= 0
     problems = _fit_problems(cal)
-    if problems:
-        # A machine pause can still disturb more than a few probes of one calibration: measure
-        # once more, and fail only if the server misbehaves again (the first reading is kept in
-        # the message).
-        again = calibrate(server.endpoint, tmp_path / "again.toml", repeats=2,
-                          overrides={"max_num_batched_tokens": BUDGET})
-        assert not _fit_problems(again), (problems, _fit_problems(again), again.fit)
     # mixed steps were probed: a prefill beside decodes costs measurable time
     mixed = [o for o in cal.observations if o.kind == "mixed"]
-    assert mixed and all(o.seconds > 0 for o in mixed), cal.observations
+    no_mixed = not (mixed and all(o.seconds > 0 for o in mixed))
+    if problems or no_mixed:
+        # A machine pause can still disturb more than a few probes of one calibration, and on a
+        # busy machine the client can inject a mixed probe's prompt only after its decodes ended
+        # (that repetition is dropped, and logged; all of them were once, with both cores busy):
+        # measure once more, and fail only if the server misbehaves again (the first reading is
+        # kept in the message).
+        again_path = tmp_path / "again.toml"
+        again = calibrate(server.endpoint, again_path, repeats=2, overrides={"max_num_batched_tokens": BUDGET})
+        assert not _fit_problems(again), (problems, _fit_problems(again), again.fit)
+        if no_mixed:
+            mixed = [o for o in again.observations if o.kind == "mixed"]
+            assert mixed and all(o.seconds > 0 for o in mixed), (cal.observations, again.observations)
+            path = again_path
     text = path.read_text()
     assert "R^2" in text and "max |error|" in text and "#   mixed" in text
 
