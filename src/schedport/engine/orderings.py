@@ -7,6 +7,7 @@ The orderings of ltr and fastserve have modules of their own (`schedport.engine.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 
 import numpy as np
@@ -82,7 +83,8 @@ class VirtualTokenCounter(Ordering):
         self.tout: dict[str, int] = {}            # output tokens charged (synced part)
         self.ncoh: dict[str, int] = {}            # decode-cohort members of the client
         self.csync: dict[str, int] = {}           # cohort clock at the last sync of tout
-        self.queues: dict[str, deque[Request]] = {}
+        self.queues: dict[str, deque[Request]] = {}   # backlogged clients only (never empty)
+        self.heap: list = []                      # (counter, head arrival, head idx, client), lazily valid
         self.n = 0
         self.charged: set[int] = set()
 
@@ -119,35 +121,53 @@ class VirtualTokenCounter(Ordering):
         for q in self.queues.values():
             yield from q
 
+    def _mark(self, c) -> None:
+        """Client `c`'s queue head changed: enter its current (counter, arrival, index)."""
+        h = self.queues[c][0]
+        heapq.heappush(self.heap, (self.counter(c), h.arrival, h.idx, c))
+
     def push(self, req, now):
         c = self.client(req)
         self._ensure(c)
         q = self.queues.get(c)
-        if not q:
-            others = [self.counter(u) for u, qq in self.queues.items() if qq and u != c]
-            if others:
-                m = min(others)
+        if q is None:
+            if self.queues:
+                m = self.counter(self._best())
                 if self.counter(c) < m:
                     self.base[c] = m - self.service(c)
-            if q is None:
-                q = self.queues[c] = deque()
-        q.append(req)
+            q = self.queues[c] = deque()
+            q.append(req)
+            self._mark(c)
+        else:
+            q.append(req)
         self.n += 1
 
     def requeue(self, req, now):
         c = self.client(req)
         self._ensure(c)
         self.queues.setdefault(c, deque()).appendleft(req)
+        self._mark(c)
         self.n += 1
 
     def _best(self):
-        best = None
-        for c, q in self.queues.items():
-            if q:
-                cand = (self.counter(c), q[0].arrival, q[0].idx)
-                if best is None or cand < best[0]:
-                    best = (cand, c)
-        return best[1] if best else None
+        """The backlogged client with the smallest (counter, head arrival, head index).
+
+        Counters only grow, and an entry is made whenever a client's head changes, so no entry
+        is above its client's true value: the first entry that still equals it is the minimum.
+        """
+        heap = self.heap
+        queues = self.queues
+        while heap:
+            cnt, arr, idx, c = heap[0]
+            q = queues.get(c)
+            if q is not None and q[0].idx == idx:
+                now = self.counter(c)
+                if now == cnt:
+                    return c
+                heapq.heapreplace(heap, (now, arr, idx, c))
+            else:
+                heapq.heappop(heap)
+        return None
 
     def head(self, now):
         c = self._best()
@@ -156,10 +176,23 @@ class VirtualTokenCounter(Ordering):
     def pop_head(self):
         c = self._best()
         self.n -= 1
-        return self.queues[c].popleft()
+        q = self.queues[c]
+        req = q.popleft()
+        if q:
+            self._mark(c)
+        else:
+            del self.queues[c]
+        return req
 
     def remove(self, req):
-        self.queues[self.client(req)].remove(req)
+        c = self.client(req)
+        q = self.queues[c]
+        head = q[0] is req
+        q.remove(req)
+        if not q:
+            del self.queues[c]
+        elif head:
+            self._mark(c)
         self.n -= 1
 
     def ordered(self, now):
