@@ -1,13 +1,18 @@
 """Engine speed: per-run cost of every scheduler on a real 1,000-request window, fast vs --exact.
 
-    python benchmarks/bench_engine.py [--data-dir DIR] [--rho 0.95[,0.3,...]] [--repeats 5] [--requests 1000]
+    python benchmarks/bench_engine.py [--data-dir DIR] [--rho 0.95,1.6] [--repeats 5] [--requests 1000] [--check]
 
 Reads the first N requests of the Azure LLM inference 2023 conversation trace (Patel et al.,
 ISCA 2024) from the data directory, brings the window to offered load rho, and prints for every
 scheduler: median wall time per run in the default (fast-forward) mode and with --exact, their
-ratio, runs/s, simulated requests per wall-second and iterations per wall-second, with the
-run's iterations and decision points (steps the policy had to plan). Runs on one core (a
-single process), so the sweep's two-core throughput is about twice runs/s.
+ratio, its cost over vllm-fcfs's in the same mode ("x fcfs"), runs/s, simulated requests per
+wall-second and iterations per wall-second, with the run's iterations and decision points (steps
+the policy had to plan). Runs on one core (a single process), so the sweep's two-core throughput
+is about twice runs/s.
+
+The engine's cost bounds (docs/engine.md): at rho 0.95 and 1.6 every policy should cost at most
+3x vllm-fcfs per run (fastserve 5x), and the fast mode should never be slower than --exact.
+`--check` exits 1 naming each bound a row misses.
 
 The fast mode skips the iterations between decision points, so its gain over --exact is bounded
 by iterations per decision point (the "it/dp" column) times what an exact step costs over a
@@ -38,13 +43,16 @@ from schedport.workload.sources import read
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--rho", default="0.95", help="offered load, or a comma-separated list")
+    ap.add_argument("--rho", default="0.95,1.6", help="offered load, or a comma-separated list")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--schedulers", default=",".join(REGISTRY))
     ap.add_argument("--mode", choices=("both", "fast", "exact"), default="both",
                     help="time both modes (the table), or run only one (for instruction counts)")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 if a policy costs over 3x vllm-fcfs (fastserve 5x) or fast is slower than exact")
     args = ap.parse_args()
+    misses: list[str] = []
 
     data = resolve_data_dir(args.data_dir)
     path = data / "azure-llm-inference-2023" / "AzureLLMInferenceTrace_conv.csv"
@@ -59,19 +67,49 @@ def main() -> None:
         print(f"window: {len(trace)} requests of {path.name}, rho={rho}, time scale {scale:.3f}, "
               f"capacity measured in {cap_s * 1000:.0f} ms")
         if args.mode == "both":
-            print(f"{'scheduler':<14} {'fast ms':>8} {'exact ms':>9} {'speedup':>8} {'runs/s':>7} "
+            print(f"{'scheduler':<14} {'fast ms':>8} {'exact ms':>9} {'speedup':>8} {'x fcfs':>7} {'runs/s':>7} "
                   f"{'req/s':>8} {'iter/s':>9} {'iters':>6} {'dps':>6} {'it/dp':>6}")
-        for name in args.schedulers.split(","):
+        names = args.schedulers.split(",")
+        if args.mode == "both" and "vllm-fcfs" in names:
+            names.remove("vllm-fcfs")
+            names.insert(0, "vllm-fcfs")        # the reference every other row is a multiple of
+        fcfs = None
+        for name in names:
             if args.mode == "both":
-                bench_one(name, window, cfg, lat, args.repeats)
+                fast, exact = bench_one(name, window, cfg, lat, args.repeats, fcfs)
+                if name == "vllm-fcfs":
+                    fcfs = fast
+                misses += bound_misses(name, rho, fast, exact, fcfs)
             else:
                 policy = get_policy(name)
                 for _ in range(args.repeats):
                     Simulator(window, policy, cfg, lat, exact=args.mode == "exact").run()
 
 
-def bench_one(name, window, cfg, lat, repeats: int) -> None:
-    """Time one scheduler on one window in both modes and print its row."""
+    for m in misses:
+        print("bound missed:", m)
+    if args.check and misses:
+        raise SystemExit(1)
+
+
+#: The most a policy's run may cost, as a multiple of vllm-fcfs's on the same window.
+COST_BOUND = {"fastserve": 5.0}
+COST_BOUND_DEFAULT = 3.0
+
+
+def bound_misses(name: str, rho: float, fast: float, exact: float, fcfs: float | None) -> list[str]:
+    """The engine's cost bounds this row misses, one line each."""
+    out = []
+    bound = COST_BOUND.get(name, COST_BOUND_DEFAULT)
+    if fcfs and fast / fcfs > bound:
+        out.append(f"{name} at rho {rho}: {fast / fcfs:.1f}x vllm-fcfs, bound {bound:g}x")
+    if fast > exact:
+        out.append(f"{name} at rho {rho}: fast {fast * 1e3:.1f} ms is slower than --exact {exact * 1e3:.1f} ms")
+    return out
+
+
+def bench_one(name, window, cfg, lat, repeats: int, fcfs: float | None = None) -> tuple[float, float]:
+    """Time one scheduler on one window in both modes, print its row, return (fast, exact) seconds."""
     policy = get_policy(name)
     # fast and exact runs alternate, so a slow spell of the machine hits both medians alike
     times: dict[bool, list[float]] = {False: [], True: []}
@@ -83,9 +121,11 @@ def bench_one(name, window, cfg, lat, repeats: int) -> None:
             times[exact].append(time.perf_counter() - t0)
     fast, out = statistics.median(times[False]), outs[False]
     exact = statistics.median(times[True])
-    print(f"{name:<14} {fast * 1e3:8.1f} {exact * 1e3:9.1f} {exact / fast:7.1f}x {1 / fast:7.1f} "
+    ratio = f"{fast / fcfs:6.1f}x" if fcfs else f"{1.0:6.1f}x"
+    print(f"{name:<14} {fast * 1e3:8.1f} {exact * 1e3:9.1f} {exact / fast:7.1f}x {ratio} {1 / fast:7.1f} "
           f"{len(window) / fast:8.0f} {out.iterations / fast:9.0f} {out.iterations:6d} {out.events:6d} "
           f"{out.iterations / max(out.events, 1):6.1f}", flush=True)
+    return fast, exact
 
 if __name__ == "__main__":
     main()

@@ -41,6 +41,7 @@ class PredictedRank(SortedEachStep):
     def __init__(self, sim, params):
         super().__init__(sim, params)
         self.threshold = int(params["starvation_threshold"])
+        self.stable_ranking = self.threshold <= 0   # with the guard, promotions and boost ends re-rank
         self.quantum = int(params["starvation_quantum"])
         out = sim.trace.output_tokens
         scores = predicted_scores(out, float(params["tau"]), sim.seed)

@@ -27,6 +27,7 @@ class ShortestRemaining(SortedEachStep):
 
     preemptive = True
     static_keys = True
+    stable_ranking = True
 
     def key(self, req, now):
         return (req.output - req.generated, req.arrival, req.idx)

@@ -37,7 +37,7 @@ class Plan:
     """One iteration's batch: (request, tokens) pairs plus what happened while forming it."""
 
     __slots__ = ("items", "admitted", "preempted", "decode_only", "allocates_decode_blocks", "pad",
-                 "emitted", "cohort", "rejoin", "host_full")
+                 "emitted", "cohort", "rejoin", "host_full", "parked")
 
     def __init__(self, allocates_decode_blocks: bool = True):
         self.items: list[tuple[Request, int]] = []
@@ -50,6 +50,7 @@ class Plan:
         self.cohort = False  # True: every decode-cohort member also decodes one token (not in items)
         self.rejoin: list[Request] = []   # cohort members sitting this step out (budget ran out first)
         self.host_full = False  # a swap-out was wanted and the host swap space could not take it
+        self.parked = 0         # running requests that sit out of a cohort step (neither cohort nor items)
 
     def add(self, req: Request, k: int) -> None:
         self.items.append((req, k))
@@ -86,6 +87,11 @@ class Ordering:
     dynamic = False
     victim = "newest"      # memory-pressure victim for non-preemptive orderings: newest | worst
     per_request_steps = False  # True: needs every decode step reported per request (no bulk cohort)
+    #: True if, between engine events (arrivals, admissions, preemptions, completions), serving a
+    #: request never lowers its rank against a request not served and no key changes otherwise
+    #: (srpt: a served request's remaining work only shrinks; static keys). The ranked fill then
+    #: repeats a settled batch without re-ranking until the next event.
+    stable_ranking = False
 
     def __init__(self, sim, params: dict):
         self.sim = sim

@@ -182,6 +182,7 @@ class Simulator:
         self.recomputed_tokens = 0
         self.steps_fast_forwarded = 0
         self.events = 0
+        self.changes = 0          # arrivals, admissions, preemptions, rejections and completions so far
         self._admit_counter = 0
         self._next_arrival = 0
         # swap preemption (policies that use it set host_blocks via their parameters)
@@ -216,6 +217,7 @@ class Simulator:
 
         A swapped-out request's KV comes back from host memory (charged to this step).
         """
+        self.changes += 1
         if req.swapped:
             self.host_used -= req.swapped
             self.swap_bytes_pending += req.swapped * self.block_bytes
@@ -243,6 +245,7 @@ class Simulator:
         has room): its KV blocks move to host memory, costing a PCIe transfer now and another
         when it resumes, and its progress is kept.
         """
+        self.changes += 1
         if req.sync >= 0:
             self.cohort_leave(req)
         if swap and self.host_used + req.blocks <= self.host_blocks and req.blocks:
@@ -271,6 +274,7 @@ class Simulator:
 
     def reject(self, req: Request, reason: str) -> None:
         """Refuse a request: it is never served and counts as an SLO miss."""
+        self.changes += 1
         req.phase = DONE
         req.status = "rejected"
         req.reject_reason = reason
@@ -385,7 +389,8 @@ class Simulator:
             if self.progress is not None and not self.events & 1023:
                 self.progress(now, i, n)    # (simulated time, arrived, total): reads the state, changes nothing
             if (not self.exact and plan.decode_only
-                    and (self.cohort_n == len(self.running) if plan.cohort else len(plan.items) == len(self.running))
+                    and (self.cohort_n + plan.parked == len(self.running) if plan.cohort
+                         else len(plan.items) == len(self.running))
                     and sched.stable(plan)):
                 if self._fast_forward(plan):
                     continue
@@ -393,6 +398,7 @@ class Simulator:
         return self._output()
 
     def _arrive(self, req: Request) -> None:
+        self.changes += 1
         total = req.prompt + req.output
         if total > self.max_model_len:
             self.reject(req, f"prompt + output = {total} tokens exceeds max_model_len {self.max_model_len}")
@@ -489,6 +495,7 @@ class Simulator:
         raise RuntimeError("internal: empty decode cohort")
 
     def _finish(self, req: Request, t: float) -> None:
+        self.changes += 1
         if req.sync >= 0:
             self.cohort_leave(req)
         req.finish = t
@@ -688,7 +695,7 @@ class Simulator:
         self._pop_cohort_done(finished)
         self.sched.after_fast_forward(plan, starts[:k], ends[:k], k)
         if self.observer is not None:
-            batch = [(r.idx, 1) for r in self.running]
+            batch = [(r.idx, 1) for r in self.running if r.sync >= 0]
         for r in finished:
             self._finish(r, end)
         self.now = end
