@@ -387,8 +387,11 @@ def test_ranked_pass_sit_outs_either_side_of_the_cohort_match_exact(monkeypatch,
     """When the token budget runs out in a ranked pass, cohort members reached after it sit the
     step out: few sitters leave the cohort for the step; when most sit (a long prefill ranked
     first took the budget), the cohort stands still and the few that run take their token as
-    items. Both forms give exact's bits."""
+    items. Both forms give exact's bits. (The kept rank order, `RankTracker`, is switched off
+    here so that the full pass decides every step; it is tested on its own below.)"""
     from schedport.engine.batching import Continuous
+    from schedport.engine.ranking import RankTracker
+    monkeypatch.setattr(RankTracker, "plan", lambda self, sched, now: None)
     seen = {"leave": 0, "stand_still": 0}
     orig = Continuous._plan_ranked
 
@@ -409,6 +412,58 @@ def test_ranked_pass_sit_outs_either_side_of_the_cohort_match_exact(monkeypatch,
     assert np.array_equal(fast.finish_s, out.finish_s, equal_nan=True)
     assert np.array_equal(fast.preemptions, out.preemptions)
     assert fast.iterations == out.iterations
+
+
+@pytest.mark.parametrize("name,blocks,seqs,budget", [
+    ("srpt", 400, 32, 64), ("ltr", 400, 32, 64),          # the budget cuts the batch among members
+    ("srpt", 90, 16, 256), ("ltr", 90, 16, 256),          # blocks run short: walks give way to the full pass
+    ("srpt", 2000, 8, 4096),                              # max_num_seqs cuts it
+])
+def test_kept_rank_order_decides_most_steps_and_matches_exact(monkeypatch, name, blocks, seqs, budget):
+    """The ranked fill from the kept rank order (`RankTracker`: cohort members by a cohort-clock
+    invariant, parked sitters and prefills, waiting requests) gives exact's bits, decides most
+    steps, parks members the batch left out and brings them back, and gives way to the full pass
+    where blocks could run short."""
+    from schedport.engine.ranking import RankTracker
+    seen = {"walk": 0, "full": 0, "parked": 0, "back": 0}
+    orig_plan, orig_apply = RankTracker.plan, RankTracker._apply
+
+    def spy_plan(self, sched, now):
+        plan = orig_plan(self, sched, now)
+        seen["walk" if plan is not None else "full"] += 1
+        return plan
+
+    def spy_apply(self, sched, now, sit, picked):
+        seen["parked"] += len(sit)
+        seen["back"] += sum(1 for r, _, _, waiting in picked if not waiting and r.decoding)
+        return orig_apply(self, sched, now, sit, picked)
+    monkeypatch.setattr(RankTracker, "plan", spy_plan)
+    monkeypatch.setattr(RankTracker, "_apply", spy_apply)
+    cfg = small_engine(blocks=blocks, seqs=seqs, budget=budget)
+    t = busy_trace(300, seed=11, rate=60.0)
+    _, out = run(t, name, cfg, exact=True)
+    sim, fast = run(t, name, cfg, exact=False)
+    assert sim.sched.mode.tracker is not None and seen["walk"] > seen["full"]
+    if budget == 64:
+        assert seen["parked"] and seen["back"]
+    if blocks == 90:
+        assert seen["full"] and out.preemptions_total
+    assert np.array_equal(fast.first_token_s, out.first_token_s, equal_nan=True)
+    assert np.array_equal(fast.finish_s, out.finish_s, equal_nan=True)
+    assert np.array_equal(fast.preemptions, out.preemptions)
+    assert fast.iterations == out.iterations
+
+
+def test_kept_rank_order_is_off_where_keys_move_otherwise():
+    """ltr with its starvation guard (promotions move keys between events) and the
+    non-preemptive orders never keep a rank order: every ranked step is the full pass."""
+    cfg = small_engine(blocks=200, seqs=16, budget=128, extra={"scheduler": {"ltr": {"starvation_threshold": 5}}})
+    t = busy_trace(200, seed=3, rate=60.0)
+    for name in ("ltr", "sjf", "vllm-fcfs"):
+        sim, _ = run(t, name, cfg, exact=False)
+        assert sim.sched.mode.tracker is None, name
+    sim, _ = run(t, "srpt", cfg, exact=False)
+    assert sim.sched.mode.tracker is not None
 
 
 def test_preemptive_policies_swap_and_keep_progress():

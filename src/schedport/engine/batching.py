@@ -18,6 +18,7 @@ from collections import deque
 from operator import attrgetter, itemgetter
 
 from schedport.engine.policy import BatchingMode, Plan
+from schedport.engine.ranking import RankTracker
 from schedport.engine.simulator import RUNNING, WAITING, Request
 
 _KEY = attrgetter("key")
@@ -48,8 +49,6 @@ class Continuous(BatchingMode):
     """
 
     _rank_hint = None           # ranked fill: the running requests in last step's rank order
-    _settled = None             # ranked fill: `sim.changes` when the last pass settled (see `_repeat_settled`)
-    _parked: list = []          # ranked fill: running requests that sit out the settled batch
 
     def __init__(self, sim, params):
         super().__init__(sim, params)
@@ -251,14 +250,18 @@ class Continuous(BatchingMode):
         bs = cache.block_size
         order = sched.order
         gated = self._host_gated()
-        if sim.bulk:
-            plan = self._repeat_settled(gated)
-            if plan is not None:
-                return plan
         host_was_full, sim.host_full_prev = sim.host_full_prev, False
         plan = self._ranked_shortcut(sched, now, gated)
         if plan is not None:
             return plan
+        if sim.bulk and not gated:
+            tracker = self.tracker
+            if tracker is None and order.served_key_step is not None and not self.host_gate:
+                tracker = self.tracker = RankTracker(sim, order, self)
+            if tracker is not None:
+                plan = tracker.plan(sched, now)
+                if plan is not None:
+                    return plan
         key = order.key
         swap = self.swap
         plan = Plan()
@@ -332,9 +335,6 @@ class Continuous(BatchingMode):
             members_sit.extend(r for r in pending if r.sync >= 0)
         if members_sit:
             self._settle_cohort(plan, members_run, members_sit)
-        if (plan.cohort and order.stable_ranking and not plan.items and not plan.preempted
-                and not plan.admitted and not plan.host_full and not gated):
-            self._settle(plan)
         if cached:
             self._rank_hint = ranked
         if plan.host_full:
@@ -344,41 +344,6 @@ class Continuous(BatchingMode):
             # among those holding KV may differ in the next one, as FastServe's front pushes reorder)
             plan.decode_only = False
         return plan
-
-    def _settle(self, plan: Plan) -> None:
-        """A ranked pass that only decoded cohort members: the same batch is due at every step
-        until the next engine event (for a `stable_ranking` order), so its sitters stay out of
-        the cohort (parked) and `_repeat_settled` repeats it."""
-        self._settled = self.sim.changes
-        self._parked = plan.rejoin
-        plan.rejoin = []
-        plan.parked = len(self._parked)
-
-    def _repeat_settled(self, gated: bool) -> Plan | None:
-        """The last ranked pass's batch again, if nothing since can change it.
-
-        Since the pass that settled (`_settle`) no request arrived, started, was preempted or
-        finished, and the order is `stable_ranking`: the members served then still outrank
-        every request that was not, the budget and `max_num_seqs` bind where they did, and a
-        waiting request that did not fit fits even less. Only KV blocks can change the outcome:
-        if the members' new blocks do not fit, None (the full pass decides the preemptions),
-        as it does when anything changed; the parked requests then rejoin the cohort."""
-        sim = self.sim
-        if self._settled == sim.changes and not gated:
-            cross = sim.cohort_crossings(sim.dclock)
-            if cross <= sim.cache.free:
-                sim.cache.free -= cross
-                plan = Plan()
-                plan.cohort = True
-                plan.parked = len(self._parked)
-                return plan
-        self._settled = None
-        if self._parked:
-            for r in self._parked:
-                if r.phase == RUNNING and r.sync < 0 and r.decoding:
-                    sim.cohort_join(r)
-            self._parked = []
-        return None
 
     def _ranked_shortcut(self, sched, now: float, gated: bool) -> Plan | None:
         """The ranked pass's common cases, decided without ranking: nothing waits and every running

@@ -41,7 +41,8 @@ class PredictedRank(SortedEachStep):
     def __init__(self, sim, params):
         super().__init__(sim, params)
         self.threshold = int(params["starvation_threshold"])
-        self.stable_ranking = self.threshold <= 0   # with the guard, promotions and boost ends re-rank
+        # scores are fixed; with the starvation guard on, promotions and boost ends move keys too
+        self.served_key_step = 0 if self.threshold <= 0 else None
         self.quantum = int(params["starvation_quantum"])
         out = sim.trace.output_tokens
         scores = predicted_scores(out, float(params["tau"]), sim.seed)

@@ -27,7 +27,7 @@ class ShortestRemaining(SortedEachStep):
 
     preemptive = True
     static_keys = True
-    stable_ranking = True
+    served_key_step = -1                # remaining tokens: one fewer per token served
 
     def key(self, req, now):
         return (req.output - req.generated, req.arrival, req.idx)

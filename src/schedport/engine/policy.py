@@ -50,7 +50,7 @@ class Plan:
         self.cohort = False  # True: every decode-cohort member also decodes one token (not in items)
         self.rejoin: list[Request] = []   # cohort members sitting this step out (budget ran out first)
         self.host_full = False  # a swap-out was wanted and the host swap space could not take it
-        self.parked = 0         # running requests that sit out of a cohort step (neither cohort nor items)
+        self.parked = 0         # running requests sitting out a cohort step (neither cohort nor items)
 
     def add(self, req: Request, k: int) -> None:
         self.items.append((req, k))
@@ -87,11 +87,10 @@ class Ordering:
     dynamic = False
     victim = "newest"      # memory-pressure victim for non-preemptive orderings: newest | worst
     per_request_steps = False  # True: needs every decode step reported per request (no bulk cohort)
-    #: True if, between engine events (arrivals, admissions, preemptions, completions), serving a
-    #: request never lowers its rank against a request not served and no key changes otherwise
-    #: (srpt: a served request's remaining work only shrinks; static keys). The ranked fill then
-    #: repeats a settled batch without re-ranking until the next event.
-    stable_ranking = False
+    #: How a preemptive order's keys move, if the engine may keep its rank order between steps:
+    #: a served request's leading key changes by this much per token served (srpt: -1; a fixed
+    #: key: 0) and no key changes otherwise. None: keys may change any time; ranked afresh each step.
+    served_key_step: int | None = None
 
     def __init__(self, sim, params: dict):
         self.sim = sim
@@ -280,6 +279,7 @@ class BatchingMode:
     default_budget = 2048
     default_watermark = 0.0
     allocates_decode_blocks = True
+    tracker = None          # the kept rank order of a preemptive policy (`schedport.engine.ranking`)
 
     def __init__(self, sim, params: dict):
         cfg = sim.config

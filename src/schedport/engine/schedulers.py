@@ -87,12 +87,22 @@ class BoundPolicy:
         self.order.push(req, now)
 
     def requeue_preempted(self, req: Request, now: float) -> None:
+        if self.mode.tracker is not None:
+            self.mode.tracker.left(req)
         self.order.requeue(req, now)
+
+    def cohort_changed(self, req: Request, delta: int) -> None:
+        """A running request joined (+1) or left (-1) the engine's decode cohort (fast mode)."""
+        if self.mode.tracker is not None:
+            self.mode.tracker.cohort_changed(req, delta)
+        self.order.cohort_changed(req, delta)
 
     def on_reject(self, req: Request) -> None:
         pass
 
     def on_finish(self, req: Request, t: float) -> None:
+        if self.mode.tracker is not None:
+            self.mode.tracker.left(req)
         self.order.on_finish(req, t)
         if isinstance(self.mode, Static) and self.mode.return_at_batch_end and not self.sim.running:
             for r in self.mode.batch:       # the whole batch is delivered when its last member ends
@@ -102,6 +112,8 @@ class BoundPolicy:
     def admit(self, req: Request, now: float) -> None:
         self.sim.admit(req)
         self.order.on_admit(req, now)
+        if self.mode.tracker is not None:
+            self.mode.tracker.admitted(req)
 
     # -- the step
     def plan(self, now: float) -> Plan:
@@ -110,6 +122,8 @@ class BoundPolicy:
         return self.mode.plan(self, now)
 
     def after_step(self, plan: Plan, start: float, end: float) -> None:
+        if self.mode.tracker is not None:
+            self.mode.tracker.served(plan)
         self.order.after_step(plan, start, end)
 
     # -- fast-forward hooks
@@ -133,6 +147,8 @@ class BoundPolicy:
         return self.gate.refine(self, plan, starts[:k], ends[:k], k)
 
     def after_fast_forward(self, plan, starts, ends, k):
+        if self.mode.tracker is not None:
+            self.mode.tracker.served(plan)
         self.order.after_fast_forward(plan, starts, ends, k)
 
 

@@ -182,7 +182,6 @@ class Simulator:
         self.recomputed_tokens = 0
         self.steps_fast_forwarded = 0
         self.events = 0
-        self.changes = 0          # arrivals, admissions, preemptions, rejections and completions so far
         self._admit_counter = 0
         self._next_arrival = 0
         # swap preemption (policies that use it set host_blocks via their parameters)
@@ -209,7 +208,7 @@ class Simulator:
         self.cohort_heap: list = []                     # (done_clock, idx, req)
         self._alloc_decode = self.sched.mode.allocates_decode_blocks
         self._last_dt = 0.0
-        self._cohort_hook = self.sched.order.cohort_changed
+        self._cohort_hook = self.sched.cohort_changed
 
     # ----------------------------------------------------------------- bookkeeping used by policies
     def admit(self, req: Request) -> None:
@@ -217,7 +216,6 @@ class Simulator:
 
         A swapped-out request's KV comes back from host memory (charged to this step).
         """
-        self.changes += 1
         if req.swapped:
             self.host_used -= req.swapped
             self.swap_bytes_pending += req.swapped * self.block_bytes
@@ -245,7 +243,6 @@ class Simulator:
         has room): its KV blocks move to host memory, costing a PCIe transfer now and another
         when it resumes, and its progress is kept.
         """
-        self.changes += 1
         if req.sync >= 0:
             self.cohort_leave(req)
         if swap and self.host_used + req.blocks <= self.host_blocks and req.blocks:
@@ -274,7 +271,6 @@ class Simulator:
 
     def reject(self, req: Request, reason: str) -> None:
         """Refuse a request: it is never served and counts as an SLO miss."""
-        self.changes += 1
         req.phase = DONE
         req.status = "rejected"
         req.reject_reason = reason
@@ -398,7 +394,6 @@ class Simulator:
         return self._output()
 
     def _arrive(self, req: Request) -> None:
-        self.changes += 1
         total = req.prompt + req.output
         if total > self.max_model_len:
             self.reject(req, f"prompt + output = {total} tokens exceeds max_model_len {self.max_model_len}")
@@ -495,7 +490,6 @@ class Simulator:
         raise RuntimeError("internal: empty decode cohort")
 
     def _finish(self, req: Request, t: float) -> None:
-        self.changes += 1
         if req.sync >= 0:
             self.cohort_leave(req)
         req.finish = t
@@ -688,14 +682,14 @@ class Simulator:
             self.cache.free -= int(cum[k - 2])
         elif alloc:
             self.cache.free -= self._cohort_new_blocks(d0, k)
+        if self.observer is not None:       # the members (parked requests sit these steps out)
+            batch = [(r.idx, 1) for r in self.running if r.sync >= 0]
         self.dclock = d0 + k
         self.iterations += k
         self.steps_fast_forwarded += k
         finished: list = []
         self._pop_cohort_done(finished)
         self.sched.after_fast_forward(plan, starts[:k], ends[:k], k)
-        if self.observer is not None:
-            batch = [(r.idx, 1) for r in self.running if r.sync >= 0]
         for r in finished:
             self._finish(r, end)
         self.now = end

@@ -1,0 +1,216 @@
+"""The ranked fill from a kept rank order: a preemptive policy's batch without re-ranking every request.
+
+vllm-ltr's ranked fill (`Continuous._plan_ranked`) walks running and waiting requests in one
+rank order each step. Done from scratch that is a sort of every running request per step, which
+at overload (hundreds hold KV) is most of a preemptive policy's cost. But for an order whose keys
+change only as the policy declares — a served request's leading key moves by a fixed step per
+token served (`Ordering.served_key_step`: srpt -1, a fixed key 0) — the rank order between
+engine events is known without asking for keys again:
+
+* decode-cohort members all gain one token per step, so their keys shift together: they are kept
+  sorted by a cohort-clock invariant (`RankTracker.members`), and a run of them between two other
+  requests is counted by bisection, not visited;
+* running requests outside the cohort (prefills, members that sat out and were parked) and waiting
+  requests keep their keys until they are served, so they are kept sorted as they are.
+
+`RankTracker.plan` walks these three orders with the full pass's rules and returns the same batch,
+or None where a rule needs request-by-request detail (a preemption, a full host, a block count
+that only the exact per-member needs can settle); the full pass then decides that step.
+"""
+
+from __future__ import annotations
+
+from sortedcontainers import SortedList
+
+from schedport.engine.policy import Plan
+from schedport.engine.simulator import RUNNING, Request
+
+
+class RankTracker:
+    """Running requests of a `served_key_step` order, in rank order, kept up to date by the engine's
+    hooks (cohort joins and leaves, admissions, preemptions, completions, served items)."""
+
+    def __init__(self, sim, order, mode):
+        self.sim = sim
+        self.order = order
+        self.mode = mode
+        self.step = int(order.served_key_step)
+        self.members = SortedList()     # (leading key - step x cohort clock, *rest of key, request)
+        self.others = SortedList()      # (key..., request): running requests outside the cohort
+        self.entry: dict[int, tuple] = {}
+        for r in sim.running:
+            sim.sync(r)                 # a member's fields lag the cohort clock until synced
+            self._add(r)
+
+    # -- upkeep
+    def _key(self, req: Request) -> tuple:
+        return self.order.key(req, self.sim.now)
+
+    def _add(self, req: Request) -> None:
+        k = self._key(req)
+        if req.sync >= 0:
+            e = (k[0] - self.step * self.sim.dclock, *k[1:], req)
+            self.members.add(e)
+        else:
+            e = (*k, req)
+            self.others.add(e)
+        self.entry[req.idx] = e
+
+    def _drop(self, req: Request) -> None:
+        e = self.entry.pop(req.idx, None)
+        if e is not None:
+            (self.members if req.sync >= 0 else self.others).remove(e)
+
+    def cohort_changed(self, req: Request, delta: int) -> None:
+        """A running request joined (+1: its fields are true, `sync` set) or left (-1: synced,
+        `sync` still set) the decode cohort."""
+        e = self.entry.pop(req.idx, None)
+        if delta > 0:
+            if e is not None:
+                self.others.remove(e)
+        elif e is not None:
+            self.members.remove(e)
+        if delta > 0:
+            self._add(req)
+        else:
+            k = self._key(req)
+            e = (*k, req)
+            self.others.add(e)
+            self.entry[req.idx] = e
+
+    def admitted(self, req: Request) -> None:
+        self._add(req)
+
+    def left(self, req: Request) -> None:
+        """`req` stopped running (preempted or finished)."""
+        self._drop(req)
+
+    def served(self, plan: Plan) -> None:
+        """After a step: requests served as items (outside the cohort) have new keys."""
+        for r, _ in plan.items:
+            if r.phase == RUNNING and r.sync < 0:
+                self._drop(r)
+                self._add(r)
+
+    # -- the walk
+    def plan(self, sched, now: float) -> Plan | None:
+        """The ranked fill's batch for this step, or None where the full pass must decide.
+
+        Follows `Continuous._plan_ranked` rule for rule: requests in rank order while
+        `max_num_seqs` (counted over scheduled requests) and the token budget allow; a waiting
+        request that cannot get its blocks stops admissions. Where that pass would preempt
+        (blocks short with requests still to reach) or where the members' new blocks, known only
+        in total, could decide a check, None.
+        """
+        sim = self.sim
+        mode = self.mode
+        cache = sim.cache
+        bs = cache.block_size
+        order = self.order
+        members, others = self.members, self.others
+        waiting = order.ordered(now)
+        shift = self.step * sim.dclock
+        cap = mode.max_num_seqs
+        budget = mode.budget
+        wm = mode.watermark_blocks
+        n_mem = len(members)
+        cross = sim.cohort_crossings(sim.dclock)   # new blocks of all members this step
+        free = cache.free                           # less what non-members take, in rank order
+        im = io = iw = 0
+        n_oth = len(others)
+        n_wait = len(waiting)
+        selected = 0
+        admitting = True
+        picked: list = []                           # (request, tokens, blocks, is waiting), rank order
+        key = order.key
+        while True:
+            # the next request outside the cohort in rank order, and the members ranked before it
+            nxt = None
+            if io < n_oth:
+                nxt = others[io]
+            if iw < n_wait:
+                w = waiting[iw]
+                kw = (*key(w, now), w)
+                if nxt is None or kw < nxt:
+                    nxt = kw
+            if nxt is None:
+                j = n_mem
+            else:
+                j = members.bisect_left((nxt[0] - shift, *nxt[1:]))
+            if j > im:
+                room = min(cap - selected, budget)
+                if room <= 0:
+                    break
+                t = min(j - im, room)
+                im += t
+                selected += t
+                budget -= t
+                if free - min(im, cross) < 0:
+                    return None                     # a member may find no block: preemptions
+                if im < j:
+                    break                           # the batch filled among the members
+            if nxt is None:
+                break
+            if selected >= cap or budget <= 0:
+                break
+            pending = (n_mem - im) + (n_oth - io)   # running requests not reached (with `nxt`'s own)
+            if not pending and not admitting:
+                break
+            req = nxt[-1]
+            hi = min(im, cross)                     # member blocks taken so far: at most
+            lo = max(0, cross - (n_mem - im))       # and at least
+            if req.phase == RUNNING:
+                io += 1
+                selected += 1
+                k = min(req.prompt + req.generated - req.computed, budget)
+                need = -(-(req.computed + k) // bs) - req.blocks
+                if need > free - hi:
+                    return None                     # short (or maybe short) of blocks
+                free -= need
+                budget -= k
+                picked.append((req, k, need, False))
+            else:
+                iw += 1
+                k = min(req.prompt + req.generated - req.computed, budget)
+                need = -(-(req.computed + k) // bs)
+                if need > free - hi - wm:
+                    if pending or need <= free - lo - wm:
+                        return None                 # make room by preempting, or not sure it is short
+                    admitting = False
+                    iw = n_wait                     # no waiting request starts after it
+                    continue
+                free -= need
+                budget -= k
+                selected += 1
+                picked.append((req, k, need, True))
+        return self._apply(sched, now, members[im:], picked)
+
+    def _apply(self, sched, now: float, sit: list, picked: list) -> Plan:
+        """Carry out a walk's decisions: members not reached sit out (parked out of the cohort),
+        members reached take their new blocks, the rest in rank order."""
+        sim = self.sim
+        sim.host_full_prev = False
+        for e in sit:
+            sim.cohort_leave(e[-1])
+        sim.cache.free -= sim.cohort_crossings(sim.dclock)
+        plan = Plan()
+        plan.cohort = True
+        order = self.order
+        for req, k, need, is_waiting in picked:
+            if is_waiting:
+                order.remove(req)
+                sched.admit(req, now)
+                sim.allocate(req, need)
+                plan.add(req, k)
+                plan.admitted += 1
+            else:
+                if need > 0:
+                    sim.allocate(req, need)
+                if req.decoding:
+                    sim.cohort_join(req)            # a parked member back in the batch
+                else:
+                    plan.add(req, k)
+        plan.parked = len(sim.running) - sim.cohort_n - len(plan.items)
+        if plan.admitted:
+            plan.decode_only = False
+        return plan
