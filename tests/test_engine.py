@@ -433,10 +433,10 @@ def test_kept_rank_order_decides_most_steps_and_matches_exact(monkeypatch, name,
         seen["walk" if plan is not None else "full"] += 1
         return plan
 
-    def spy_apply(self, sched, now, sit, picked):
+    def spy_apply(self, sched, now, reached, sit, picked):
         seen["parked"] += len(sit)
         seen["back"] += sum(1 for r, _, _, waiting in picked if not waiting and r.decoding)
-        return orig_apply(self, sched, now, sit, picked)
+        return orig_apply(self, sched, now, reached, sit, picked)
     monkeypatch.setattr(RankTracker, "plan", spy_plan)
     monkeypatch.setattr(RankTracker, "_apply", spy_apply)
     cfg = small_engine(blocks=blocks, seqs=seqs, budget=budget)

@@ -183,34 +183,56 @@ class RankTracker:
                 budget -= k
                 selected += 1
                 picked.append((req, k, need, True))
-        return self._apply(sched, now, members[im:], picked)
+        return self._apply(sched, now, members[:im], members[im:], picked)
 
-    def _apply(self, sched, now: float, sit: list, picked: list) -> Plan:
-        """Carry out a walk's decisions: members not reached sit out (parked out of the cohort),
-        members reached take their new blocks, the rest in rank order."""
+    def _apply(self, sched, now: float, reached: list, sit: list, picked: list) -> Plan:
+        """Carry out a walk's decisions, with the full pass's two forms of a cut among members.
+
+        Few sitters: they leave the cohort (parked until a walk reaches them again) and the
+        cohort steps. Most sit (a long prefill ranked first took the budget): the cohort stands
+        still and the few members reached take their token as items, in rank order."""
         sim = self.sim
         sim.host_full_prev = False
-        for e in sit:
-            sim.cohort_leave(e[-1])
-        sim.cache.free -= sim.cohort_crossings(sim.dclock)
         plan = Plan()
-        plan.cohort = True
         order = self.order
-        for req, k, need, is_waiting in picked:
-            if is_waiting:
-                order.remove(req)
-                sched.admit(req, now)
-                sim.allocate(req, need)
-                plan.add(req, k)
-                plan.admitted += 1
-            else:
-                if need > 0:
-                    sim.allocate(req, need)
-                if req.decoding:
-                    sim.cohort_join(req)            # a parked member back in the batch
-                else:
-                    plan.add(req, k)
+        stand_still = len(sit) > len(reached)
+        if stand_still:
+            shift = self.step * sim.dclock
+            key = order.key
+            ranked = sorted([((e[0] + shift, *e[1:-1]), True, e[-1], 1, 0, False) for e in reached]
+                            + [(key(r, now), False, r, k, need, w) for r, k, need, w in picked])
+            for _, was_member, req, k, need, is_waiting in ranked:
+                if was_member:
+                    sim.cohort_leave(req)
+                    need = -(-(req.computed + 1) // sim.cache.block_size) - req.blocks
+                self._take(sched, plan, req, k, need, is_waiting, now, join=False)
+        else:
+            plan.cohort = True
+            for e in sit:
+                sim.cohort_leave(e[-1])
+            sim.cache.free -= sim.cohort_crossings(sim.dclock)
+            for req, k, need, is_waiting in picked:
+                self._take(sched, plan, req, k, need, is_waiting, now, join=True)
         plan.parked = len(sim.running) - sim.cohort_n - len(plan.items)
         if plan.admitted:
             plan.decode_only = False
         return plan
+
+    def _take(self, sched, plan: Plan, req: Request, k: int, need: int, is_waiting: bool, now: float,
+              join: bool) -> None:
+        """Give one request outside the cohort its place in the batch: admit a waiting one; a
+        parked member rejoins the stepping cohort (`join`) or runs as an item."""
+        sim = self.sim
+        if is_waiting:
+            self.order.remove(req)
+            sched.admit(req, now)
+            sim.allocate(req, need)
+            plan.add(req, k)
+            plan.admitted += 1
+            return
+        if need > 0:
+            sim.allocate(req, need)
+        if join and req.decoding:
+            sim.cohort_join(req)                    # a parked member back in the batch
+        else:
+            plan.add(req, k)

@@ -460,7 +460,12 @@ class Simulator:
             for req in plan.rejoin:
                 self.cohort_join(req)
         elif self.bulk:
-            self.rebuild_cohort()
+            if plan.parked:             # requests parked out of the cohort stay out
+                for req, _ in items:
+                    if req.decoding and req.sync < 0 and req.generated < req.output:
+                        self.cohort_join(req)
+            else:
+                self.rebuild_cohort()
         self.iterations += 1
         self.sched.after_step(plan, start, end)
         for req in finished:
