@@ -96,7 +96,7 @@ def test_every_default_passes_and_every_parameter_has_a_rule():
 def test_swap_rules_for_a_policy_that_takes_them():
     """pcie_gb_s = 0 or a negative swap space is refused wherever a policy declares them."""
     from schedport.engine.batching import Continuous
-    from schedport.engine.policy import Fifo
+    from schedport.engine.queues import Fifo
     from schedport.engine.schedulers import Policy
 
     pol = Policy("swapper", "test", Continuous, Fifo, params={"swap_space_gib": 4.0, "pcie_gb_s": 25.0})

@@ -88,6 +88,11 @@ MOVED_NAMES = {
     ("schedport.policy", "Selective"): "schedport.engine.batching",
     ("schedport.policy", "StallFree"): "schedport.engine.batching",
     ("schedport.policy", "Static"): "schedport.engine.batching",
+    # the containers became the engine's queues when a policy's ordering became a key
+    ("schedport.policy", "Fifo"): "schedport.engine.queues",
+    ("schedport.policy", "StaticKey"): "schedport.engine.queues",
+    ("schedport.policy", "SortedEachStep"): "schedport.engine.queues",
+    ("schedport.policy", "AdmitAll"): "schedport.engine.gates",
     ("schedport.report", "LINESTYLES"): "schedport.report.style",
     ("schedport.report", "MARKERS"): "schedport.report.style",
     ("schedport.report", "MAP_ROWS"): "schedport.report.figures",

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from schedport.engine.policy import SortedEachStep
+from schedport.engine.queues import SortedEachStep
 
 
 class PredictedRank(SortedEachStep):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from operator import attrgetter
 
-from schedport.engine.policy import SortedEachStep
+from schedport.engine.queues import SortedEachStep
 from schedport.engine.simulator import RUNNING
 
 

@@ -4,10 +4,11 @@ A policy is a short declaration (`schedport.engine.schedulers.Policy`):
 
 * a **batching mode** — how an iteration's batch is formed (`BatchingMode`; the four modes,
   `Continuous`, `StallFree`, `Selective` and `Static`, are in `schedport.engine.batching`);
-* an **ordering** — which waiting (and, if preemptive, which running) request goes first,
-  with whatever state it keeps (counters, levels, starvation guards): `Ordering` and the
-  containers every ordering builds on (`Fifo`, `StaticKey`, `SortedEachStep`);
-* an optional **admission gate** — requests it refuses are rejected (`AdmitAll`: none).
+* an **ordering** — which waiting (and, if preemptive, which running) request goes first: an
+  `Ordering`, a key and how it moves (`FIXED`, `PerServedToken`, `WITH_TIME`); the engine keeps
+  the requests in the queue those dynamics allow (`schedport.engine.queues`). FCFS and the
+  policies with state beyond a key (VTC, ltr's guard, FastServe's MLFQ) are engine queues;
+* an optional **admission gate** — requests it refuses are rejected (`schedport.engine.gates`).
 
 Each part is a small class; `Policy.bind(sim)` instantiates them for one simulation. The engine
 calls the bound policy (`schedport.engine.schedulers.BoundPolicy`) through a narrow interface:
@@ -16,20 +17,11 @@ calls the bound policy (`schedport.engine.schedulers.BoundPolicy`) through a nar
 
 from __future__ import annotations
 
-import bisect
-import heapq
 import math
-from collections import deque
-from collections.abc import Callable
-from operator import attrgetter
-from typing import Any
-
-import numpy as np
 
 from schedport.engine.simulator import Request
 from schedport.errors import ConfigError
 
-_KEY = attrgetter("key")
 # ============================================================================ plans
 
 
@@ -64,210 +56,79 @@ class Plan:
         return (k, req.computed)
 
 
-# ============================================================================ orderings
+# ============================================================================ orderings: the policy's ranking
+
+
+class Fixed:
+    """A request's key never changes while it lives (sjf, spf, edf, ltr's scores)."""
+
+    def __repr__(self) -> str:
+        return "FIXED"
+
+
+class PerServedToken:
+    """A request's leading key moves by `step` for every token it is served, and only then
+    (srpt: remaining tokens, step -1; least attained service: tokens generated, step +1)."""
+
+    def __init__(self, step: int):
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise TypeError(f"PerServedToken step must be an integer, got {step!r}")
+        self.step = step
+
+    def __repr__(self) -> str:
+        return f"PerServedToken({self.step})"
+
+
+class WithTime:
+    """Keys move with the clock (response ratio, aging): the engine ranks afresh at every
+    decision and fast-forwards only while no waiting request could start in any order."""
+
+    def __repr__(self) -> str:
+        return "WITH_TIME"
+
+
+FIXED = Fixed()
+WITH_TIME = WithTime()
 
 
 class Ordering:
-    """Base ordering: the waiting container plus the hooks a policy may need.
+    """A scheduling policy's ranking: the whole of what a policy author writes.
 
-    `preemptive` orderings rank running and waiting requests together every step and
-    preempt running requests that fall outside the selected set. `dynamic` orderings can
-    change the order of waiting requests at any time (aging, counters): the engine then
-    fast-forwards only when no waiting request could be admitted in any order.
+    * `key(req, now)` — the request's rank, smallest first: a tuple ending in a unique tiebreak
+      (``(..., req.arrival, req.idx)``). It is asked only of exact requests: a waiting one, or a
+      running one once its counts (`generated`, `computed`) are true.
+    * `dynamics` — how keys move: `FIXED`, `PerServedToken(step)` or `WITH_TIME`. The engine keeps
+      its queues, its rank order between steps and its fast-forwards by this declaration, so it
+      must be true: a key that moves otherwise is a wrong result, not a slow one.
+    * `preemptive` — rank running and waiting requests together at every step (vllm-ltr's ranked
+      fill): a running request outranked when the batch is full sits out, and when blocks run
+      short the worst-ranked is preempted.
+    * `victim` — for a non-preemptive order, whom memory pressure preempts: ``"worst"`` (the
+      largest key, vLLM v1's priority policy) or ``"newest"`` (the last admitted, vLLM's FCFS).
+    * `on_admit(req, now)`, `on_finish(req, now)` — optional hooks at a request's admission and
+      completion, for policies that keep statistics.
 
-    In fast mode the engine advances decoding requests as a cohort, so a running request's
-    `computed`/`generated` fields may lag until it is synced. Waiting requests are always
-    exact, and a preemptive ordering's keys for running requests are computed after every
-    running request is synced. An ordering that reads running requests' progress anywhere else
-    (in its hooks) must set `per_request_steps = True`, which keeps every request exact at
-    every step.
+    `__init__(sim, params)` gets the simulation (its trace, config and latency model, for keys
+    computed ahead: deadlines, predicted scores) and the policy's parameters. docs/schedulers.md,
+    "Write your own policy", walks through one.
     """
 
     preemptive = False
-    dynamic = False
-    victim = "newest"      # memory-pressure victim for non-preemptive orderings: newest | worst
-    per_request_steps = False  # True: needs every decode step reported per request (no bulk cohort)
-    #: How a preemptive order's keys move, if the engine may keep its rank order between steps:
-    #: a served request's leading key changes by this much per token served (srpt: -1; a fixed
-    #: key: 0) and no key changes otherwise. None: keys may change any time; ranked afresh each step.
-    served_key_step: int | None = None
+    dynamics = FIXED
+    victim = "worst"
 
     def __init__(self, sim, params: dict):
         self.sim = sim
         self.params = params
 
-    # -- container
-    def __len__(self) -> int: raise NotImplementedError
-    def push(self, req: Request, now: float) -> None: raise NotImplementedError
-    def requeue(self, req: Request, now: float) -> None: raise NotImplementedError
-    def head(self, now: float) -> Request | None: raise NotImplementedError
-    def pop_head(self) -> Request: raise NotImplementedError
-    def remove(self, req: Request) -> None: raise NotImplementedError
-    def ordered(self, now: float) -> list[Request]: raise NotImplementedError
-    def __iter__(self): raise NotImplementedError
+    def key(self, req: Request, now: float) -> tuple:
+        raise NotImplementedError(f"{type(self).__name__} must define key(req, now)")
 
-    # -- keys (preemptive / worst-victim orderings)
-    def key(self, req: Request, now: float) -> Any:
-        return (req.arrival, req.idx)
+    def on_admit(self, req: Request, now: float) -> None:
+        """Called when `req` starts (or resumes) running."""
 
-    def victim_key(self, req: Request, now: float) -> Any:
-        """The rank a memory-pressure victim is chosen by, without the final index tiebreak
-        (vLLM ranks victims by (priority, arrival_time) only)."""
-        return self.key(req, now)[:-1]
-
-    # -- hooks
-    def prepare(self, now: float) -> None:
-        """Called at the start of every step, before the batch is formed (time-driven promotions)."""
-    def on_admit(self, req: Request, now: float) -> None: pass
-    def after_step(self, plan: Plan, start: float, end: float) -> None: pass
-    def after_fast_forward(self, plan: Plan, starts: np.ndarray, ends: np.ndarray, k: int) -> None: pass
-    def on_finish(self, req: Request, t: float) -> None: pass
-    def cohort_changed(self, req: Request, delta: int) -> None:
-        """A request joined (+1) or left (-1) the engine's decode cohort (fast mode only)."""
-    def fast_forward_limit(self, plan: Plan, now: float) -> tuple[int | None, float | None]:
-        return None, None
-    def refine_fast_forward(self, plan: Plan, starts: np.ndarray, ends: np.ndarray, k: int) -> int:
-        return k
-
-
-class Fifo(Ordering):
-    """Arrival order; a preempted request goes back to the head (vLLM's `prepend`)."""
-
-    def __init__(self, sim, params):
-        super().__init__(sim, params)
-        self.q: deque[Request] = deque()
-
-    def __len__(self): return len(self.q)
-    def __iter__(self): return iter(self.q)
-    def push(self, req, now): self.q.append(req)
-    def requeue(self, req, now): self.q.appendleft(req)
-    def head(self, now): return self.q[0] if self.q else None
-    def pop_head(self): return self.q.popleft()
-    def remove(self, req): self.q.remove(req)
-    def ordered(self, now): return list(self.q)
-
-
-class StaticKey(Ordering):
-    """A fixed per-request key, smallest first, ties by arrival (vLLM v1's priority heap).
-
-    Under memory pressure the victim is the running request with the largest key, as vLLM v1
-    does for `policy="priority"`.
-    """
-
-    victim = "worst"
-
-    def __init__(self, sim, params, keyfn: Callable[[Request], Any]):
-        super().__init__(sim, params)
-        self.keyfn = keyfn
-        self.heap: list = []
-        self.removed: set[int] = set()
-        self.n = 0
-
-    def __len__(self): return self.n
-    def __iter__(self): return (e[2] for e in self.heap if e[2].idx not in self.removed)
-
-    def key(self, req, now):
-        return req.key
-
-    def push(self, req, now):
-        if req.key is None:
-            req.key = (self.keyfn(req), req.arrival, req.idx)
-        self.removed.discard(req.idx)
-        heapq.heappush(self.heap, (req.key, req.idx, req))
-        self.n += 1
-
-    requeue = push
-
-    def _clean(self):
-        h = self.heap
-        while h and h[0][2].idx in self.removed:
-            self.removed.discard(heapq.heappop(h)[2].idx)
-
-    def head(self, now):
-        self._clean()
-        return self.heap[0][2] if self.heap else None
-
-    def pop_head(self):
-        self._clean()
-        self.n -= 1
-        return heapq.heappop(self.heap)[2]
-
-    def remove(self, req):
-        self.removed.add(req.idx)
-        self.n -= 1
-
-    def ordered(self, now):
-        return [e[2] for e in sorted(self.heap) if e[2].idx not in self.removed]
-
-
-class SortedEachStep(Ordering):
-    """Waiting requests kept in a list and sorted by `key(req, now)` whenever the order is needed.
-
-    An ordering whose waiting requests' keys do not depend on `now` sets `static_keys = True`:
-    the list then stays sorted (new requests are inserted by bisection) and is re-sorted only
-    after the ordering itself changes a waiting key and says so by setting `_sorted_at = None`.
-
-    An ordering that keeps every queued and running request's current key in `req.key` (so that
-    `key(req, now)` is `req.key`) sets `cached_key = True`: sorting and ranking then read the
-    attribute in C instead of calling `key` per request per step, which is most of a preemptive
-    policy's cost when hundreds of requests hold KV (FastServe at severe load).
-    """
-
-    static_keys = False
-    cached_key = False
-
-    def __init__(self, sim, params):
-        super().__init__(sim, params)
-        self.items: list[Request] = []
-        self._sorted_at = None
-
-    def __len__(self): return len(self.items)
-    def __iter__(self): return iter(self.items)
-
-    def push(self, req, now):
-        if self.static_keys and self._sorted_at is not None:
-            bisect.insort(self.items, req, key=_KEY if self.cached_key else lambda r: self.key(r, now))
-        else:
-            self.items.append(req)
-            self._sorted_at = None
-
-    requeue = push
-
-    def ordered(self, now):
-        if self._sorted_at is None or (self._sorted_at != now and not self.static_keys):
-            self.items.sort(key=_KEY if self.cached_key else lambda r: self.key(r, now))
-            self._sorted_at = now
-        return self.items
-
-    def head(self, now):
-        if not self.items:
-            return None
-        return self.ordered(now)[0]
-
-    def pop_head(self):
-        return self.items.pop(0)
-
-    def remove(self, req):
-        self.items.remove(req)
-
-
-# ============================================================================ admission gates
-
-
-class AdmitAll:
-    """No admission control: every request that can ever fit is served."""
-
-    def __init__(self, sim, params):
-        pass
-
-    def filter(self, sched, now: float) -> None:
-        pass
-
-    def fast_forward_limit(self, sched, plan, now):
-        return None, None
-
-    def refine(self, sched, plan, starts, ends, k):
-        return k
+    def on_finish(self, req: Request, now: float) -> None:
+        """Called when `req` emitted its last token."""
 
 
 # ============================================================================ batching modes

@@ -18,19 +18,22 @@ import math
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
-
-import numpy as np
 
 from schedport.engine.batching import Continuous, Selective, Static, StallFree
 from schedport.engine.config import fmt_toml
 from schedport.engine.ltr import (  # noqa: F401  (re-exported: the ltr predictor is part of this module's API)
     LTR_REFERENCE_LOG_SD, PredictedRank, achieved_tau, ltr_noise_sigma, predicted_scores, reference_log_sd,
 )
+from schedport.engine.gates import AdmitAll, SloGate
 from schedport.engine.mlfq import SkipJoinMLFQ
-from schedport.engine.orderings import ResponseRatio, ShortestRemaining, SloGate, VirtualTokenCounter
-from schedport.engine.policy import AdmitAll, BatchingMode, Fifo, Ordering, Plan, SortedEachStep, StaticKey
+from schedport.engine.orderings import (  # noqa: F401  (re-exported: edf's deadlines are part of this module's API)
+    DEADLINE_RULES, EarliestDeadline, ResponseRatio, ShortestJob, ShortestPrompt, ShortestRemaining, deadline_priorities,
+    request_deadlines,
+)
+from schedport.engine.policy import BatchingMode, Ordering, Plan
+from schedport.engine.queues import Fifo, Queue, SortedEachStep, StaticKey, queue_for  # noqa: F401
+from schedport.engine.vtc import VirtualTokenCounter
 from schedport.engine.simulator import Request
 from schedport.errors import ConfigError
 
@@ -48,7 +51,7 @@ class Policy:
     name: str
     summary: str
     batching: type[BatchingMode]
-    order: Callable[..., Ordering]
+    order: Callable[..., Ordering | Queue]
     admission: Callable[..., Any] = AdmitAll
     params: dict = field(default_factory=dict)
     cite: str = ""
@@ -69,7 +72,7 @@ class BoundPolicy:
         self.sim = sim
         self.params = params
         self.mode = policy.batching(sim, params)
-        self.order = policy.order(sim, params)
+        self.order = queue_for(policy.order(sim, params), sim, params)
         self.gate = policy.admission(sim, params)
 
     def supports_bulk(self) -> bool:
@@ -170,85 +173,6 @@ def run_counters(sim) -> dict:
     return {"predictor_tau": None if tau is None or math.isnan(tau) else float(tau)}
 
 
-# ============================================================================ deadlines and small orderings
-
-
-#: Deadline rules `[scheduler.edf] deadline` accepts.
-DEADLINE_RULES = ("last-token", "first-token")
-
-
-def request_deadlines(arrival_s: np.ndarray, output_tokens: np.ndarray, ttft_slo: float, tpot_slo: float,
-                      rule: str = "last-token") -> np.ndarray:
-    """Each request's EDF deadline (absolute seconds) under an SLO profile (ttft_slo, tpot_slo).
-
-    ``"last-token"`` (the default): the time its last token is due, arrival + ttft_slo +
-    tpot_slo x (output_tokens - 1). Niyama (Goel et al., arXiv 2503.22562, ASPLOS 2026; code in
-    microsoft/sarathi-serve, branch niyama_asplos2026, `Sequence._get_TBT_deadline` in
-    sarathi/core/datatypes/sequence.py) gives token i the deadline first-token deadline + i x
-    the per-token budget; the request's deadline is its last token's. It grows with the
-    request's own work, so edf differs from FCFS wherever output lengths differ; like sjf it
-    reads the true output length. ``"first-token"``: arrival + ttft_slo, the TTFT deadline
-    alone (Niyama's `edf` ordering within one SLO tier), which with one profile for every
-    request is arrival order, i.e. FCFS.
-    """
-    arr = np.asarray(arrival_s, dtype=np.float64)
-    if rule == "first-token":
-        return arr + float(ttft_slo)
-    if rule != "last-token":
-        raise ConfigError(f"deadline rule must be one of {', '.join(DEADLINE_RULES)}, got {rule!r}")
-    n_out = np.asarray(output_tokens, dtype=np.float64)
-    return arr + float(ttft_slo) + float(tpot_slo) * (n_out - 1.0)
-
-
-def _by_output(r: Request):
-    return r.output
-
-
-def _by_prompt(r: Request):
-    return r.prompt
-
-
-def deadline_priorities(deadlines_s: np.ndarray) -> np.ndarray:
-    """Deadlines as the integer priorities a vLLM server orders by: whole microseconds.
-
-    edf ranks by these same integers, so the simulator and a replay (or `schedport conformance`)
-    break every tie alike: by arrival, then request. Milliseconds were too coarse: two deadlines
-    within 1 ms tied on the server but not in the simulator."""
-    return np.round(np.asarray(deadlines_s, dtype=np.float64) * 1e6).astype(np.int64)
-
-
-class _Deadline(StaticKey):
-    """EDF: waiting order by deadline (`request_deadlines` under `slo_profile` and `deadline`),
-    in whole microseconds (`deadline_priorities`)."""
-
-    def __init__(self, sim, params):
-        ttft, tpot = sim.config.slo_profiles[params["slo_profile"]]
-        t = sim.trace
-        dl = deadline_priorities(request_deadlines(t.arrival_s, t.output_tokens, ttft, tpot,
-                                                   params["deadline"])).tolist()
-        super().__init__(sim, params, lambda r: dl[r.idx])
-
-
-class _Aging(SortedEachStep):
-    """SPF with linear aging: key = prompt tokens - aging x seconds waited (aging > 0)."""
-
-    dynamic = True
-
-    def __init__(self, sim, params):
-        super().__init__(sim, params)
-        self.alpha = float(params["aging"])
-
-    def key(self, req, now):
-        return (req.prompt - self.alpha * (now - req.arrival), req.arrival, req.idx)
-
-
-def _spf(sim, params):
-    if float(params.get("aging", 0.0)) > 0.0:
-        return _Aging(sim, params)
-    return StaticKey(sim, params, _by_prompt)
-
-
-
 _V1 = "Kwon et al., SOSP 2023 (PagedAttention/vLLM); vLLM v1 scheduler (vllm/v1/core/sched/scheduler.py)"
 
 REGISTRY: dict[str, Policy] = {p.name: p for p in [
@@ -264,7 +188,7 @@ REGISTRY: dict[str, Policy] = {p.name: p for p in [
            Static, Fifo, params={"batch_size": 128, "pad_compute": False, "return_at_batch_end": False},
            cite="NVIDIA FasterTransformer, the baseline of Yu et al., OSDI 2022; Sarathi-Serve faster_transformer_scheduler.py"),
     Policy("sjf", "Shortest job first by oracle output length, non-preemptive",
-           Continuous, partial(StaticKey, keyfn=_by_output),
+           Continuous, ShortestJob,
            cite="Classic SJF; oracle-length baseline of Fu et al., NeurIPS 2024 (hao-ai-lab/vllm-ltr, sjf mode)"),
     Policy("srpt", "Shortest remaining processing time (oracle), preemptive every step",
            Continuous, ShortestRemaining,
@@ -276,10 +200,10 @@ REGISTRY: dict[str, Policy] = {p.name: p for p in [
                    "preemption": "swap"},
            cite="Fu, Zhu, Su, Qiao, Stoica, Zhang, 'Efficient LLM Scheduling by Learning to Rank', NeurIPS 2024"),
     Policy("spf", "Shortest prompt first, non-preemptive (optional linear aging)",
-           Continuous, _spf, params={"aging": 0.0},
+           Continuous, ShortestPrompt, params={"aging": 0.0},
            cite="Generic shortest-prompt-first baseline (prompt length known on arrival)"),
     Policy("edf", "Earliest deadline first: last-token deadline arrival + TTFT SLO + TPOT SLO x (output - 1)",
-           Continuous, _Deadline, params={"slo_profile": "standard", "deadline": "last-token"},
+           Continuous, EarliestDeadline, params={"slo_profile": "standard", "deadline": "last-token"},
            cite="Liu & Layland, JACM 1973; per-token deadlines of Niyama (Goel et al., arXiv 2503.22562; "
                 "microsoft/sarathi-serve niyama_asplos2026, sequence.py _get_TBT_deadline)"),
     Policy("vtc", "Virtual token counters: least-served client first (w_p=1, w_q=2), counter lift",

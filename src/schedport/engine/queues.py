@@ -1,0 +1,254 @@
+"""The queues the engine keeps waiting requests in, and the protocol its ranked fill talks to.
+
+A policy's ranking is an `Ordering` (`schedport.engine.policy`): a key and how it moves. The
+engine keeps the requests; `queue_for` picks the container the declared dynamics allow:
+
+* `StaticKey` — a heap of keys fixed at arrival (vLLM v1's priority queue); non-preemptive
+  orders with `FIXED` keys (sjf, spf, edf);
+* `SortedEachStep` — a list kept sorted: by bisection for keys that do not move while a
+  request waits (preemptive orders, `PerServedToken`), re-sorted at each decision for keys that
+  move with time (`WITH_TIME`: hrrn, spf with aging);
+* `Fifo` — arrival order with preempted requests back at the head (vLLM's FCFS queue), for the
+  orders that have no key.
+
+`Queue` is the engine's side of the contract: the container, and the hooks through which the
+fast mode (the decode cohort, fast-forwards) keeps a policy's state exact. Policies whose state is
+more than a key — VTC's counters (`schedport.engine.vtc`), ltr's starvation guard
+(`schedport.engine.ltr`), FastServe's MLFQ (`schedport.engine.mlfq`) — are written against it
+directly; a policy written as an `Ordering` never sees it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections import deque
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from schedport.engine.policy import FIXED, Ordering, PerServedToken, Plan, WithTime
+from schedport.engine.simulator import Request
+
+_KEY = attrgetter("key")
+
+
+class Queue:
+    """The engine's waiting container for one policy, and the hooks the fast mode keeps it exact with.
+
+    `preemptive` orderings rank running and waiting requests together every step and
+    preempt running requests that fall outside the selected set. `dynamic` orderings can
+    change the order of waiting requests at any time (aging, counters): the engine then
+    fast-forwards only when no waiting request could be admitted in any order.
+
+    In fast mode the engine advances decoding requests as a cohort, so a running request's
+    `computed`/`generated` fields may lag until it is synced. Waiting requests are always
+    exact, and a preemptive ordering's keys for running requests are computed after every
+    running request is synced. An ordering that reads running requests' progress anywhere else
+    (in its hooks) must set `per_request_steps = True`, which keeps every request exact at
+    every step.
+    """
+
+    preemptive = False
+    dynamic = False
+    victim = "newest"      # memory-pressure victim for non-preemptive orderings: newest | worst
+    per_request_steps = False  # True: needs every decode step reported per request (no bulk cohort)
+    #: How a preemptive order's keys move, if the engine may keep its rank order between steps:
+    #: a served request's leading key changes by this much per token served (srpt: -1; a fixed
+    #: key: 0) and no key changes otherwise. None: keys may change any time; ranked afresh each step.
+    served_key_step: int | None = None
+
+    def __init__(self, sim, params: dict):
+        self.sim = sim
+        self.params = params
+
+    # -- container
+    def __len__(self) -> int: raise NotImplementedError
+    def push(self, req: Request, now: float) -> None: raise NotImplementedError
+    def requeue(self, req: Request, now: float) -> None: raise NotImplementedError
+    def head(self, now: float) -> Request | None: raise NotImplementedError
+    def pop_head(self) -> Request: raise NotImplementedError
+    def remove(self, req: Request) -> None: raise NotImplementedError
+    def ordered(self, now: float) -> list[Request]: raise NotImplementedError
+    def __iter__(self): raise NotImplementedError
+
+    # -- keys (preemptive / worst-victim orderings)
+    def key(self, req: Request, now: float) -> Any:
+        return (req.arrival, req.idx)
+
+    def victim_key(self, req: Request, now: float) -> Any:
+        """The rank a memory-pressure victim is chosen by, without the final index tiebreak
+        (vLLM ranks victims by (priority, arrival_time) only)."""
+        return self.key(req, now)[:-1]
+
+    # -- hooks
+    def prepare(self, now: float) -> None:
+        """Called at the start of every step, before the batch is formed (time-driven promotions)."""
+    def on_admit(self, req: Request, now: float) -> None: pass
+    def after_step(self, plan: Plan, start: float, end: float) -> None: pass
+    def after_fast_forward(self, plan: Plan, starts: np.ndarray, ends: np.ndarray, k: int) -> None: pass
+    def on_finish(self, req: Request, t: float) -> None: pass
+    def cohort_changed(self, req: Request, delta: int) -> None:
+        """A request joined (+1) or left (-1) the engine's decode cohort (fast mode only)."""
+    def fast_forward_limit(self, plan: Plan, now: float) -> tuple[int | None, float | None]:
+        return None, None
+    def refine_fast_forward(self, plan: Plan, starts: np.ndarray, ends: np.ndarray, k: int) -> int:
+        return k
+
+
+class Fifo(Queue):
+    """Arrival order; a preempted request goes back to the head (vLLM's `prepend`)."""
+
+    def __init__(self, sim, params):
+        super().__init__(sim, params)
+        self.q: deque[Request] = deque()
+
+    def __len__(self): return len(self.q)
+    def __iter__(self): return iter(self.q)
+    def push(self, req, now): self.q.append(req)
+    def requeue(self, req, now): self.q.appendleft(req)
+    def head(self, now): return self.q[0] if self.q else None
+    def pop_head(self): return self.q.popleft()
+    def remove(self, req): self.q.remove(req)
+    def ordered(self, now): return list(self.q)
+
+
+class StaticKey(Queue):
+    """Keys fixed at arrival in a heap, smallest first (vLLM v1's priority queue): a
+    non-preemptive `Ordering` with `FIXED` keys. A request's key is taken once, when it first
+    waits, and kept in `req.key`.
+
+    Under memory pressure the victim is the running request with the largest key, as vLLM v1
+    does for `policy="priority"` (the ordering's `victim`, "worst" by default).
+    """
+
+    def __init__(self, sim, params, ordering: Ordering):
+        super().__init__(sim, params)
+        self.rank = ordering.key
+        self.victim = ordering.victim
+        _bind_hooks(self, ordering)
+        self.heap: list = []
+        self.removed: set[int] = set()
+        self.n = 0
+
+    def __len__(self): return self.n
+    def __iter__(self): return (e[2] for e in self.heap if e[2].idx not in self.removed)
+
+    def key(self, req, now):
+        return req.key
+
+    def push(self, req, now):
+        if req.key is None:
+            req.key = self.rank(req, now)
+        self.removed.discard(req.idx)
+        heapq.heappush(self.heap, (req.key, req.idx, req))
+        self.n += 1
+
+    requeue = push
+
+    def _clean(self):
+        h = self.heap
+        while h and h[0][2].idx in self.removed:
+            self.removed.discard(heapq.heappop(h)[2].idx)
+
+    def head(self, now):
+        self._clean()
+        return self.heap[0][2] if self.heap else None
+
+    def pop_head(self):
+        self._clean()
+        self.n -= 1
+        return heapq.heappop(self.heap)[2]
+
+    def remove(self, req):
+        self.removed.add(req.idx)
+        self.n -= 1
+
+    def ordered(self, now):
+        return [e[2] for e in sorted(self.heap) if e[2].idx not in self.removed]
+
+
+class SortedEachStep(Queue):
+    """Waiting requests kept in a list, sorted by `key(req, now)` whenever the order is needed.
+
+    For an `Ordering` (preemptive, or with keys that move with time) the key and the flags come
+    from it. A queue whose waiting requests' keys do not depend on `now` has `static_keys = True`:
+    the list then stays sorted (new requests are inserted by bisection) and is re-sorted only
+    after the queue itself changes a waiting key and says so by setting `_sorted_at = None`.
+
+    A queue that keeps every queued and running request's current key in `req.key` (so that
+    `key(req, now)` is `req.key`) sets `cached_key = True`: sorting and ranking then read the
+    attribute in C instead of calling `key` per request per step, which is most of a preemptive
+    policy's cost when hundreds of requests hold KV (FastServe at severe load).
+    """
+
+    static_keys = False
+    cached_key = False
+
+    def __init__(self, sim, params, ordering: Ordering | None = None):
+        super().__init__(sim, params)
+        if ordering is not None:
+            self.key = ordering.key
+            self.preemptive = ordering.preemptive
+            self.victim = ordering.victim
+            dyn = ordering.dynamics
+            self.dynamic = isinstance(dyn, WithTime)
+            self.static_keys = not self.dynamic
+            if isinstance(dyn, PerServedToken):
+                self.served_key_step = dyn.step
+            elif dyn is FIXED and ordering.preemptive:
+                self.served_key_step = 0
+            _bind_hooks(self, ordering)
+        self.items: list[Request] = []
+        self._sorted_at = None
+
+    def __len__(self): return len(self.items)
+    def __iter__(self): return iter(self.items)
+
+    def push(self, req, now):
+        if self.static_keys and self._sorted_at is not None:
+            bisect.insort(self.items, req, key=_KEY if self.cached_key else lambda r: self.key(r, now))
+        else:
+            self.items.append(req)
+            self._sorted_at = None
+
+    requeue = push
+
+    def ordered(self, now):
+        if self._sorted_at is None or (self._sorted_at != now and not self.static_keys):
+            self.items.sort(key=_KEY if self.cached_key else lambda r: self.key(r, now))
+            self._sorted_at = now
+        return self.items
+
+    def head(self, now):
+        if not self.items:
+            return None
+        return self.ordered(now)[0]
+
+    def pop_head(self):
+        return self.items.pop(0)
+
+    def remove(self, req):
+        self.items.remove(req)
+
+
+
+
+def _bind_hooks(queue: Queue, ordering: Ordering) -> None:
+    """The ordering's event hooks, where it has them, called by the engine through its queue."""
+    for name in ("on_admit", "on_finish"):
+        if getattr(type(ordering), name) is not getattr(Ordering, name):
+            setattr(queue, name, getattr(ordering, name))
+
+
+def queue_for(order, sim, params: dict) -> Queue:
+    """The engine's queue for a policy's order: an `Ordering` gets the container its dynamics
+    allow (module docstring); a `Queue` (FIFO, or a policy with state of its own) is its own."""
+    if isinstance(order, Queue):
+        return order
+    if not isinstance(order, Ordering):
+        raise TypeError(f"a policy's order must be an Ordering or a Queue, got {type(order).__name__}")
+    if order.preemptive or order.dynamics is not FIXED:
+        return SortedEachStep(sim, params, order)
+    return StaticKey(sim, params, order)
