@@ -250,18 +250,17 @@ class Continuous(BatchingMode):
         bs = cache.block_size
         order = sched.order
         gated = self._host_gated()
+        tracker = self.tracker
+        if tracker is None and sim.bulk and order.served_key_step is not None and not self.host_gate:
+            tracker = self.tracker = RankTracker(sim, order, self)
         host_was_full, sim.host_full_prev = sim.host_full_prev, False
         plan = self._ranked_shortcut(sched, now, gated)
         if plan is not None:
             return plan
-        if sim.bulk and not gated:
-            tracker = self.tracker
-            if tracker is None and order.served_key_step is not None and not self.host_gate:
-                tracker = self.tracker = RankTracker(sim, order, self)
-            if tracker is not None:
-                plan = tracker.plan(sched, now)
-                if plan is not None:
-                    return plan
+        if tracker is not None and not gated:
+            plan = tracker.plan(sched, now)
+            if plan is not None:
+                return plan
         key = order.key
         swap = self.swap
         plan = Plan()

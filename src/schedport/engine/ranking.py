@@ -20,6 +20,8 @@ that only the exact per-member needs can settle); the full pass then decides tha
 
 from __future__ import annotations
 
+import math
+
 from sortedcontainers import SortedList
 
 from schedport.engine.policy import Plan
@@ -91,6 +93,25 @@ class RankTracker:
             if r.phase == RUNNING and r.sync < 0:
                 self._drop(r)
                 self._add(r)
+
+    def fast_forward_limit(self, now: float) -> int | None:
+        """Steps the cohort may run before its ranking can turn (None: never, between events).
+
+        With `step` <= 0 a served member's key only improves on those of requests not served.
+        With `step` > 0 (least attained service) the worst member's leading key climbs by `step`
+        a step, and once it reaches the best leading key among requests not served (the parked
+        ones, the head of the queue) the batch may change: the fast-forward stops before that."""
+        if self.step <= 0 or not self.members:
+            return None
+        best = self.others[0][0] if self.others else None
+        waiting = self.order.ordered(now)
+        if waiting:
+            k0 = self.order.key(waiting[0], now)[0]
+            best = k0 if best is None or k0 < best else best
+        if best is None:
+            return None
+        gap = best - (self.members[-1][0] + self.step * self.sim.dclock)
+        return max(1, math.ceil(gap / self.step)) if gap > 0 else 1
 
     # -- the walk
     def plan(self, sched, now: float) -> Plan | None:

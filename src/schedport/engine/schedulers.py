@@ -3,13 +3,14 @@
 Names are part of the CLI (`schedport schedulers` lists them). Parameters marked unverified in
 ../shared/docs/schedulers.md are our documented choices and can be overridden per run with a
 `[scheduler.<name>]` table in the engine config. To add a policy, write one `Policy(...)`
-declaration (and, if it needs a new mechanism, one small `Ordering` or gate class) and add it to
-`REGISTRY`.
+declaration (and, if its ranking is new, one small `Ordering`: a key and its dynamics,
+docs/schedulers.md "Write your own policy") and add it to `REGISTRY`.
 
-The batching modes are in `schedport.engine.batching`; the orderings with state of their own in
-`schedport.engine.orderings`, `schedport.engine.ltr` (with its predictor) and
-`schedport.engine.mlfq` (re-exported here). `Policy.bind` checks every ``[scheduler.*]`` table
-against this registry (`validate_for`) before a simulation starts.
+The batching modes are in `schedport.engine.batching`; the key orderings in
+`schedport.engine.orderings`; the policies with state of their own in `schedport.engine.vtc`,
+`schedport.engine.ltr` (with its predictor) and `schedport.engine.mlfq`; the gates in
+`schedport.engine.gates`. `Policy.bind` checks every ``[scheduler.*]`` table against this
+registry (`validate_for`) before a simulation starts.
 """
 
 from __future__ import annotations
@@ -136,6 +137,8 @@ class BoundPolicy:
             return False
         if not len(self.order):
             return True
+        if (self.order.served_key_step or 0) > 0 and self.order.preemptive and self.mode.tracker is None:
+            return False    # keys that climb as they are served: only the kept rank order bounds a run
         if self.order.dynamic:
             return not self.mode.any_admissible(self, plan)
         return True
@@ -143,6 +146,8 @@ class BoundPolicy:
     def fast_forward_limit(self, plan: Plan, now: float):
         k1, t1 = self.order.fast_forward_limit(plan, now)
         k2, t2 = self.gate.fast_forward_limit(self, plan, now)
+        if self.mode.tracker is not None:
+            k1 = _min_opt(k1, self.mode.tracker.fast_forward_limit(now))
         return _min_opt(k1, k2), _min_opt(t1, t2)
 
     def refine_fast_forward(self, plan, starts, ends, k):
