@@ -279,7 +279,9 @@ class Continuous(BatchingMode):
         admitting = True
         members_run = []                            # cohort members given their token, in items order
         members_sit = []                            # cohort members left out of the batch (budget or cap)
-        for req in _merge_ranked(keyed, list(order.ordered(now)), key, now):
+        items = plan.items
+        wkey = _cached_key if cached else key
+        for req in _merge_ranked(keyed, list(order.ordered(now)), wkey, now):
             if selected >= self.max_num_seqs or budget <= 0:
                 break       # the batch is full: the running requests not reached sit this step out
             if not pending and not admitting:
@@ -290,7 +292,9 @@ class Continuous(BatchingMode):
                 elif req in pending:
                     pending.remove(req)
                 selected += 1
-                k = min(req.prompt + req.generated - req.computed, budget)
+                k = req.prompt + req.generated - req.computed
+                if k > budget:
+                    k = budget
                 need = -(-(req.computed + k) // bs) - req.blocks
                 if need > cache.free and pending:
                     self._make_room(need, pending, plan)
@@ -305,11 +309,14 @@ class Continuous(BatchingMode):
                             members_sit.append(req)
                     continue
                 if need > 0:
-                    sim.allocate(req, need)
+                    cache.free -= need
+                    req.blocks += need
                 if req.sync >= 0:
-                    members_run.append((len(plan.items), req, k))
+                    members_run.append((len(items), req, k))
                 else:
-                    plan.add(req, k)
+                    items.append((req, k))
+                    if not req.decoding:
+                        plan.decode_only = False
                 budget -= k
             elif req.phase == WAITING and admitting:
                 if gated and not req.generated and not req.swapped:
@@ -485,6 +492,10 @@ class Continuous(BatchingMode):
         plan.decode_only = False
         return plan
 
+
+
+def _cached_key(req: Request, now: float):
+    return req.key
 
 
 def _merge_ranked(keyed: list, waiting: list, key, now: float):

@@ -95,7 +95,8 @@ class SkipJoinMLFQ(SortedEachStep):
 
     def _run(self, s, start, end) -> bool:
         """Account one step [start, end] the job ran in; demote it if its processing time now
-        exceeds its level's quantum (and say so)."""
+        exceeds its level's quantum (and say so). `after_step` applies this rule written out in
+        its loop; this is its readable form, which the tests' reference ordering calls."""
         if s[4] != start or math.isnan(s[3]):
             self._close(s)
             s[3] = start
@@ -130,14 +131,35 @@ class SkipJoinMLFQ(SortedEachStep):
         self._sorted_at = None          # waiting keys changed: re-sort
 
     def after_step(self, plan, start, end):
-        batch = sorted((r for r, _ in plan.items), key=_KEY_ATTR)
+        batch = [r for r, _ in plan.items]
+        batch.sort(key=_KEY_ATTR)
         if self._check_due():
             self._promote_starved({r.idx for r in batch}, start)
-        run = self._run
-        for r in batch:                 # `pop_finished_requests`, in batch (rank) order
+        # `pop_finished_requests`, in batch (rank) order: `_run`, then `_to_front`, written out
+        # (this loop runs once per job per step)
+        quanta = self.quanta
+        last = self.levels - 1
+        front = self._front
+        for r in batch:
             s = r.aux
-            run(s, start, end)
-            self._to_front(r, s)
+            s3 = s[3]
+            if s[4] != start or s3 != s3:           # a new run starts (s3 != s3: NaN, none open)
+                if s3 == s3:
+                    s[2] += s[4] - s3
+                s[3] = s3 = start
+            s[4] = end
+            lvl = s[0]
+            if lvl < last and s[2] + (end - s3) > quanta[lvl]:
+                lvl += 1
+                s[0] = lvl
+                s[2] = 0.0
+                s[3] = math.nan
+                if lvl > self.deepest:
+                    self.deepest = lvl
+            front += 1
+            s[1] = -front
+            r.key = (lvl, -front, r.idx)
+        self._front = front
         # a running job that sat this step out ends its open run (its KV stays resident); only
         # one that ran in the step before can have a run open
         if len(batch) != len(self.sim.running):
