@@ -53,6 +53,10 @@ class PredictedRank(SortedEachStep):
         self.base: dict[int, int] = {}      # cohort member idx -> cohort clock its state is true at
         self.boosted_members: set[int] = set()
         self.cohort_it = 0                  # engine iteration count after the last cohort step
+        if self.threshold <= 0:
+            # no guard: the ranking is the scores alone and there is no per-step state to keep
+            for hook in ("push", "cohort_changed", "after_step", "after_fast_forward", "fast_forward_limit"):
+                setattr(self, hook, getattr(super(), hook))
 
     def key(self, req, now):
         return (-1 if req.idx in self.boost else 0, self.scores[req.idx], req.arrival, req.idx)

@@ -25,6 +25,7 @@ import math
 from sortedcontainers import SortedList
 
 from schedport.engine.policy import Plan
+from schedport.engine.queues import Queue
 from schedport.engine.simulator import RUNNING, Request
 
 
@@ -40,6 +41,8 @@ class RankTracker:
         self.members = SortedList()     # (leading key - step x cohort clock, *rest of key, request)
         self.others = SortedList()      # (key..., request): running requests outside the cohort
         self.entry: dict[int, tuple] = {}
+        if getattr(order.cohort_changed, "__func__", None) is Queue.cohort_changed:
+            sim._cohort_hook = self.cohort_changed      # the order keeps no cohort state: skip it
         for r in sim.running:
             sim.sync(r)                 # a member's fields lag the cohort clock until synced
             self._add(r)
