@@ -422,8 +422,9 @@ def test_ranked_pass_sit_outs_either_side_of_the_cohort_match_exact(monkeypatch,
 def test_kept_rank_order_decides_most_steps_and_matches_exact(monkeypatch, name, blocks, seqs, budget):
     """The ranked fill from the kept rank order (`RankTracker`: cohort members by a cohort-clock
     invariant, parked sitters and prefills, waiting requests) gives exact's bits, decides most
-    steps, parks members the batch left out and brings them back, and gives way to the full pass
-    where blocks could run short."""
+    steps, parks members the batch left out and brings them back, serves a few members alone
+    while a long prefill holds the cohort still, and gives way to the full pass where blocks
+    could run short."""
     from schedport.engine.ranking import RankTracker
     seen = {"walk": 0, "full": 0, "parked": 0, "back": 0}
     orig_plan, orig_apply = RankTracker.plan, RankTracker._apply
@@ -437,8 +438,14 @@ def test_kept_rank_order_decides_most_steps_and_matches_exact(monkeypatch, name,
         seen["parked"] += len(sit)
         seen["back"] += sum(1 for r, _, _, waiting in picked if not waiting and r.decoding)
         return orig_apply(self, sched, now, reached, sit, picked)
+    orig_served = Simulator._cohort_served
+
+    def spy_served(self, req):
+        seen["alone"] = seen.get("alone", 0) + 1
+        return orig_served(self, req)
     monkeypatch.setattr(RankTracker, "plan", spy_plan)
     monkeypatch.setattr(RankTracker, "_apply", spy_apply)
+    monkeypatch.setattr(Simulator, "_cohort_served", spy_served)
     cfg = small_engine(blocks=blocks, seqs=seqs, budget=budget)
     t = busy_trace(300, seed=11, rate=60.0)
     _, out = run(t, name, cfg, exact=True)
@@ -446,6 +453,7 @@ def test_kept_rank_order_decides_most_steps_and_matches_exact(monkeypatch, name,
     assert sim.sched.mode.tracker is not None and seen["walk"] > seen["full"]
     if budget == 64:
         assert seen["parked"] and seen["back"]
+        assert seen.get("alone")        # members served alone while the cohort stood still
     if blocks == 90:
         assert seen["full"] and out.preemptions_total
     assert np.array_equal(fast.first_token_s, out.first_token_s, equal_nan=True)

@@ -91,9 +91,10 @@ class RankTracker:
         self._drop(req)
 
     def served(self, plan: Plan) -> None:
-        """After a step: requests served as items (outside the cohort) have new keys."""
+        """After a step: requests served as items have new keys (a member served alone while the
+        cohort stood still included)."""
         for r, _ in plan.items:
-            if r.phase == RUNNING and r.sync < 0:
+            if r.phase == RUNNING:
                 self._drop(r)
                 self._add(r)
 
@@ -214,7 +215,8 @@ class RankTracker:
 
         Few sitters: they leave the cohort (parked until a walk reaches them again) and the
         cohort steps. Most sit (a long prefill ranked first took the budget): the cohort stands
-        still and the few members reached take their token as items, in rank order."""
+        still and the few members reached take their token as items, in rank order, staying
+        members (`Simulator._cohort_served`)."""
         sim = self.sim
         sim.host_full_prev = False
         plan = Plan()
@@ -226,8 +228,8 @@ class RankTracker:
             ranked = sorted([((e[0] + shift, *e[1:-1]), True, e[-1], 1, 0, False) for e in reached]
                             + [(key(r, now), False, r, k, need, w) for r, k, need, w in picked])
             for _, was_member, req, k, need, is_waiting in ranked:
-                if was_member:
-                    sim.cohort_leave(req)
+                if was_member:          # it stays a member: made exact, it takes its token as an item
+                    sim.sync(req)
                     need = -(-(req.computed + 1) // sim.cache.block_size) - req.blocks
                 self._take(sched, plan, req, k, need, is_waiting, now, join=False)
         else:

@@ -309,6 +309,18 @@ class Simulator:
                 if self._alloc_decode:
                     req.blocks = -(-req.computed // self.cache.block_size)
 
+    def _cohort_served(self, req: Request) -> None:
+        """A member (synced before the step) took one token as an item while the cohort stood
+        still: its cohort offset, block bucket and completion clock move with it."""
+        bs = self.cache.block_size
+        pv = req.computed - req.sync
+        self.cohort_pval += pv - req.pval
+        self.cohort_buckets[req.pval % bs] -= 1
+        self.cohort_buckets[pv % bs] += 1
+        req.pval = pv
+        req.done_clock = req.sync + (req.output - req.generated)
+        heapq.heappush(self.cohort_heap, (req.done_clock, req.idx, req))
+
     def sync_all(self) -> None:
         """Make every running request's fields true and dissolve the cohort (per-request step follows)."""
         if not self.cohort_n:
@@ -460,6 +472,9 @@ class Simulator:
             for req in plan.rejoin:
                 self.cohort_join(req)
         elif self.bulk:
+            for req, _ in items:
+                if req.sync >= 0:       # a member served alone while the cohort stood still
+                    self._cohort_served(req)
             if plan.parked:             # requests parked out of the cohort stay out
                 for req, _ in items:
                     if req.decoding and req.sync < 0 and req.generated < req.output:
