@@ -390,20 +390,32 @@ class Continuous(BatchingMode):
     def _settle_cohort(self, plan: Plan, members_run: list, members_sit: list) -> None:
         """Decode-cohort members left out of a ranked batch (`members_sit`): they leave the cohort
         for this step, or, when most sit out, the cohort stands still and the members that run
-        (`members_run`: (items position, request, tokens)) take their token as items."""
+        (`members_run`: (items position, request, tokens)) take their token as items.
+
+        With a kept rank order (`RankTracker`) the sitters stay out (parked) until a walk reaches
+        them, and members that run alone stay members (`Simulator._cohort_served`)."""
         sim = self.sim
+        kept = self.tracker is not None
         if len(members_sit) <= len(members_run):
             for r in members_sit:                   # they leave for this step and rejoin after it
                 sim.cohort_leave(r)
-            plan.rejoin = members_sit
+            if kept:
+                plan.parked = len(sim.running) - sim.cohort_n - len(plan.items)
+            else:
+                plan.rejoin = members_sit
         else:
             # most members sit out (a long prefill took the budget): the cohort stands still
             # this step, and the few members that run take their token as items instead
             items = plan.items
             for pos, r, k in reversed(members_run):
-                sim.cohort_leave(r)
+                if kept:
+                    sim.sync(r)
+                else:
+                    sim.cohort_leave(r)
                 items.insert(pos, (r, k))
             plan.cohort = False
+            if kept:
+                plan.parked = len(sim.running) - sim.cohort_n - sum(1 for r, _ in items if r.sync < 0)
 
     def _host_full_step(self, plan: Plan, host_was_full: bool, key, now: float, cached: bool) -> None:
         """A step that found the host swap space full: count the event, and if nothing can run at
