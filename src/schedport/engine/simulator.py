@@ -581,27 +581,36 @@ class Simulator:
             return False
         running = self.running
         B = len(running)
-        comp = np.fromiter((r.computed for r in running), dtype=np.int64, count=B)
-        rem = np.fromiter((r.output - r.generated for r in running), dtype=np.int64, count=B)
-        k_max = int(rem.min())                       # the step that completes the first request(s)
+        comp_sum = 0
+        k_max = None                                 # the step that completes the first request(s)
+        for r in running:
+            comp_sum += r.computed
+            rem = r.output - r.generated
+            if k_max is None or rem < k_max:
+                k_max = rem
         if k_pol is not None:
             k_max = min(k_max, k_pol)
-        cap = self._time_cap(limit_t, B, int(comp.sum()) + B)
+        cap = self._time_cap(limit_t, B, comp_sum + B)
         if cap is not None:
             k_max = min(k_max, cap)
         if k_max < 2:
             return False
-        # KV: step j computes token position comp_i + j and needs ceil((comp_i + j + 1)/bs) blocks
-        if plan.allocates_decode_blocks:
-            bs = self.cache.block_size
+        # KV: step j computes token position comp_i + j and needs ceil((comp_i + j + 1)/bs) blocks;
+        # no request takes more than one block per bs steps, so a pool that holds that many can't run short
+        bs = self.cache.block_size
+        if plan.allocates_decode_blocks and self.cache.free < B * -(-k_max // bs):
+            comp = np.fromiter((r.computed for r in running), dtype=np.int64, count=B)
             held = np.fromiter((r.blocks for r in running), dtype=np.int64, count=B)
             first_need = held * bs - comp            # step index at which request i needs a new block
             k_max = min(k_max, _first_shortfall(first_need, bs, self.cache.free, k_max))
             if k_max < 2:
                 return False
-        kv = int(comp.sum()) + B + B * np.arange(k_max, dtype=np.int64)
-        starts, ends = self._time_steps(B, kv)
-        k = self._time_limit(starts, k_max, limit_t)
+        if k_max <= _SCALAR_STEPS:
+            starts, ends = self._step_times(B, comp_sum + B, k_max, limit_t)
+            k = len(starts)
+        else:
+            starts, ends = self._time_steps(B, comp_sum + B + B * np.arange(k_max, dtype=np.int64))
+            k = self._time_limit(starts, k_max, limit_t)
         k = self.sched.refine_fast_forward(plan, starts[:k], ends[:k], k)
         if k < 2:
             return False
