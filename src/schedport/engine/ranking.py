@@ -4,8 +4,8 @@ vllm-ltr's ranked fill (`Continuous._plan_ranked`) walks running and waiting req
 rank order each step. Done from scratch that is a sort of every running request per step, which
 at overload (hundreds hold KV) is most of a preemptive policy's cost. But for an order whose keys
 change only as the policy declares — a served request's leading key moves by a fixed step per
-token served (`Ordering.served_key_step`: srpt -1, a fixed key 0) — the rank order between
-engine events is known without asking for keys again:
+token served (`PerServedToken`: srpt -1; a fixed preemptive key 0; the queue's
+`served_key_step`) — the rank order between engine events is known without asking for keys again:
 
 * decode-cohort members all gain one token per step, so their keys shift together: they are kept
   sorted by a cohort-clock invariant (`RankTracker.members`), and a run of them between two other
@@ -239,7 +239,7 @@ class RankTracker:
             sim.cache.free -= sim.cohort_crossings(sim.dclock)
             for req, k, need, is_waiting in picked:
                 self._take(sched, plan, req, k, need, is_waiting, now, join=True)
-        plan.parked = len(sim.running) - sim.cohort_n - len(plan.items)
+        plan.parked = len(sim.running) - sim.cohort_n - sum(1 for r, _ in plan.items if r.sync < 0)
         if plan.admitted:
             plan.decode_only = False
         return plan
