@@ -148,14 +148,16 @@ class RankTracker:
         admitting = True
         picked: list = []                           # (request, tokens, blocks, is waiting), rank order
         key = order.key
+        kw, kw_at = None, -1                        # the waiting head's entry, made once per head
         while True:
             # the next request outside the cohort in rank order, and the members ranked before it
             nxt = None
             if io < n_oth:
                 nxt = others[io]
             if iw < n_wait:
-                w = waiting[iw]
-                kw = (*key(w, now), w)
+                if kw_at != iw:
+                    w = waiting[iw]
+                    kw, kw_at = (*key(w, now), w), iw
                 if nxt is None or kw < nxt:
                     nxt = kw
             if nxt is None:
