@@ -64,12 +64,21 @@ def provenance(manifest: dict, sources: list[str], results_dir: Optional[str]) -
     keys = ("corpus_sha256", "engine_hash", "engine_config", "package_version", "git_commit", "selectors",
             "started", "finished", "ended", "status", "corpus_dir", "cells_done", "kind", "store_schema")
     prov = {k: manifest.get(k) for k in keys}
-    prov["manifest_extra_keys"] = sorted(k for k in manifest if k not in keys)
+    prov["manifest_extra_keys"] = sorted(k for k in manifest if k not in keys and k != "policies")
+    prov["user_policies"] = user_policies(manifest)
     prov["results_dir"] = results_dir
     prov["analysis_version"] = __version__
     prov["data_sources"] = [source_info(s) for s in sources]
     return prov
 
+
+
+def user_policies(manifest: dict) -> dict:
+    """The store's schedulers that came from a user's file, module or installed package: {name:
+    {kind, spec, path, sha256[, distribution]}} (the manifest's ``policies`` less the source text)."""
+    recs = manifest.get("policies") if isinstance(manifest.get("policies"), dict) else {}
+    return {name: {k: v for k, v in rec.items() if k != "text"} for name, rec in sorted(recs.items())
+            if isinstance(rec, dict)}
 
 
 def subset_info(manifest: dict, st: Study, workload: Optional[dict]) -> dict:
@@ -83,8 +92,9 @@ def subset_info(manifest: dict, st: Study, workload: Optional[dict]) -> dict:
     if sel.get("quick"):
         reasons.append("the --quick selection")
     n_known = len(REGISTRY)
-    if n_known and len(st.schedulers) < n_known:
-        reasons.append(f"{len(st.schedulers)} of {n_known} schedulers")
+    n_builtin = sum(1 for s in st.schedulers if s in REGISTRY)    # a user's own schedulers are extra
+    if n_known and n_builtin < n_known:
+        reasons.append(f"{n_builtin} of {n_known} built-in schedulers")
     if set(st.regions) < set(REGIONS):
         reasons.append(f"{len(st.regions)} of {len(REGIONS)} regions")
     n_win = sum(len(v) for v in st.windows.values())

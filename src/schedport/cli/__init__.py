@@ -93,7 +93,8 @@ _out_path = out_path_parser
 @app.command()
 def simulate(
     trace: Path = typer.Option(..., "--trace", help="Canonical trace (CSV or Parquet)."),
-    scheduler: str = typer.Option(..., "--scheduler", help="Policy name (see `schedport schedulers`)."),
+    scheduler: str = typer.Option(..., "--scheduler", help="Policy name (see `schedport schedulers`), or your "
+                                  "own as FILE.py:NAME or module:NAME (docs/own-scheduler.md)."),
     out_dir: Path = typer.Option(..., "--out", parser=_out_path, help="Directory for requests.parquet and summary.json."),
     engine: Optional[Path] = typer.Option(None, "--engine", help="Engine config TOML (defaults: docs/engine.md)."),
     load: Optional[float] = typer.Option(None, "--load", help="Scale time to offered load RHO vs capacity."),
@@ -317,13 +318,38 @@ def _f(v) -> str:
 
 
 @app.command()
-def schedulers() -> None:
-    """List the scheduling policies, one line each."""
+def schedulers(
+    check: Optional[list[str]] = typer.Argument(
+        None, metavar="[FILE.py:NAME | module:NAME | NAME]...",
+        help="Your own policies to load and check: each is simulated on the example trace at rho 0.5, 1 "
+             "and 1.6, fast and stepping every iteration, and must agree bit for bit."),
+    engine: Optional[Path] = typer.Option(None, "--engine", help="Engine config TOML for the check."),
+) -> None:
+    """List the scheduling policies, one line each (built-in, then installed); or check your own."""
+    from schedport.engine.plugins import get_scheduler, installed_policies, load_entry_point, source_of
     from schedport.engine.schedulers import REGISTRY
 
-    width = max(len(n) for n in REGISTRY)
+    if check:
+        from schedport.engine.policycheck import check_policy
+
+        for spec in check:
+            pol = get_scheduler(spec)
+            src = source_of(pol)
+            origin = "built-in" if src is None else f"{src.kind} {src.spec}, sha256 {src.sha256[:12]}"
+            typer.echo(f"{pol.name}  {pol.summary}  [{origin}]")
+            typer.echo(check_policy(pol, engine=engine).summary())
+        return
+    eps = installed_policies()
+    width = max(len(n) for n in [*REGISTRY, *eps])
     for name, p in REGISTRY.items():
         typer.echo(f"{name:<{width}}  {p.summary}")
+    for name, ep in sorted(eps.items()):
+        dist = getattr(getattr(ep, "dist", None), "name", None) or "a package"
+        try:
+            summary = load_entry_point(ep).summary
+        except SchedportError as e:
+            summary = f"cannot be loaded: {e}"
+        typer.echo(f"{name:<{width}}  {summary}  [installed: {dist}, {ep.value}]")
 
 
 @app.command()

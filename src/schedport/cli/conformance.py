@@ -15,7 +15,7 @@ from schedport.engine.config import load_engine_config
 from schedport.engine.runner import scaled
 from schedport.errors import SchedportError
 from schedport.realengine.conformance import (VLLM_POLICY, Case, format_divergence, format_table, run_conformance,
-                                              standard_cases)
+                                              standard_cases, vllm_policy)
 from schedport.workload import corpus as corpus_lib
 from schedport.workload.trace import load_trace
 
@@ -28,7 +28,8 @@ def conformance_command(
     trace: Optional[Path] = typer.Option(None, "--trace", help="Check your own trace instead of the standard "
                                          "cases (with --scheduler and --load)."),
     scheduler: str = typer.Option("vllm-fcfs", "--scheduler", help="With --trace: comma-separated schedulers "
-                                  f"({', '.join(VLLM_POLICY)})."),
+                                  f"({', '.join(VLLM_POLICY)}, or your own FILE.py:NAME when it is a fixed, "
+                                  "non-preemptive key: vLLM's priorities)."),
     load: Optional[float] = typer.Option(None, "--load", help="With --trace: offered load rho (default: the "
                                          "trace's own time axis)."),
     engine: Optional[Path] = typer.Option(None, "--engine", help="Engine config TOML (defaults: docs/engine.md)."),
@@ -56,9 +57,7 @@ def conformance_command(
         tr = scaled(load_trace(trace), cfg, load=load)[0]
         names = [s.strip() for s in scheduler.split(",") if s.strip()]
         for s in names:
-            if s not in VLLM_POLICY:
-                raise SchedportError(f"--scheduler: '{s}' has no vLLM counterpart; comparable: "
-                                     f"{', '.join(VLLM_POLICY)}")
+            vllm_policy(s)     # a one-line error for a scheduler vLLM's policies cannot run
         todo = [Case(f"{s}/{trace.name}" + (f"/rho{load}" if load else ""), tr, s, cfg) for s in names]
     else:
         if not corpus.exists():

@@ -21,7 +21,7 @@ from schedport.cli.params import out_path_parser
 from schedport.common.guard import claim_dir
 from schedport.common.outputs import output_dir
 from schedport.engine.config import load_engine_config
-from schedport.engine.schedulers import validate_scheduler_params
+from schedport.engine.plugins import check_scheduler_tables, resolve_schedulers
 from schedport.errors import SchedportError
 from schedport.study.progress import fmt_wall
 from schedport.study.sweep import (DEFAULT_CORPUS, DEFAULT_OUT, Selection, SweepInterrupted, load_corpus, run_sweep,
@@ -31,7 +31,8 @@ from schedport.workload import corpus as corpus_lib
 
 def run_command(
     schedulers: Optional[str] = typer.Option(
-        None, "--schedulers", help="Comma-separated scheduler names (default: all 13; see `schedport schedulers`)."),
+        None, "--schedulers", help="Comma-separated scheduler names (default: all 13; see `schedport schedulers`); your own "
+                               "as FILE.py:NAME or module:NAME (docs/own-scheduler.md)."),
     sources: Optional[str] = typer.Option(
         None, "--sources", help="Comma-separated corpus sources (default: all, e.g. azure,bailian,burstgpt-modeled)."),
     regions: Optional[str] = typer.Option(
@@ -91,7 +92,10 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
     # a store (resumed) or a new folder; never a corpus, an analysis, a cache or a run output
     claim_dir(out, {"results"}, inputs=[corpus, engine, data_dir])
     output_dir(out, create=False)  # before a corpus build or any simulation
-    validate_scheduler_params(load_engine_config(engine))     # before a corpus build or any worker
+    # every [scheduler.*] table against the policies it names, before a corpus build or any worker
+    named = [n.strip() for n in (schedulers or "").split(",") if n.strip()]
+    check_scheduler_tables(load_engine_config(engine), resolve_schedulers(named) if len(set(named)) == len(named)
+                           else [])
     if not corpus.exists():
         output_dir(corpus, "--corpus", create=False)
         con.print(f"no corpus at {corpus}/: building it from the public data first", markup=False,

@@ -96,7 +96,13 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
         engine_trace = Trace(trace.arrival_s + overhead, trace.input_tokens, trace.output_tokens,
                              trace.client_id, trace.name)
     sim = Simulator(engine_trace, policy, cfg, lat, seed=seed, exact=exact, horizon_s=horizon_s, progress=progress)
-    out = sim.run()
+    try:
+        out = sim.run()
+    except Exception as e:
+        err = policy.failure(e)
+        if err is None:
+            raise
+        raise err from None
     cid = trace.client_id if trace.client_id is not None else np.full(len(trace), None, dtype=object)
     table = request_table(
         arrival_s=trace.arrival_s, input_tokens=trace.input_tokens, output_tokens=trace.output_tokens,

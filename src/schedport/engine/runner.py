@@ -43,20 +43,23 @@ from schedport.engine.inputs import (  # noqa: F401  (re-exported: the checks at
     SIM_BYTES_PER_REQUEST, check_clock, check_horizon, check_metrics_horizon, check_seed, check_simulation_memory,
     check_time_scale, rescale, resolve_engine, served_trace,
 )
-from schedport.engine.schedulers import get_policy
+from schedport.engine.plugins import check_scheduler_tables, get_scheduler
+from schedport.engine.schedulers import Policy
 from schedport.workload.trace import MAX_ARRIVAL_S, Trace, load_trace  # noqa: F401
 
 
-def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | str | Path | None = None,
+def simulate(trace: Trace | str | Path, scheduler: "str | Policy", engine: EngineConfig | str | Path | None = None,
              load: float | None = None, seed: int = 0, *, exact: bool = False,
              horizon_s: float | None = None, time_scale: float | None = None,
              progress: Callable[[float, int, int], None] | None = None,
-             region_def: str | None = None) -> SimulationResult:
+             region_def: str | None = None, check_tables: bool = True) -> SimulationResult:
     """Simulate `trace` under `scheduler` on `engine`; return the per-request table and summary.
 
     The table has the columns of `schedport.engine.metrics.request_table` plus ``reject_reason``:
     for a request rejected at arrival, why (e.g. it can never fit the KV cache); else None.
 
+    `scheduler` is a built-in name, ``PATH.py:NAME`` or ``module:NAME`` (a policy of your own,
+    `schedport.engine.plugins`), an installed policy's name, or a `Policy` declaration.
     `trace` is a `Trace` or a path to a canonical CSV/Parquet file; `engine` an `EngineConfig`,
     a TOML path, or None for the documented defaults. `load` rescales time to offered load rho
     against the sustainable capacity, or against the anchor of `region_def` (``drain``,
@@ -66,6 +69,8 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
     `exact=True` steps every iteration (the oracle the default fast mode must match).
     `time_scale` applies a precomputed `load_scale` factor instead of `load` (sweeps compute
     each window's capacity once and pass the factor to every cell).
+    `check_tables=False` skips the check of the config's ``[scheduler.*]`` tables against the
+    policies they name (a sweep's workers: the driver checked them against the whole selection).
     `progress`, when given, is called every 1,024 engine steps with (simulated time, requests
     arrived, requests in the trace): to show a long run advancing; it cannot change the result.
 
@@ -83,7 +88,9 @@ def simulate(trace: Trace | str | Path, scheduler: str, engine: EngineConfig | s
     horizon_s = check_horizon(horizon_s)
     check_simulation_memory(trace)
     cfg = resolve_engine(engine)
-    policy = get_policy(scheduler)
+    policy = get_scheduler(scheduler)
+    if check_tables:     # every [scheduler.*] table names a policy it can meet (a sweep checked them all)
+        check_scheduler_tables(cfg, [policy])
     trace, scale = scaled(trace, cfg, load=load, time_scale=time_scale, region_def=region_def)
     advice = (f" at load {load!r}; give a lower load" if load is not None
               else ("; spread the arrivals over a longer span, or give --load RHO" if time_scale is None

@@ -64,6 +64,11 @@ class Policy:
         params.update(sim.config.scheduler_params.get(self.name, {}))
         return BoundPolicy(self, sim, params)
 
+    def failure(self, exc: BaseException):
+        """The user-facing error for an exception a run of this policy raised, or None (a bug: let
+        it propagate). Built-in policies have none; a user's names its file (`engine.plugins`)."""
+        return None
+
 
 class BoundPolicy:
     """A policy instantiated for one simulation: the single object the engine talks to."""
@@ -73,7 +78,8 @@ class BoundPolicy:
         self.sim = sim
         self.params = params
         self.mode = policy.batching(sim, params)
-        self.order = queue_for(policy.order(sim, params), sim, params)
+        self.ordering = policy.order(sim, params)      # the policy's own ranking (an Ordering or a Queue)
+        self.order = queue_for(self.ordering, sim, params)
         self.gate = policy.admission(sim, params)
 
     def supports_bulk(self) -> bool:
@@ -326,21 +332,27 @@ _NOT_FOR = {
 }
 
 
-def validate_scheduler_params(cfg, policies: dict | None = None) -> None:
+def validate_scheduler_params(cfg, policies: dict | None = None, *, others: str = "error") -> None:
     """Check every `[scheduler.<name>]` table of engine config `cfg`; raise a one-line ConfigError.
 
     `policies` maps names to `Policy` declarations (default: `REGISTRY`); a table for a name
     that is not there, a key the policy does not take, a value of the wrong type or out of its
     range, or a combination without meaning (vtc with both weights 0) is an error naming
-    ``cfg.source``, the table, the key, the value and the rule. Called by `Policy.bind` (so by
-    every simulation and the Python API) and by the sweep before any worker starts.
+    ``cfg.source``, the table, the key, the value and the rule. Called with every policy a run can
+    meet (built-in, from a user's file, installed) by `schedport.engine.plugins.check_scheduler_tables`
+    at each entry (`simulate`, the sweep before any worker starts); `Policy.bind` calls it with
+    ``others="skip"``, which passes over tables naming neither a built-in nor the policy bound (a
+    user policy's table, checked at the entry that knew that policy).
     """
     known = REGISTRY if policies is None else policies
     src = cfg.source
     for name, table in cfg.scheduler_params.items():
         pol = known.get(name)
+        if pol is None and others == "skip":
+            continue
         if pol is None:
-            raise ConfigError(f"{src}: [scheduler.{name}]: unknown scheduler; known: {', '.join(known)}")
+            raise ConfigError(f"{src}: [scheduler.{name}]: unknown scheduler; known: {', '.join(known)} (a table "
+                              f"for a policy of your own is checked by a run of it)")
         allowed = list(pol.params) + [k for k in MODE_KEYS if k not in pol.params]
         for key, value in table.items():
             if key not in allowed or (name, key) in _NOT_FOR:
@@ -363,6 +375,7 @@ def validate_scheduler_params(cfg, policies: dict | None = None) -> None:
 
 def validate_for(policy: Policy, cfg) -> None:
     """`validate_scheduler_params` for a simulation of `policy` (which may be a declaration
-    outside `REGISTRY`, e.g. a new policy under test): its own table is checked against it."""
+    outside `REGISTRY`, e.g. a user's policy): its own table and every built-in's are checked;
+    a table for another name outside `REGISTRY` is left to the entry that knows its policy."""
     known = REGISTRY if REGISTRY.get(policy.name) is policy else {**REGISTRY, policy.name: policy}
-    validate_scheduler_params(cfg, known)
+    validate_scheduler_params(cfg, known, others="skip")

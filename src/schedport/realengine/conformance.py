@@ -93,13 +93,34 @@ class CaseResult:
 # ----------------------------------------------------------------------------- the simulator side
 
 
+def vllm_policy(scheduler: str) -> str:
+    """The vLLM policy that runs `scheduler` ("fcfs" or "priority"): a built-in's from `VLLM_POLICY`,
+    "priority" for a user's policy that priorities express (`replay.priority_inexpressible`); any
+    other is a one-line error."""
+    from schedport.engine.plugins import get_scheduler
+    from schedport.engine.schedulers import REGISTRY
+    from schedport.realengine.replay import priority_inexpressible
+
+    if scheduler in VLLM_POLICY:
+        return VLLM_POLICY[scheduler]
+    if scheduler in REGISTRY:
+        raise SchedportError(f"conformance: scheduler '{scheduler}' has no vLLM counterpart; "
+                             f"comparable: {', '.join(VLLM_POLICY)}, or a policy of your own that vLLM's "
+                             f"priorities express")
+    pol = get_scheduler(scheduler)
+    why = priority_inexpressible(pol)
+    if why:
+        raise SchedportError(f"conformance: scheduler {pol.name!r} has no vLLM counterpart: {why}")
+    return "priority"
+
+
 def simulate_record(case: Case, exact: bool) -> tuple[Record, list[str], dict]:
     """Run the case through the simulator with an observer: its record, the requests' statuses
     and the batch limits its batching mode ran with (token budget, sequence cap, watermark)."""
     from schedport.engine.runner import served_trace
     from schedport.engine.simulator import Simulator
     from schedport.engine.latency import make_latency_model
-    from schedport.engine.schedulers import get_policy
+    from schedport.engine.plugins import get_scheduler
 
     steps: list = []
     preempted: list = []
@@ -111,7 +132,7 @@ def simulate_record(case: Case, exact: bool) -> tuple[Record, list[str], dict]:
             steps.extend([rec.scheduled] * rec.steps)
 
     trace = served_trace(case.trace, case.engine)
-    sim = Simulator(trace, get_policy(case.scheduler), case.engine, make_latency_model(case.engine),
+    sim = Simulator(trace, get_scheduler(case.scheduler), case.engine, make_latency_model(case.engine),
                     exact=exact, observer=observe)
     orig = sim.preempt
 
@@ -138,10 +159,7 @@ def _case_payload(case: Case, statuses: list[str], limits: dict) -> dict:
     from schedport.engine.runner import served_trace
     from schedport.realengine.replay import request_priorities
 
-    policy = VLLM_POLICY.get(case.scheduler)
-    if policy is None:
-        raise SchedportError(f"conformance: scheduler '{case.scheduler}' has no vLLM counterpart; "
-                             f"comparable: {', '.join(VLLM_POLICY)}")
+    policy = vllm_policy(case.scheduler)
     trace = served_trace(case.trace, case.engine)
     prio = request_priorities(trace, case.scheduler, case.engine)
     reqs = []

@@ -88,11 +88,17 @@ def request_priorities(trace: Trace, scheduler: str, engine: EngineConfig | None
     this trace and seed (same tau, same calibrated noise). The server orders its waiting queue by (priority, arrival) and never preempts
     for priority, so preemptive or guarded policies (ltr's swap preemption and starvation guard)
     are expressed only through their ranking; docs/validation.md says what that leaves out.
+    A user's policy (``FILE.py:NAME``, ``module:NAME``, installed) is expressible when it is what
+    vLLM's priority policy runs: continuous batching, no admission gate, a non-preemptive `Ordering`
+    with `FIXED` keys and the worst-ranked as the memory-pressure victim; its priorities are the
+    ranks of its keys at arrival (`user_priorities`).
     Any other scheduler is a one-line error listing the expressible ones.
     """
     from schedport.engine.schedulers import (REGISTRY, deadline_priorities, predicted_scores, request_deadlines,
                                       validate_scheduler_params)
 
+    if scheduler not in REGISTRY:
+        return user_priorities(trace, scheduler, engine)
     if scheduler not in EXPRESSIBLE:
         known = f" (known to the simulator, but not expressible as priorities)" if scheduler in REGISTRY else ""
         raise SchedportError(f"scheduler '{scheduler}' cannot be replayed on a vLLM server{known}; "
@@ -119,6 +125,49 @@ def request_priorities(trace: Trace, scheduler: str, engine: EngineConfig | None
     order = np.lexsort((np.arange(len(trace)), scores))
     ranks = np.empty(len(trace), dtype=np.int64)
     ranks[order] = np.arange(len(trace))
+    return ranks
+
+
+def priority_inexpressible(policy) -> str:
+    """Why a vLLM server's priority policy cannot run `policy` ('' when it can: continuous batching,
+    no gate, a non-preemptive `Ordering` with `FIXED` keys and the worst-ranked as victim)."""
+    from schedport.engine.batching import Continuous
+    from schedport.engine.gates import AdmitAll
+    from schedport.engine.policy import FIXED, Ordering
+
+    order = policy.order
+    if policy.batching is not Continuous:
+        return f"its batching mode is {policy.batching.__name__}, vLLM's is continuous"
+    if policy.admission is not AdmitAll:
+        return "it has an admission gate"
+    if not (isinstance(order, type) and issubclass(order, Ordering)):
+        return "its order is an engine queue with state of its own, not a key"
+    if order.preemptive:
+        return "it is preemptive; vLLM's priority policy never preempts for priority"
+    if order.dynamics is not FIXED:
+        return f"its keys move ({order.dynamics!r}); a priority is fixed at arrival"
+    if order.victim != "worst":
+        return f"its memory-pressure victim is {order.victim!r}; vLLM's priority policy preempts the worst-ranked"
+    return ""
+
+
+def user_priorities(trace: Trace, scheduler, engine: EngineConfig | None = None) -> np.ndarray:
+    """The priorities that make vLLM's priority policy run a user's `scheduler`: each request's rank
+    by the policy's key at its arrival (0 = first); a one-line error when it is not expressible."""
+    from schedport.engine.latency import make_latency_model
+    from schedport.engine.plugins import get_scheduler
+    from schedport.engine.simulator import Simulator
+
+    policy = get_scheduler(scheduler)
+    why = priority_inexpressible(policy)
+    if why:
+        raise SchedportError(f"scheduler {policy.name!r} cannot run on a vLLM server as priorities: {why}")
+    cfg = engine if engine is not None else resolve_engine(None)
+    sim = Simulator(trace, policy, cfg, make_latency_model(cfg))
+    keys = [sim.sched.ordering.key(r, r.arrival) for r in sim.requests]
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    ranks = np.empty(len(keys), dtype=np.int64)
+    ranks[order] = np.arange(len(keys))
     return ranks
 
 

@@ -586,6 +586,9 @@ def _provenance(res: dict) -> str:
             continue
         rows.append(f"<tr><th class='l'>{esc(k)}</th><td class='l'>{esc(pv.get(k) if pv.get(k) is not None else 'n/a')}"
                     "</td></tr>")
+    for name, rec in (pv.get("user_policies") or {}).items():
+        rows.append(f"<tr><th class='l'>user scheduler {esc(name)}</th><td class='l'>{esc(rec.get('kind'))} "
+                    f"<code>{esc(rec.get('spec'))}</code>, sha256 <code>{esc(rec.get('sha256'))}</code></td></tr>")
     if pv.get("selectors") is not None:
         rows.append(f"<tr><th class='l'>selectors</th><td class='l'><code>{esc(json.dumps(pv['selectors']))}"
                     "</code></td></tr>")
@@ -635,6 +638,11 @@ def build_html(res: dict, validation: Optional[dict] = None) -> str:
     modeled = [d["source"] for d in pv["data_sources"] if d.get("modeled")]
     modeled_note = (f"<div class='modeled'>Modeled source(s): <b>{esc(', '.join(modeled))}</b> &mdash; generated "
                     "from the authors' published characterization, not the real trace.</div>") if modeled else ""
+    users = pv.get("user_policies") or {}
+    user_note = ("<div class='note'>Schedulers from user files: " + "; ".join(
+        f"<b>{esc(n)}</b> ({esc(r.get('kind'))} <code>{esc(r.get('spec'))}</code>, sha256 "
+        f"<code>{esc(str(r.get('sha256'))[:12])}</code>)" for n, r in users.items())
+        + ". The built-in policies are schedport's own.</div>") if users else ""
     miss_note = (f"<div class='note'>{len(res['missing_cells'])} missing cell(s): every condition is analysed on "
                  "its complete block of windows (see <a href='#missing'>Missing cells</a>).</div>"
                  if res.get("missing_cells") else "")
@@ -677,7 +685,7 @@ def build_html(res: dict, validation: Optional[dict] = None) -> str:
 &middot; B = {p['n_boot']} &middot; q = {p['q']} &middot; practical threshold {esc(pct(p['practical_threshold'], 0))}
 relative, {esc(pct(p.get('abs_threshold'), 0))} absolute for bounded metrics<br>regions:
 {esc(p.get('region_def_description') or 'throughput-anchored')}</p>
-{modeled_note}{miss_note}
+{modeled_note}{user_note}{miss_note}
 {_headline(res, n)}
 {_why_it_flips(res)}
 <h2 id="regimes">Regime check: is a region the same load in every source?</h2>

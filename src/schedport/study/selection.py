@@ -11,13 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from schedport.engine.metrics import summary_keys
-from schedport.engine.schedulers import REGISTRY, get_policy
+from schedport.engine.plugins import PolicySource, resolve_schedulers, source_of
+from schedport.engine.schedulers import REGISTRY
 from schedport.errors import SchedportError
 from schedport.study.regions import REGIONS, atomic_write_bytes, parse_regions
 from schedport.workload import corpus as corpus_lib
@@ -69,12 +70,14 @@ def write_demo_corpus(out: str | os.PathLike[str], *, sources: tuple[str, ...] =
 
 @dataclass(frozen=True)
 class Selection:
-    """What to run: scheduler names, windows (in corpus order), regions {name: rho}, seeds."""
+    """What to run: scheduler names, windows (in corpus order), regions {name: rho}, seeds, and
+    the source of each user scheduler among the names (`schedport.engine.plugins`)."""
 
     schedulers: tuple[str, ...]
     windows: tuple[Window, ...]
     regions: dict[str, float]
     seeds: tuple[int, ...]
+    policies: dict[str, PolicySource] = field(default_factory=dict)
 
     @property
     def n_cells(self) -> int:
@@ -103,7 +106,8 @@ def select(corpus, *, schedulers: str | list[str] | None = None, sources: str | 
     """Resolve command-line selectors against the corpus and the scheduler registry.
 
     Names are validated (unknown scheduler, source or region -> one-line error listing the
-    known ones). `quick` fills in `QUICK` for every selector not given explicitly.
+    known ones); a scheduler may be a user's (``PATH.py:NAME``, ``module:NAME``, an installed
+    entry point), loaded here and selected under its declared name. `quick` fills in `QUICK` for every selector not given explicitly.
     """
     for opt, val in (("--schedulers", schedulers), ("--sources", sources), ("--regions", regions)):
         if isinstance(val, str) and _split(val) is None:
@@ -116,10 +120,11 @@ def select(corpus, *, schedulers: str | list[str] | None = None, sources: str | 
         if regions is None:
             regions = ",".join(QUICK["regions"])
     sch = sch or list(REGISTRY)
-    for s in sch:
-        get_policy(s)
     if len(set(sch)) != len(sch):
         raise SchedportError("--schedulers: a scheduler is named twice")
+    resolved = resolve_schedulers(sch)
+    sch = [p.name for p in resolved]
+    policies = {p.name: source_of(p) for p in resolved if source_of(p) is not None}
     reg = parse_regions(regions) if regions is not None else dict(REGIONS)
     if windows is not None and windows < 1:
         raise SchedportError(f"--windows must be at least 1, got {windows}")
@@ -139,7 +144,7 @@ def select(corpus, *, schedulers: str | list[str] | None = None, sources: str | 
             continue
         per_source[w.source] = per_source.get(w.source, 0) + 1
         chosen.append(w)
-    return Selection(tuple(sch), tuple(chosen), reg, tuple(range(seeds)))
+    return Selection(tuple(sch), tuple(chosen), reg, tuple(range(seeds)), policies)
 
 
 def metric_columns(cfg) -> list[str]:

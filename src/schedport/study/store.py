@@ -35,6 +35,13 @@ kind or schema, unknown files in ``runs/``), an unreadable or inconsistent part 
 Parquet, other schema, other hashes, duplicated cells) is reported in one line and never
 overwritten.
 
+User schedulers (`schedport.engine.plugins`: a policy from the user's own file, module or an
+installed package) are identified by the sha256 of their source file. The manifest's
+``policies`` records each one's kind, spec, path, hash and source text (so `explain` reruns the
+very code that made the cells), and every runs part holding its cells names that hash in its
+Parquet metadata (``schedport.policies``: {name: sha256}). A run with another version of a file
+whose cells the store holds refuses, naming both hashes (`ResultsStore.adopt_policies`).
+
 Provenance: the manifest's ``engine_hash`` must be the sha256 of its own ``engine_config``
 (canonical JSON, as `EngineConfig.config_hash`); a manifest whose config was edited without
 its hash is refused, by `run` and by `analyze` alike (`verified_runs`), so a report never
@@ -46,7 +53,7 @@ Manifest fields: ``kind`` ("schedport-results"), ``store_schema``, ``corpus_sha2
 ``corpus_dir``, ``engine_hash``, ``engine_config``, ``package_version``, ``git_commit``,
 ``columns`` ([name, arrow type] pairs), ``created``, ``status`` (running, finished,
 interrupted, failed), ``started``, ``ended``, ``selectors`` (of the latest run),
-``cells_done`` and ``runs`` (one entry per invocation: selectors, executor, workers,
+``policies`` (only when a user scheduler ran), ``cells_done`` and ``runs`` (one entry per invocation: selectors, executor, workers,
 cells planned / skipped / run, wall time, status).
 """
 
@@ -94,6 +101,8 @@ _WRITE_CHECKED = ({"write_page_checksum": True}
                   if "write_page_checksum" in inspect.signature(pq.write_table).parameters else {})
 _READ_CHECKED = ({"page_checksum_verification": True}
                  if "page_checksum_verification" in inspect.signature(pq.read_table).parameters else {})
+#: The Parquet metadata key under which a runs part records its user schedulers' versions.
+POLICIES_META = b"schedport.policies"
 _PART_RE = re.compile(r"part-(\d{6,})-([0-9a-f]{32})\.parquet")
 _TMP_RE = re.compile(r"\.part-\d{6,}-[0-9a-f]{32}\.parquet\.[0-9a-z_]+\.tmp")
 _TOP_TMP_RE = re.compile(r"\.(manifest|capacity)\.json\..+\.tmp")
@@ -105,6 +114,20 @@ class StoreError(SchedportError):
 
 class StoreMismatch(StoreError):
     """A results store made for another corpus, engine config or store schema."""
+
+
+def part_policies(schema: pa.Schema, where) -> dict[str, str]:
+    """{user scheduler: sha256 of its source} that a runs part records in its Parquet metadata."""
+    raw = (schema.metadata or {}).get(POLICIES_META)
+    if raw is None:
+        return {}
+    try:
+        got = json.loads(raw)
+    except ValueError:
+        got = None
+    if not isinstance(got, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in got.items()):
+        raise StoreError(f"{where}: its record of user schedulers ({POLICIES_META.decode()}) is damaged")
+    return got
 
 
 def run_schema(metric_columns: Sequence[str]) -> pa.Schema:
@@ -171,6 +194,7 @@ class ResultsStore:
         self._lock_fd = lock_fd
         self.done: set[tuple] = set()
         self.region_rho: dict[str, float] = {}
+        self.part_policies: dict[str, str] = {}   # user scheduler -> sha256 its parts record
         self._rows: list[dict] = []
         self._requests: list[pa.Table] = []
         self._next_seq = 0
@@ -214,6 +238,11 @@ class ResultsStore:
             if not t.schema.remove_metadata().equals(self.schema):
                 raise StoreError(f"{p}: results part has another schema than this store's manifest "
                                  f"declares; it was not written by this store (move it away, or use --force)")
+            for name, sha in part_policies(t.schema, p).items():
+                if self.part_policies.setdefault(name, sha) != sha:
+                    raise StoreError(f"{p}: holds cells of scheduler {name!r} made by sha256 {sha[:12]}, other "
+                                     f"parts by {self.part_policies[name][:12]}: two versions of one policy file "
+                                     f"are mixed in this store (move the part away)")
             t = t.select(list(KEY_COLUMNS) + ["rho", "corpus_sha256", "engine_hash"])
             cols = t.to_pydict()
             if any(v != want_corpus for v in set(cols["corpus_sha256"])) or \
@@ -245,6 +274,28 @@ class ResultsStore:
         """Cells buffered but not yet written."""
         return len(self._rows)
 
+    def adopt_policies(self, policies: dict) -> None:
+        """Record this run's user schedulers ({name: `PolicySource`}) in the manifest, text included;
+        refuse (`StoreMismatch`, one line with both hashes) one whose stored cells another version of
+        its file made: a changed file is a new scheduler, never mixed with the old one's results."""
+        recorded = self.manifest.get("policies") or {}
+        for name, src in policies.items():
+            old = recorded.get(name) or {}
+            old_sha = self.part_policies.get(name) or old.get("sha256")
+            has_cells = any(k[3] == name for k in self.done)
+            if has_cells and old_sha != src.sha256:
+                made_by = f"{old.get('path', 'a policy file')} with sha256 {str(old_sha)[:12]}" if old_sha \
+                    else "a policy file this store did not record"
+                raise StoreMismatch(f"{self.root}: its cells of scheduler {name!r} were made by {made_by}; this "
+                                    f"run's {src.path} hashes to {src.sha256[:12]}: a changed policy file is a new "
+                                    f"scheduler version, not mixed with the old results (use a new --out, or give "
+                                    f"the changed policy another name)")
+            if not has_cells or not old:
+                recorded[name] = src.record()
+        if policies:
+            self.manifest["policies"] = recorded
+            self.write_manifest()
+
     def _run_table(self, rows: list[dict]) -> pa.Table:
         cols: dict[str, list] = {}
         extra = {"corpus_sha256": self.manifest["corpus_sha256"], "engine_hash": self.manifest["engine_hash"]}
@@ -264,7 +315,12 @@ class ResultsStore:
                     raise RuntimeError(f"schedport bug: integer column {name!r} got an undefined value")
                 vals = [int(v) for v in vals]
             cols[name] = vals
-        return pa.Table.from_pydict(cols, schema=self.schema)
+        table = pa.Table.from_pydict(cols, schema=self.schema)
+        recorded = self.manifest.get("policies") or {}
+        used = {n: recorded[n]["sha256"] for n in sorted({r["scheduler"] for r in rows}) if n in recorded}
+        if used:   # each part names the version of every user scheduler whose cells it holds
+            table = table.replace_schema_metadata({POLICIES_META: json.dumps(used, sort_keys=True)})
+        return table
 
     def _requests_table(self, row: dict, df) -> pa.Table:
         n = len(df)
@@ -433,6 +489,11 @@ def check_manifest(data: dict, path) -> None:
                              f"the store is damaged (use another --out, or --force to move it aside)")
     if any(not isinstance(r, dict) for r in data.get("runs", [])):
         raise StoreError(f"{path}: results manifest field 'runs' holds an entry that is not an object; "
+                         f"the store is damaged (use another --out, or --force to move it aside)")
+    pol = data.get("policies", {})
+    if not isinstance(pol, dict) or not all(isinstance(v, dict) and isinstance(v.get("sha256"), str)
+                                            for v in pol.values()):
+        raise StoreError(f"{path}: results manifest field 'policies' is not an object of policy records; "
                          f"the store is damaged (use another --out, or --force to move it aside)")
     if "engine_config" not in data:
         raise StoreError(f"{path}: results manifest lacks 'engine_config'; the store is damaged "

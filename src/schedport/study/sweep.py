@@ -58,7 +58,7 @@ from schedport.common.outputs import writing
 from schedport.engine.config import EngineConfig, load_engine_config
 from schedport.engine.inputs import check_clock, check_metrics_horizon, check_time_scale, rescale
 from schedport.engine.latency import make_latency_model
-from schedport.engine.schedulers import validate_scheduler_params
+from schedport.engine.plugins import check_scheduler_tables, from_source
 from schedport.errors import SchedportError
 from schedport.study.executors import EXECUTORS, make_executor  # noqa: F401  (re-exported)
 from schedport.study.progress import PROGRESS_SECONDS, PlainProgress, fmt_wall, progress_display  # noqa: F401
@@ -145,7 +145,6 @@ def run_sweep(corpus_dir: str | os.PathLike[str], out: str | os.PathLike[str], *
     t_start = time.perf_counter()
     out = Path(out)
     cfg = _engine_config(engine)
-    validate_scheduler_params(cfg)      # every [scheduler.*] table, before any worker starts
     workers = int(workers) if workers is not None else (os.cpu_count() or 1)
     if workers < 1:
         raise SchedportError(f"--workers must be at least 1, got {workers}")
@@ -154,9 +153,16 @@ def run_sweep(corpus_dir: str | os.PathLike[str], out: str | os.PathLike[str], *
     corpus = load_corpus(corpus_dir)
     sel = select(corpus, schedulers=schedulers, sources=sources, regions=regions, windows=windows,
                  seeds=seeds, quick=quick)
+    # every [scheduler.*] table against the policies it names, before any worker starts
+    check_scheduler_tables(cfg, [from_source(src) for src in sel.policies.values()])
     store, moved = open_store(out, corpus_sha256=corpus.corpus_sha256, engine_config=cfg.to_dict(),
                               engine_hash=cfg.config_hash(), metric_columns=metric_columns(cfg),
                               corpus_dir=os.path.abspath(corpus_dir), force=force)
+    try:   # a user scheduler's cells are never mixed across versions of its file
+        store.adopt_policies(sel.policies)
+    except BaseException:
+        store.close()
+        raise
     sw = _Sweep(corpus, corpus_dir, sel, cfg, store, workers, flush_cells, flush_seconds, keep_requests)
     rdef = parse_region_def(region_def, list(cfg.slo_profiles))
     sw.region_def, sw.cap_hash = rdef.spec, rdef.cache_hash(sw.chash)
@@ -329,7 +335,7 @@ class _Sweep:
             for s in self.sel.schedulers:
                 cells = self.todo.get((w.window_id, s))
                 if cells:
-                    h = ex.submit(run_chunk, self.refs[w.window_id], self.cfg_ref, s,
+                    h = ex.submit(run_chunk, self.refs[w.window_id], self.cfg_ref, self.sel.policies.get(s, s),
                                   (w.source, w.window_id, w.sha256, self.caps[w.window_id]), cells,
                                   self.keep_requests)
                     handles[h] = s

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import schedport
+from schedport.engine.plugins import PolicySource
 from schedport.engine.runner import simulate
 from schedport.study.regions import parse_region_def, time_scale
 
@@ -26,24 +27,27 @@ def measure_capacity(trace, cfg, region_def: str = "sustainable") -> tuple[float
     return cap, time.perf_counter() - t0
 
 
-def run_chunk(trace, cfg, scheduler: str, window: tuple[str, str, str, float], cells: list[tuple[str, float, int]],
+def run_chunk(trace, cfg, scheduler: str | PolicySource, window: tuple[str, str, str, float], cells: list[tuple[str, float, int]],
               keep_requests: bool = False) -> tuple[list[dict], list | None, float]:
     """Worker task: simulate one window under one scheduler at several (region, rho, seed).
 
+    `scheduler` is a built-in or installed policy's name, or a user policy's `PolicySource` (its
+    code travels with the task: a worker loads exactly the version the driver hashed).
     `window` is (source, window_id, sha256, capacity_rps). Returns the stored rows, the
     per-request tables when `keep_requests` (else None), and the seconds spent inside
     `api.simulate` (to measure the sweep machinery's overhead).
     """
     source, window_id, sha, cap = window
+    name = scheduler.name if isinstance(scheduler, PolicySource) else scheduler
     rows: list[dict] = []
     reqs: list | None = [] if keep_requests else None
     sim_s = 0.0
     for region, rho, seed in cells:
         scale = time_scale(trace, cap, rho)
         t0 = time.perf_counter()
-        res = simulate(trace, scheduler, engine=cfg, seed=seed, time_scale=scale)
+        res = simulate(trace, scheduler, engine=cfg, seed=seed, time_scale=scale, check_tables=False)
         sim_s += time.perf_counter() - t0
-        row = {"source": source, "window_id": window_id, "region": region, "scheduler": scheduler,
+        row = {"source": source, "window_id": window_id, "region": region, "scheduler": name,
                "seed": int(seed), "rho": float(rho), "time_scale": float(scale), "capacity_rps": float(cap),
                "window_sha256": sha}
         row.update(res.summary)

@@ -39,6 +39,7 @@ from schedport.analysis.explain.effects import (attribute, finite_or_none, media
 from schedport.analysis.explain.reversals import ranked_reversals, read_portability
 from schedport.analysis.explain.variants import CLIENT_AWARE, FEATURES, Variant, build_variant, variant_name
 from schedport.analysis.store_loading import load_store, window_key
+from schedport.engine.plugins import PolicySource
 
 __all__ = ["DEFAULT_BOOT", "Explainer"]
 
@@ -133,6 +134,9 @@ class Explainer:
         self.region_def = parse_region_def(sel.get("region_def", LEGACY_DRAIN), list(self.cfg.slo_profiles))
         self.cap_hash = self.region_def.cache_hash(self.engine_hash)
         self.code = code_fingerprint()
+        # user schedulers rerun from the source text the store recorded: the code that made its cells
+        self.policies = {name: PolicySource.from_record(name, rec)
+                         for name, rec in (manifest.get("policies") or {}).items()}
         self.seeds = sorted(int(s) for s in df["seed"].unique())
         rho = df.groupby("region")["rho"].median() if "rho" in df.columns else {}
         self.rho = {str(k): float(v) for k, v in dict(rho).items()}
@@ -301,6 +305,11 @@ class Explainer:
             self._ex.shutdown(cancel=cancel)
             self._ex = None
 
+    def _version(self, sched: str) -> str:
+        """A scheduler's identity in the cache: its name, and for a user policy its source's hash."""
+        src = self.policies.get(sched)
+        return sched if src is None else f"{sched}@{src.sha256}"
+
     def run_cells(self, jobs: list[tuple[Trace, str, str]], rho: float, label: str = "runs") -> dict:
         """Summaries of every (trace, content sha, scheduler) at `rho` and every store seed: cached, or run.
 
@@ -313,7 +322,7 @@ class Explainer:
         todo: dict = {}
         for trace, sha, sched in jobs:
             for seed in self.seeds:
-                key = _cell_key(sha, sched, rho, seed, self.cap_hash, self.code)
+                key = _cell_key(sha, self._version(sched), rho, seed, self.cap_hash, self.code)
                 p = self.cache / "cells" / key[:2] / f"{key}.json"
                 if (sha, sched, seed) in out or seed in todo.get((sha, sched), (None, ()))[1]:
                     continue
@@ -369,7 +378,7 @@ class Explainer:
             handles = {}
             for (sha, sched), (trace, seeds) in todo.items():
                 cells = [("explain", float(rho), s) for s in seeds]
-                h = ex.submit(run_chunk, ex.put(trace), cfg_ref, sched, ("variant", trace.name, sha, caps[sha]), cells,
+                h = ex.submit(run_chunk, ex.put(trace), cfg_ref, self.policies.get(sched, sched), ("variant", trace.name, sha, caps[sha]), cells,
                               False)
                 handles[h] = (sha, sched)
             for h, res in ex.as_completed(list(handles), tick=1.0):
@@ -381,7 +390,7 @@ class Explainer:
                 for row in rows:
                     seed = int(row["seed"])
                     summary = {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-                    key = _cell_key(sha, sched, rho, seed, self.cap_hash, self.code)
+                    key = _cell_key(sha, self._version(sched), rho, seed, self.cap_hash, self.code)
                     cell = {"content_sha256": sha, "scheduler": sched, "rho": float(rho), "seed": seed,
                             "engine_hash": self.engine_hash, "summary": summary}
                     cell["sha256"] = _cell_checksum(cell)

@@ -1,0 +1,456 @@
+"""Schedulers from outside this package: a researcher's own file or module, or an installed package.
+
+Wherever a scheduler is named (`schedport simulate --scheduler`, `run --schedulers`, `explain`,
+the Python API's `simulate`), the name may be:
+
+* a built-in policy (`schedport.engine.schedulers.REGISTRY`);
+* ``PATH.py:NAME`` -- NAME defined in the Python file at PATH;
+* ``package.module:NAME`` -- NAME in an importable module;
+* a name that an installed package registers in the entry-point group ``schedport.policies``
+  (``[project.entry-points."schedport.policies"] las = "mypkg.policies:LAS"``).
+
+NAME is what a built-in policy is: a `Policy` declaration (batching mode + ordering + gate), or
+just an `Ordering` (or engine `Queue`) subclass, which is declared as a continuous-batching policy
+named after the class, with the class's ``params`` and ``cite`` attributes when it has them. A
+user's scheduler is called by its declared name everywhere results are shown; that name may not be
+a built-in's.
+
+Integrity. A user policy is identified by its source: the file's bytes (for a module, its source
+file's; for an entry point, its module's), hashed with sha256 (`PolicySource`). Any change to the
+file is a new version: a results store records each user scheduler's version (and its source
+text, so that `explain` reruns exactly the code that made the cells) and refuses to resume with
+another (`schedport.study.store`). Workers -- a local pool or Ray -- get the `PolicySource`, text
+included, and load the policy from that text, never from a path that may differ on their machine.
+
+Bad input is one line naming the file: no such file, a syntax error (with its line), no such
+name (with the names the file defines), a name that is not a policy, a clash with a built-in
+name. A key that raises, or returns NaN or a value that does not compare with the others, is
+caught when each request arrives (`CheckedPolicy`), naming the request and the value; an error
+raised by the policy later in a run names the file and line it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.metadata
+import math
+import numbers
+import re
+import sys
+import traceback
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+from schedport.engine.batching import Continuous
+from schedport.engine.policy import BatchingMode, Ordering
+from schedport.engine.queues import Queue
+from schedport.engine.schedulers import REGISTRY, BoundPolicy, Policy, validate_for, validate_scheduler_params
+from schedport.errors import SchedportError
+
+#: The entry-point group an installed package registers its policies in.
+ENTRY_POINT_GROUP = "schedport.policies"
+#: What a scheduler's name may be: it names store cells, report rows and comma-separated lists.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+class PolicyError(SchedportError):
+    """A user's policy that cannot be loaded, or that misbehaved in a run (one line, naming the file)."""
+
+
+@dataclass(frozen=True)
+class PolicySource:
+    """Where a user scheduler comes from, and the exact code: what a store records and workers load.
+
+    `kind` is ``"file"``, ``"module"`` or ``"entry-point"``; `spec` what the user wrote (a file's
+    path made absolute); `attr` the name inside the file or module; `path` the source file;
+    `sha256` the hash of its bytes; `text` its source (a file policy is loaded from it);
+    `distribution` the package that registers an entry point.
+    """
+
+    name: str
+    kind: str
+    spec: str
+    attr: str
+    path: str
+    sha256: str
+    text: str = dataclasses.field(repr=False, default="")
+    distribution: str | None = None
+
+    def record(self, with_text: bool = True) -> dict:
+        """The JSON record of this source (a store's manifest keeps it, text included)."""
+        out = {"kind": self.kind, "spec": self.spec, "attr": self.attr, "path": self.path, "sha256": self.sha256}
+        if self.distribution:
+            out["distribution"] = self.distribution
+        if with_text:
+            out["text"] = self.text
+        return out
+
+    @classmethod
+    def from_record(cls, name: str, rec: dict) -> "PolicySource":
+        """The source a store recorded for scheduler `name` (`record`); a damaged record is an error."""
+        try:
+            src = cls(name=name, kind=rec["kind"], spec=rec["spec"], attr=rec["attr"], path=rec["path"],
+                      sha256=rec["sha256"], text=rec.get("text", ""), distribution=rec.get("distribution"))
+        except (KeyError, TypeError) as e:
+            raise PolicyError(f"scheduler {name!r}: its recorded source lacks {e}; the record is damaged") from None
+        if src.text and _sha256(src.text.encode("utf-8")) != src.sha256:
+            raise PolicyError(f"scheduler {name!r}: its recorded source text does not hash to its recorded "
+                              f"sha256 {src.sha256[:12]}; the record was edited")
+        return src
+
+    @property
+    def label(self) -> str:
+        """One phrase for messages and the report: ``las from /home/me/las.py (sha256 3f2a9c01b7e4)``."""
+        where = self.path if self.kind == "file" else f"{self.spec}" + (
+            f" ({self.distribution})" if self.distribution else "")
+        return f"{self.name} from {where} (sha256 {self.sha256[:12]})"
+
+
+@dataclass(frozen=True)
+class UserPolicy(Policy):
+    """A `Policy` that came from outside the package: it carries its `PolicySource`, and each of its
+    runs checks the keys it is given (`CheckedPolicy`) and names the file when the policy fails."""
+
+    source: PolicySource | None = None
+
+    def bind(self, sim) -> "CheckedPolicy":
+        """As `Policy.bind`, with a key check at every arrival."""
+        validate_for(self, sim.config)
+        params = dict(self.params)
+        params.update(sim.config.scheduler_params.get(self.name, {}))
+        return CheckedPolicy(self, sim, params)
+
+    def failure(self, exc: BaseException) -> SchedportError | None:
+        """The one-line error for an exception raised during a run, when it came from this policy's
+        source file (its innermost frame there); None when it did not (a schedport bug)."""
+        if isinstance(exc, SchedportError):
+            return None
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == self.source.path]
+        if not frames:
+            return None
+        f = frames[-1]
+        return PolicyError(f"{self.source.path}:{f.lineno}: scheduler {self.name!r} raised "
+                           f"{type(exc).__name__}: {_one_line(exc)} (in {f.name})")
+
+
+class CheckedPolicy(BoundPolicy):
+    """A user policy bound to one run: each arriving request's key is checked before it is queued.
+
+    A key must be a real number or a tuple of real numbers and strings, none NaN, and compare with
+    the previous arrival's key; anything else stops the run with the request and the value.
+    """
+
+    def __init__(self, policy: UserPolicy, sim, params: dict):
+        super().__init__(policy, sim, params)
+        self._ordering = self.ordering
+        self._last_key = None
+        self._where = f"{policy.source.path}: scheduler {policy.name!r}"
+
+    def on_arrival(self, req, now: float) -> None:
+        self._check(req, now)
+        super().on_arrival(req, now)
+
+    def _check(self, req, now: float) -> None:
+        name = type(self._ordering).__name__
+        call = f"{name}.key(request {req.idx}, now={now:.6g})"
+        try:
+            key = self._ordering.key(req, now)
+        except Exception as e:   # the user's code: any exception is theirs to fix
+            line = _line_in(e, self.policy.source.path)
+            raise PolicyError(f"{self.policy.source.path}{line}: scheduler {self.policy.name!r}: {call} raised "
+                              f"{type(e).__name__}: {_one_line(e)}") from None
+        why = _bad_key(key)
+        if why:
+            raise PolicyError(f"{self._where}: {call} returned {key!r}: {why}")
+        if self._last_key is not None:
+            try:
+                bool(key < self._last_key)
+            except TypeError:
+                raise PolicyError(f"{self._where}: {call} returned {key!r}, which does not compare with the "
+                                  f"previous request's key {self._last_key!r}; keys must be of one shape") from None
+        self._last_key = key
+
+
+def _bad_key(key) -> str:
+    """Why `key` cannot rank requests ('' when it can)."""
+    parts = key if isinstance(key, tuple) else (key,)
+    if isinstance(key, tuple) and not key:
+        return "an empty tuple ranks nothing"
+    for v in parts:
+        if isinstance(v, bool) or not isinstance(v, (numbers.Real, str)):
+            return ("a key must be a number or a tuple of numbers and strings "
+                    f"(got a {type(v).__name__})")
+        if isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral) and math.isnan(float(v)):
+            return "NaN does not order (every comparison with it is false)"
+    return ""
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def _line_in(e: BaseException, path: str) -> str:
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
+    return f":{frames[-1].lineno}" if frames else ""
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# ============================================================================ resolving a name
+
+
+def is_spec(name: str) -> bool:
+    """Does `name` point into a file or module (``PATH.py:NAME``, ``module:NAME``)?"""
+    return ":" in name
+
+
+def get_scheduler(name) -> Policy:
+    """The policy a scheduler argument names: a `Policy` itself, a built-in name, ``PATH.py:NAME``,
+    ``module:NAME`` or an installed entry point; anything else is a one-line error."""
+    if isinstance(name, Policy):
+        return name
+    if isinstance(name, PolicySource):
+        return from_source(name)
+    if not isinstance(name, str):
+        raise PolicyError(f"a scheduler is a name or a Policy, got a {type(name).__name__}")
+    if name in REGISTRY:
+        return REGISTRY[name]
+    if is_spec(name):
+        return load_spec(name)
+    eps = installed_policies()
+    if name in eps:
+        return load_entry_point(eps[name])
+    extra = f"; installed: {', '.join(eps)}" if eps else ""
+    raise PolicyError(f"unknown scheduler '{name}' (known: {', '.join(REGISTRY)}{extra}; "
+                      f"or give your own as FILE.py:NAME or module:NAME)")
+
+
+def resolve_schedulers(names) -> list[Policy]:
+    """The policies a list of scheduler arguments names (`get_scheduler` each); a name given twice,
+    directly or through a file, is a one-line error."""
+    out: list[Policy] = []
+    for n in names:
+        pol = get_scheduler(n)
+        if any(p.name == pol.name for p in out):
+            raise PolicyError(f"scheduler {pol.name!r} is named twice" + (f" (as {n!r})" if n != pol.name else ""))
+        out.append(pol)
+    return out
+
+
+def source_of(policy: Policy) -> PolicySource | None:
+    """Where a policy came from (None for a built-in or a declaration made in the caller's code)."""
+    return getattr(policy, "source", None)
+
+
+def load_spec(spec: str) -> UserPolicy:
+    """The policy ``PATH.py:NAME`` or ``module:NAME`` names (module docstring)."""
+    target, _, attr = spec.rpartition(":")
+    if not target or not attr:
+        raise PolicyError(f"scheduler {spec!r}: expected FILE.py:NAME or module:NAME")
+    if target.endswith(".py") or "/" in target or "\\" in target:
+        return _load_file(Path(target), attr, spec)
+    return _load_module(target, attr, spec)
+
+
+def _load_file(path: Path, attr: str, spec: str) -> UserPolicy:
+    path = path.expanduser().resolve()
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise PolicyError(f"{path}: no such policy file (from scheduler {spec!r})") from None
+    except IsADirectoryError:
+        raise PolicyError(f"{path}: is a directory, not a policy file (from scheduler {spec!r})") from None
+    except OSError as e:
+        raise PolicyError(f"{path}: cannot be read ({e.strerror or e})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PolicyError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    src = PolicySource(name="", kind="file", spec=f"{path}:{attr}", attr=attr, path=str(path),
+                       sha256=_sha256(data), text=text)
+    return from_source(src)
+
+
+def from_source(src: PolicySource) -> UserPolicy:
+    """The policy a `PolicySource` holds, loaded from its text (files) or by import (modules, entry
+    points, whose hash is checked); loaded once per process and version."""
+    key = (src.kind, src.spec, src.sha256)
+    got = _LOADED.get(key)
+    if got is not None:
+        return got
+    if src.kind == "file":
+        module = _exec_file(src)
+        pol = _user_policy(module, src)
+    else:
+        mod_name = src.spec.rpartition(":")[0]
+        pol = (_load_module(mod_name, src.attr, src.spec) if src.kind == "module"
+               else load_entry_point(_entry_point_named(src.name, src)))
+        if pol.source.sha256 != src.sha256:
+            raise PolicyError(f"{pol.source.path}: hashes to {pol.source.sha256[:12]} here, but the policy "
+                              f"{src.name!r} was recorded as sha256 {src.sha256[:12]}: another version")
+    if src.name and pol.name != src.name:
+        raise PolicyError(f"{src.path}: {src.attr} is now named {pol.name!r}, recorded as {src.name!r}")
+    _LOADED[key] = pol
+    return pol
+
+
+_LOADED: dict[tuple[str, str, str], UserPolicy] = {}
+
+
+def _exec_file(src: PolicySource) -> types.ModuleType:
+    """Run a policy file's text as a fresh module named by its hash (the same name in every worker,
+    so its classes pickle), with the file's directory on the path for its own helper imports."""
+    mod_name = f"schedport_user_{re.sub(r'[^0-9A-Za-z_]', '_', Path(src.path).stem)}_{src.sha256[:16]}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    try:
+        code = compile(src.text, src.path, "exec")
+    except SyntaxError as e:
+        raise PolicyError(f"{src.path}:{e.lineno}: syntax error: {e.msg}") from None
+    module = types.ModuleType(mod_name)
+    module.__file__ = src.path
+    sys.modules[mod_name] = module
+    folder = str(Path(src.path).parent)
+    sys.path.insert(0, folder)
+    try:
+        exec(code, module.__dict__)
+    except Exception as e:
+        del sys.modules[mod_name]
+        raise PolicyError(f"{src.path}{_line_in(e, src.path)}: loading the policy file raised "
+                          f"{type(e).__name__}: {_one_line(e)}") from None
+    finally:
+        try:
+            sys.path.remove(folder)
+        except ValueError:
+            pass
+    return module
+
+
+def _load_module(mod_name: str, attr: str, spec: str) -> UserPolicy:
+    try:
+        module = importlib.import_module(mod_name)
+    except ModuleNotFoundError as e:
+        raise PolicyError(f"{mod_name}: no such module ({_one_line(e)}; from scheduler {spec!r})") from None
+    except SyntaxError as e:
+        raise PolicyError(f"{e.filename}:{e.lineno}: syntax error: {e.msg}") from None
+    except Exception as e:
+        raise PolicyError(f"{mod_name}: importing it raised {type(e).__name__}: {_one_line(e)}") from None
+    path = getattr(module, "__file__", None)
+    if not path:
+        raise PolicyError(f"{mod_name}: has no source file to identify it by (a namespace package?)")
+    data = Path(path).read_bytes()
+    src = PolicySource(name="", kind="module", spec=spec, attr=attr, path=str(Path(path).resolve()),
+                       sha256=_sha256(data), text=data.decode("utf-8", "replace"))
+    return _user_policy(module, src)
+
+
+def _user_policy(module: types.ModuleType, src: PolicySource, name: str | None = None) -> UserPolicy:
+    """Declare the object `src.attr` of `module` as a `UserPolicy` (checked: a policy, a free name)."""
+    where = src.path
+    if not hasattr(module, src.attr):
+        found = [k for k, v in vars(module).items() if not k.startswith("_") and _is_policy_like(v)
+                 and (isinstance(v, Policy) or v.__module__ == module.__name__)]
+        has = f"it defines {', '.join(found)}" if found else "it defines no Policy or Ordering subclass"
+        raise PolicyError(f"{where}: no policy named {src.attr!r} ({has})")
+    obj = getattr(module, src.attr)
+    if isinstance(obj, Policy):
+        pol = obj
+    elif isinstance(obj, type) and issubclass(obj, (Ordering, Queue)):
+        if issubclass(obj, Ordering) and obj.key is Ordering.key:
+            raise PolicyError(f"{where}: {src.attr} is an Ordering without a key(req, now) method")
+        doc = (obj.__doc__ or "").strip().splitlines()
+        pol = Policy(src.attr, doc[0] if doc else f"{src.attr} (user policy)", Continuous, obj,
+                     params=dict(getattr(obj, "params", None) or {}), cite=str(getattr(obj, "cite", "") or ""))
+    else:
+        what = (f"a {type(obj).__name__}" if not isinstance(obj, type)
+                else f"the class {obj.__name__}, which is not an Ordering")
+        raise PolicyError(f"{where}: {src.attr} is {what}, so not a policy: give a schedport Policy(...) "
+                          f"declaration or an Ordering subclass")
+    if name is not None and pol.name != name:
+        pol = dataclasses.replace(pol, name=name)
+    _check_declaration(pol, where, src.attr)
+    src = dataclasses.replace(src, name=pol.name)
+    return UserPolicy(pol.name, pol.summary, pol.batching, pol.order, pol.admission, dict(pol.params), pol.cite,
+                      source=src)
+
+
+def _is_policy_like(v) -> bool:
+    return isinstance(v, Policy) or (isinstance(v, type) and issubclass(v, (Ordering, Queue))
+                                     and v not in (Ordering, Queue))
+
+
+def _check_declaration(pol: Policy, where: str, attr: str) -> None:
+    if not isinstance(pol.name, str) or not NAME_RE.fullmatch(pol.name):
+        raise PolicyError(f"{where}: {attr} is named {pol.name!r}; a scheduler name is letters, digits and "
+                          f"'.', '_', '+', '-', starting with a letter or digit")
+    if pol.name in REGISTRY:
+        raise PolicyError(f"{where}: {attr} is named {pol.name!r}, the name of a built-in scheduler; "
+                          f"give your policy another name")
+    if not (isinstance(pol.batching, type) and issubclass(pol.batching, BatchingMode)):
+        raise PolicyError(f"{where}: {attr}'s batching mode {pol.batching!r} is not a BatchingMode "
+                          f"(Continuous, StallFree, Selective or Static from schedport.engine.batching)")
+    if not callable(pol.order):
+        raise PolicyError(f"{where}: {attr}'s order {pol.order!r} is not an Ordering class")
+    if not isinstance(pol.params, dict):
+        raise PolicyError(f"{where}: {attr}'s params must be a dict, got a {type(pol.params).__name__}")
+
+
+def check_scheduler_tables(cfg, policies=()) -> None:
+    """Check every ``[scheduler.<name>]`` table of engine config `cfg` against the policy it names:
+    a built-in, one of `policies` (the run's own), or an installed one; a table for any other name
+    is a one-line error listing them (`validate_scheduler_params` has the rules)."""
+    known: dict = dict(REGISTRY)
+    for p in policies:
+        known[p.name] = p
+    missing = [n for n in cfg.scheduler_params if n not in known]
+    if missing:
+        eps = installed_policies()
+        for n in missing:
+            if n in eps:
+                known[n] = load_entry_point(eps[n])
+    validate_scheduler_params(cfg, known)
+
+
+# ============================================================================ installed packages
+
+
+def installed_policies() -> dict:
+    """The policies installed packages register (entry-point group ``schedport.policies``): {name: entry point}."""
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _entry_point_named(name: str, src: PolicySource):
+    eps = installed_policies()
+    if name not in eps:
+        raise PolicyError(f"scheduler {name!r}: recorded as entry point {src.spec} "
+                          f"({src.distribution or 'a package'}), which is not installed here")
+    return eps[name]
+
+
+def load_entry_point(ep) -> UserPolicy:
+    """The policy an installed package registers as entry point `ep`, under the entry point's name."""
+    dist = getattr(getattr(ep, "dist", None), "name", None)
+    where = f"entry point {ep.name} = {ep.value!r}" + (f" of {dist}" if dist else "")
+    if ep.name in REGISTRY:
+        raise PolicyError(f"{where}: {ep.name!r} is the name of a built-in scheduler; the package must "
+                          f"register its policy under another name")
+    mod_name, _, attr = ep.value.partition(":")
+    attr = attr.strip()
+    if not attr:
+        raise PolicyError(f"{where}: expected module:NAME")
+    try:
+        module = importlib.import_module(mod_name.strip())
+    except Exception as e:
+        raise PolicyError(f"{where}: importing it raised {type(e).__name__}: {_one_line(e)}") from None
+    path = getattr(module, "__file__", None)
+    if not path:
+        raise PolicyError(f"{where}: its module has no source file to identify it by")
+    data = Path(path).read_bytes()
+    src = PolicySource(name="", kind="entry-point", spec=ep.value, attr=attr, path=str(Path(path).resolve()),
+                       sha256=_sha256(data), text=data.decode("utf-8", "replace"), distribution=dist)
+    return _user_policy(module, src, name=ep.name)

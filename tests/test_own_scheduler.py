@@ -1,0 +1,403 @@
+"""A researcher's own scheduler, from their own file, through the whole map (docs/own-scheduler.md).
+
+* the tutorial's commands, run in order on a fresh install (a new venv, the policy file outside the
+  source tree), ending with the user policy in portability.json's rankings;
+* one CLI test per bad input, each a one-line error naming the file;
+* the store's integrity: a changed file refuses to resume, a fresh store runs; versions recorded in
+  the manifest and in every part;
+* workers (local pool, Ray) load the policy from the text they are sent, not from the path;
+* the map treats it as any scheduler: duplicates, explain from the recorded text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+import schedport
+from schedport.engine.plugins import PolicyError, PolicySource, get_scheduler, load_spec
+from schedport.engine.schedulers import REGISTRY
+from schedport.workload.examples import make_example_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "own-scheduler.md"
+MIRROR = ROOT.parent / "shared" / "datasets"
+
+LAS = '''
+from schedport.engine.batching import Continuous
+from schedport.engine.policy import Ordering, PerServedToken
+from schedport.engine.schedulers import Policy
+
+
+class LeastAttained(Ordering):
+    """Least attained service."""
+
+    preemptive = True
+    dynamics = PerServedToken(+1)
+
+    def key(self, req, now):
+        return (req.generated, req.arrival, req.idx)
+
+
+LAS = Policy("las", "Least attained service", Continuous, LeastAttained, params={"preemption": "swap"})
+'''
+
+BAD = '''
+from schedport.engine.batching import Continuous
+from schedport.engine.policy import Ordering
+from schedport.engine.schedulers import Policy
+
+
+class Raises(Ordering):
+    def key(self, req, now):
+        return (1 / (req.idx - 2), req.idx)
+
+
+class Nan(Ordering):
+    def key(self, req, now):
+        return (float("nan") if req.idx == 3 else 1.0, req.idx)
+
+
+class Mixed(Ordering):
+    def key(self, req, now):
+        return (req.idx,) if req.idx < 5 else ("late", req.idx)
+
+
+class RaisesLater(Ordering):
+    preemptive = True
+
+    def key(self, req, now):
+        if req.generated > 3:
+            raise ValueError("no key past three tokens")
+        return (req.generated, req.idx)
+
+
+def helper():
+    pass
+
+
+CLASH = Policy("sjf", "a second sjf", Continuous, Nan)
+'''
+
+
+def cli(*args, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "schedport.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=600)
+
+
+def one_line_error(p: subprocess.CompletedProcess) -> str:
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("policies")
+    (d / "las.py").write_text(LAS)
+    (d / "bad.py").write_text(BAD)
+    (d / "syntax.py").write_text("from schedport.engine.policy import Ordering\n\nclass X(Ordering)\n    pass\n")
+    (d / "boom.py").write_text("import math\n\nraise RuntimeError('not today')\n")
+    trace = make_example_trace(60, 1)
+    from schedport.workload.trace import save_trace
+
+    save_trace(trace, d / "trace.csv")
+    return d
+
+
+# ============================================================================ bad input: one line each
+
+
+@pytest.mark.parametrize("spec,expected", [
+    ("missing.py:LAS", r"error: .*/missing\.py: no such policy file \(from scheduler 'missing\.py:LAS'\)"),
+    ("syntax.py:X", r"error: .*/syntax\.py:3: syntax error: expected ':'"),
+    ("boom.py:X", r"error: .*/boom\.py:3: loading the policy file raised RuntimeError: not today"),
+    ("las.py:Nope", r"error: .*/las\.py: no policy named 'Nope' \(it defines LeastAttained, LAS\)"),
+    ("bad.py:helper", r"error: .*/bad\.py: helper is a function, so not a policy: give a schedport Policy"),
+    ("las.py:Continuous", r"error: .*/las\.py: Continuous is the class Continuous, which is not an Ordering"),
+    ("bad.py:CLASH", r"error: .*/bad\.py: CLASH is named 'sjf', the name of a built-in scheduler; give your "
+                     r"policy another name"),
+    ("bad.py:Raises", r"error: .*/bad\.py:9: scheduler 'Raises': Raises\.key\(request 2, now=[0-9.e-]+\) raised "
+                      r"ZeroDivisionError: division by zero"),
+    ("bad.py:Nan", r"error: .*/bad\.py: scheduler 'Nan': Nan\.key\(request 3, now=[0-9.e-]+\) returned \(nan, 3\): "
+                   r"NaN does not order"),
+    ("bad.py:Mixed", r"error: .*/bad\.py: scheduler 'Mixed': Mixed\.key\(request 5, now=[0-9.e-]+\) returned "
+                     r"\('late', 5\), which does not compare with the previous request's key \(4,\)"),
+    ("bad.py:RaisesLater", r"error: .*/bad\.py:27: scheduler 'RaisesLater' raised ValueError: no key past three "
+                           r"tokens \(in key\)"),
+    ("no_such_module_xyz:LAS", r"error: no_such_module_xyz: no such module"),
+    ("las.py:", r"error: scheduler 'las\.py:': expected FILE\.py:NAME or module:NAME"),
+])
+def test_each_bad_policy_is_one_line_naming_the_file(files, spec, expected):
+    p = cli("simulate", "--trace", "trace.csv", "--scheduler", spec, "--load", "1.5", "--out", "out", cwd=files)
+    line = one_line_error(p)
+    assert re.fullmatch(expected + ".*", line), line
+    assert not (files / "out" / "summary.json").exists()
+
+
+def test_bad_policies_in_run_are_the_same_one_line_errors(files, tmp_path):
+    from schedport.study.selection import write_demo_corpus
+
+    corpus = write_demo_corpus(tmp_path / "corpus", windows_per_source=1, requests_per_window=30)
+    p = cli("run", "--corpus", corpus, "--out", tmp_path / "res", "--schedulers", "vllm-fcfs,las.py:Nope",
+            cwd=files)
+    assert "no policy named 'Nope'" in one_line_error(p)
+    p = cli("run", "--corpus", corpus, "--out", tmp_path / "res", "--schedulers", "vllm-fcfs,bad.py:Nan",
+            "--regions", "overload", "--workers", "1", "--no-analyze", cwd=files)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    last = p.stderr.strip().splitlines()[-1]      # after the progress lines
+    assert last.startswith("error: ") and "bad.py: scheduler 'Nan': Nan.key(request 3" in last, p.stderr
+
+
+def test_a_policy_named_twice_through_its_file_is_refused(files):
+    from schedport.engine.plugins import resolve_schedulers
+
+    with pytest.raises(PolicyError, match="scheduler 'las' is named twice"):
+        resolve_schedulers([f"{files}/las.py:LAS", f"{files}/./las.py:LAS"])
+    assert [p.name for p in resolve_schedulers(["sjf", f"{files}/las.py:LAS", f"{files}/las.py:LeastAttained"])] \
+        == ["sjf", "las", "LeastAttained"]
+
+
+def test_wrong_dynamics_fail_the_check_naming_the_request(files, tmp_path):
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(LAS.replace("    dynamics = PerServedToken(+1)\n", ""))
+    p = cli("schedulers", f"{wrong}:LAS", cwd=files)
+    line = one_line_error(p)
+    assert re.search(r"wrong\.py: scheduler 'las': at rho [0-9.]+ the fast mode gives request \d+ \w+ = .*, stepping "
+                     r"every iteration gives .*: the keys do not move as its dynamics \(FIXED\) declare", line), line
+    ok = cli("schedulers", "las.py:LAS", cwd=files)
+    assert ok.returncode == 0, ok.stderr
+    assert "las: fast == exact on 300 example requests" in ok.stdout and "[file " in ok.stdout
+
+
+# ============================================================================ the Python API
+
+
+def test_python_api_takes_a_spec_or_a_policy_and_gets_the_same_run(files):
+    trace = make_example_trace(200, 3)
+    a = schedport.simulate(trace, f"{files}/las.py:LAS", load=1.3)
+    pol = get_scheduler(f"{files}/las.py:LAS")
+    b = schedport.simulate(trace, pol, load=1.3)
+    c = schedport.simulate(trace, f"{files}/las.py:LeastAttained", load=1.3)   # a bare Ordering class
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    assert pol.name == "las" and pol.source.sha256 == __import__("hashlib").sha256(LAS.encode()).hexdigest()
+    assert get_scheduler(f"{files}/las.py:LeastAttained").name == "LeastAttained"
+    # LAS is neither FCFS nor srpt on this trace: the user's key really ranks
+    fcfs = schedport.simulate(trace, "vllm-fcfs", load=1.3)
+    assert not np.array_equal(c.requests["finish_s"].to_numpy(), fcfs.requests["finish_s"].to_numpy())
+
+
+def test_a_user_table_in_the_engine_config_is_checked_against_the_user_policy(files, tmp_path):
+    eng = tmp_path / "engine.toml"
+    eng.write_text('[scheduler.las]\npreemption = "kill"\n')
+    p = cli("simulate", "--trace", "trace.csv", "--scheduler", "las.py:LAS", "--engine", eng, "--load", "1.2",
+            "--out", tmp_path / "o", cwd=files)
+    assert '[scheduler.las] preemption: must be "recompute" or "swap", got "kill"' in one_line_error(p)
+    eng.write_text('[scheduler.las]\npreemption = "recompute"\n')
+    p = cli("simulate", "--trace", "trace.csv", "--scheduler", "las.py:LAS", "--engine", eng, "--load", "1.2",
+            "--out", tmp_path / "o-las", cwd=files)
+    assert p.returncode == 0, p.stderr
+    # a run that does not know 'las' cannot check its table, and says why
+    p = cli("simulate", "--trace", "trace.csv", "--scheduler", "vllm-fcfs", "--engine", eng, "--load", "1.2",
+            "--out", tmp_path / "o-fcfs", cwd=files)
+    assert "[scheduler.las]: unknown scheduler" in one_line_error(p) and "a run of it" in p.stderr
+    eng.write_text('[scheduler.lass]\npreemption = "recompute"\n')
+    p = cli("simulate", "--trace", "trace.csv", "--scheduler", "las.py:LAS", "--engine", eng, "--load", "1.2",
+            "--out", tmp_path / "o2", cwd=files)
+    assert "[scheduler.lass]: unknown scheduler; known: vllm-fcfs" in one_line_error(p)
+
+
+# ============================================================================ the store: versions
+
+
+def _sweep(corpus, out, spec, **kw):
+    from schedport.study.sweep import run_sweep
+
+    return run_sweep(corpus, out, schedulers=f"vllm-fcfs,{spec}", regions="moderate,overload", workers=1,
+                     progress=False, **kw)
+
+
+def test_store_records_the_version_and_refuses_another(files, tmp_path):
+    from schedport.study.selection import write_demo_corpus
+    from schedport.study.store import POLICIES_META, StoreMismatch
+
+    corpus = write_demo_corpus(tmp_path / "corpus", windows_per_source=1, requests_per_window=40)
+    pol = tmp_path / "mine.py"
+    pol.write_text(LAS)
+    sha = __import__("hashlib").sha256(LAS.encode()).hexdigest()
+    res = _sweep(corpus, tmp_path / "st", f"{pol}:LAS")
+    assert res.cells_run == 8
+    man = json.loads((tmp_path / "st" / "manifest.json").read_text())
+    assert man["policies"]["las"]["sha256"] == sha and man["policies"]["las"]["text"] == LAS
+    assert man["policies"]["las"]["kind"] == "file" and man["policies"]["las"]["path"] == str(pol)
+    for part in (tmp_path / "st" / "runs").iterdir():
+        assert json.loads(pq.read_schema(part).metadata[POLICIES_META]) == {"las": sha}
+    # the same file resumes (nothing to run); one character changed refuses, naming both hashes
+    assert _sweep(corpus, tmp_path / "st", f"{pol}:LAS").cells_run == 0
+    pol.write_text(LAS.replace("Least attained service.", "Least attained service!"))
+    new_sha = __import__("hashlib").sha256(pol.read_bytes()).hexdigest()
+    with pytest.raises(StoreMismatch) as e:
+        _sweep(corpus, tmp_path / "st", f"{pol}:LAS", seeds=2)
+    msg = str(e.value)
+    assert "\n" not in msg and sha[:12] in msg and new_sha[:12] in msg and "'las'" in msg
+    assert _sweep(corpus, tmp_path / "fresh", f"{pol}:LAS").cells_run == 8        # a fresh store runs fine
+    # the built-ins of the refused store were not touched, nor its record
+    assert json.loads((tmp_path / "st" / "manifest.json").read_text())["policies"]["las"]["sha256"] == sha
+    # a fresh store holding no cells of 'las' adopts the new version
+    assert len(pd.read_parquet(tmp_path / "st" / "runs")) == 8
+
+
+def test_workers_load_the_policy_from_the_text_they_are_sent(files, tmp_path):
+    from schedport.engine.config import load_engine_config
+    from schedport.study.executors import make_executor
+    from schedport.study.tasks import run_chunk
+
+    pol = tmp_path / "gone.py"
+    pol.write_text(LAS)
+    src = get_scheduler(f"{pol}:LAS").source
+    pol.unlink()                    # a remote worker has no copy of the file
+    trace = make_example_trace(80, 2)
+    cfg = load_engine_config(None)
+    ex = make_executor("local", 2, None)
+    try:
+        h = ex.submit(run_chunk, trace, cfg, src, ("demo", "w0", "x", 5.0), [("r", 1.2, 0)], False)
+        (_, (rows, _, _)), = [x for x in ex.as_completed([h], tick=1.0) if x[0] is not None]
+    finally:
+        ex.shutdown()
+    assert rows[0]["scheduler"] == "las"
+    local, _, _ = run_chunk(trace, cfg, src, ("demo", "w0", "x", 5.0), [("r", 1.2, 0)])
+    assert rows == local
+
+
+def test_a_recorded_source_whose_text_was_edited_is_refused():
+    src = PolicySource("las", "file", "/x/las.py:LAS", "LAS", "/x/las.py",
+                       __import__("hashlib").sha256(LAS.encode()).hexdigest(), LAS)
+    rec = src.record()
+    assert PolicySource.from_record("las", rec).text == LAS
+    rec["text"] = LAS + "# edited\n"
+    with pytest.raises(PolicyError, match="does not hash to its recorded sha256"):
+        PolicySource.from_record("las", rec)
+
+
+# ============================================================================ the map treats it as a scheduler
+
+
+def test_duplicates_and_explain_treat_a_user_policy_as_any_other(tmp_path):
+    """A user's copy of sjf is found to be sjf's duplicate; explain reruns the user policy from the
+    text the store recorded, with the file gone."""
+    from schedport.analysis.explain.runner import Explainer
+    from schedport.api import analyze
+    from schedport.study.selection import write_demo_corpus
+
+    corpus = write_demo_corpus(tmp_path / "corpus", windows_per_source=3, requests_per_window=40)
+    pol = tmp_path / "myjf.py"
+    pol.write_text("from schedport.engine.policy import Ordering\n\n\nclass MySjf(Ordering):\n"
+                   "    def key(self, req, now):\n        return (req.output, req.arrival, req.idx)\n")
+    from schedport.study.sweep import run_sweep
+
+    run_sweep(corpus, tmp_path / "st", schedulers=f"vllm-fcfs,sjf,srpt,{pol}:MySjf", regions="moderate,overload",
+              workers=1, progress=False)
+    res = analyze(tmp_path / "st", corpus_dir=corpus, n_boot=50)
+    dups = json.dumps(res["duplicates"])
+    assert "MySjf" in dups and "sjf" in dups
+    assert res["provenance"]["user_policies"]["MySjf"]["kind"] == "file"
+    html = (tmp_path / "st" / "report.html").read_text()
+    assert "Schedulers from user files: <b>MySjf</b>" in html
+    pol.unlink()
+    ex = Explainer(tmp_path / "st", corpus_dir=corpus, workers=1, progress=False, n_boot=20)
+    try:
+        t = ex.trace("demo-a-00")
+        out = ex.run_cells([(t, t.content_sha256(), "MySjf")], rho=1.0)
+    finally:
+        ex.close()
+    assert len(out) == 1 and ex.timings["runs"] == 1
+    (summary,) = out.values()
+    # the rerun is the store's MySjf exactly: MySjf is sjf's key, so its numbers are sjf's
+    sjf = ex.run_cells([(t, t.content_sha256(), "sjf")], rho=1.0)
+    assert list(sjf.values())[0] == summary
+
+
+# ============================================================================ the tutorial, on a fresh install
+
+
+def _doc_steps(text: str):
+    """The tutorial in order: ('file', path, content) for each named code block, ('cmd', line,
+    expected error or None) for each `$` line of a console block."""
+    steps = []
+    for m in re.finditer(r"```(\w+)(?: ([^\n]+))?\n(.*?)```", text, re.S):
+        lang, name, body = m.group(1), m.group(2), m.group(3)
+        if lang == "console":
+            lines = body.splitlines()
+            for i, ln in enumerate(lines):
+                if ln.startswith("$ "):
+                    nxt = lines[i + 1] if i + 1 < len(lines) else ""
+                    steps.append(("cmd", ln[2:], nxt if nxt.startswith("error: ") else None))
+        elif name:
+            steps.append(("file", name.strip(), body))
+    return steps
+
+
+@pytest.mark.data
+@pytest.mark.skipif(not MIRROR.is_dir(), reason="needs the public data mirror ../shared/datasets")
+def test_the_tutorial_runs_on_a_fresh_install(tmp_path):
+    """`pip install .` into a new venv (its dependencies taken from this environment's site-packages,
+    so no download), then every command of docs/own-scheduler.md in a directory outside the source
+    tree, ending with the user policy in portability.json's rankings."""
+    env_dir = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", env_dir], check=True, timeout=300)
+    pyver = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site = env_dir / "lib" / pyver / "site-packages"
+    (site / "_schedport_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    pip = [str(env_dir / "bin" / "python"), "-m", "pip"]
+    r = subprocess.run(pip + ["install", "-q", "--no-deps", "--ignore-installed", str(ROOT)], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    work = tmp_path / "home"
+    work.mkdir()
+    env = {**os.environ, "PATH": f"{env_dir / 'bin'}:{os.environ['PATH']}", "SCHEDPORT_DATA": str(MIRROR),
+           "VIRTUAL_ENV": str(env_dir)}
+    env.pop("PYTHONPATH", None)
+    where = subprocess.run([str(env_dir / "bin" / "python"), "-c", "import schedport; print(schedport.__file__)"],
+                           capture_output=True, text=True, cwd=work, env=env, check=True).stdout.strip()
+    assert where.startswith(str(site)), where          # the installed copy, not the source tree
+    steps = _doc_steps(DOC.read_text())
+    assert sum(s[0] == "cmd" for s in steps) >= 10
+    for step in steps:
+        if step[0] == "file":
+            p = work / step[1]
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(step[2])
+            continue
+        _, cmd, error = step
+        p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, cwd=work, env=env, timeout=900)
+        if error is None:
+            assert p.returncode == 0, (cmd, p.stdout[-2000:], p.stderr[-2000:])
+        else:
+            assert p.returncode == 2, (cmd, p.stdout[-2000:], p.stderr[-2000:])
+            pattern = ".*".join(re.escape(part) for part in error.split("..."))
+            assert re.fullmatch(pattern, p.stderr.strip()), (p.stderr, pattern)
+        if cmd.startswith("python -c"):
+            assert "'las'" in p.stdout and "'sjf'" in p.stdout, p.stdout
+        if cmd == "schedport schedulers":
+            assert re.search(r"^las-pkg\s+Least attained service.*\[installed: my-policies, my_las:LeastAttained\]",
+                             p.stdout, re.M), p.stdout
+    port = json.loads((work / "results-las" / "portability.json").read_text())
+    assert {"las", "vllm-fcfs", "sjf", "srpt"} <= {r["scheduler"] for r in port["rankings"]}
+    assert "Schedulers from user files: <b>las</b>" in (work / "results-las" / "report.html").read_text()
+    assert (work / "run-las-pkg" / "summary.json").exists()
+    assert json.loads((work / "results-las-v2" / "manifest.json").read_text())["policies"]["las"]["sha256"] != \
+        json.loads((work / "results-las" / "manifest.json").read_text())["policies"]["las"]["sha256"]
+    shutil.rmtree(env_dir, ignore_errors=True)
