@@ -256,8 +256,13 @@ def test_store_records_the_version_and_refuses_another(files, tmp_path):
     assert _sweep(corpus, tmp_path / "fresh", f"{pol}:LAS").cells_run == 8        # a fresh store runs fine
     # the built-ins of the refused store were not touched, nor its record
     assert json.loads((tmp_path / "st" / "manifest.json").read_text())["policies"]["las"]["sha256"] == sha
-    # a fresh store holding no cells of 'las' adopts the new version
     assert len(pd.read_parquet(tmp_path / "st" / "runs")) == 8
+    # the analysis reads a part's record against the manifest's: an edited record is refused
+    from schedport.study.store import StoreError, verified_runs
+
+    man["policies"]["las"]["sha256"] = new_sha
+    with pytest.raises(StoreError, match="holds cells of user scheduler 'las' made by sha256 " + sha[:12]):
+        verified_runs(tmp_path / "st", man)
 
 
 def test_workers_load_the_policy_from_the_text_they_are_sent(files, tmp_path):

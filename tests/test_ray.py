@@ -76,3 +76,34 @@ def test_explain_on_ray_matches_the_local_pool(tmp_path):
     assert on_ray["run_info"]["runs"] == local["run_info"]["runs"] > 0
     assert on_ray["effects"] == local["effects"] and on_ray["attribution"] == local["attribution"]
     assert on_ray["verdict"] == local["verdict"]
+
+
+def test_ray_workers_run_a_user_policy_from_the_text_they_are_sent(tmp_path):
+    """A user's policy file reaches Ray workers as text (the driver's copy is gone before they run),
+    and their rows are the local run's, bit for bit."""
+    import ray
+
+    from schedport.engine.config import load_engine_config
+    from schedport.engine.plugins import get_scheduler
+    from schedport.study.executors import make_executor
+    from schedport.study.tasks import run_chunk
+    from schedport.workload.examples import make_example_trace
+
+    pol = tmp_path / "las_remote.py"
+    pol.write_text("from schedport.engine.policy import Ordering, PerServedToken\n\n\n"
+                   "class LeastAttained(Ordering):\n    preemptive = True\n    dynamics = PerServedToken(+1)\n\n"
+                   "    def key(self, req, now):\n        return (req.generated, req.arrival, req.idx)\n")
+    src = get_scheduler(f"{pol}:LeastAttained").source
+    pol.unlink()
+    trace, cfg = make_example_trace(120, 4), load_engine_config(None)
+    cells = [("overload", 1.3, 0), ("severe", 1.6, 1)]
+    local = run_chunk(trace, cfg, src, ("demo", "w", "sha", 5.0), cells)[0]
+    ex = make_executor("ray", 2, None)
+    try:
+        h = ex.submit(run_chunk, ex.put(trace), ex.put(cfg), src, ("demo", "w", "sha", 5.0), cells, False)
+        got = [res for hh, res in ex.as_completed([h], tick=1.0) if hh is not None]
+    finally:
+        ex.shutdown()
+        if ray.is_initialized():
+            ray.shutdown()
+    assert got[0][0] == local and local[0]["scheduler"] == "LeastAttained"

@@ -2,9 +2,10 @@
 
 Names are part of the CLI (`schedport schedulers` lists them). Parameters marked unverified in
 ../shared/docs/schedulers.md are our documented choices and can be overridden per run with a
-`[scheduler.<name>]` table in the engine config. To add a policy, write one `Policy(...)`
-declaration (and, if its ranking is new, one small `Ordering`: a key and its dynamics,
-docs/schedulers.md "Write your own policy") and add it to `REGISTRY`.
+`[scheduler.<name>]` table in the engine config. A policy is one `Policy(...)` declaration
+(and, if its ranking is new, one small `Ordering`: a key and its dynamics, docs/schedulers.md
+"Write your own policy"). A built-in one is added to `REGISTRY`; a user's own stays in their file
+or package and is loaded by `schedport.engine.plugins` (docs/own-scheduler.md).
 
 The batching modes are in `schedport.engine.batching`; the key orderings in
 `schedport.engine.orderings`; the policies with state of their own in `schedport.engine.vtc`,

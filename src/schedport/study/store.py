@@ -672,7 +672,8 @@ def verified_runs(root: str | os.PathLike[str], manifest: dict):
     files (a killed writer's dot-prefixed temporary files are ignored), every page decoded
     with its checksum, every part's schema equal to the manifest's ``columns``, and every
     row's corpus and engine hash equal to the manifest's. Tables of another origin (made
-    by hand, say) are only read page by page with checksums. Any failure is a one-line
+    by hand, say) are only read page by page with checksums. A part's record of its user schedulers'
+    versions must be the manifest's. Any failure is a one-line
     `StoreError` naming the part; nothing damaged is ever returned.
     """
     import pandas as pd
@@ -705,6 +706,11 @@ def verified_runs(root: str | os.PathLike[str], manifest: dict):
             if _schema_desc(t.schema.remove_metadata()) != manifest["columns"]:
                 raise StoreError(f"{p}: results part has another schema than this store's manifest declares; "
                                  f"it was not written by this store")
+            recorded = manifest.get("policies") or {}
+            for name, sha in part_policies(t.schema, p).items():
+                if (recorded.get(name) or {}).get("sha256") != sha:
+                    raise StoreError(f"{p}: holds cells of user scheduler {name!r} made by sha256 {sha[:12]}, which "
+                                     f"the manifest does not record; the store is inconsistent")
             for col in ("corpus_sha256", "engine_hash"):
                 if set(t.column(col).to_pylist()) - {manifest[col]}:
                     raise StoreError(f"{p}: holds rows of another {col.split('_')[0]} than the manifest "

@@ -22,6 +22,11 @@ Per cell: ``time_scale = offered / (capacity * rho)`` (the formula of
 stored row is the cell key, rho, time_scale, capacity and the run summary. Simulation is
 deterministic, so every executor and worker count gives bit-identical rows.
 
+A scheduler may be a user's own (``--schedulers vllm-fcfs,las.py:LAS``; `schedport.engine.plugins`):
+the selection loads it once, the store records its version (`ResultsStore.adopt_policies` refuses
+cells of another), and every task carries its `PolicySource`, source text included, so a worker --
+local or on a Ray node -- runs exactly the code the driver hashed.
+
 Executors: ``local`` is a `ProcessPoolExecutor` over ``--workers`` processes (default: all
 cores; one worker runs in-process); ``ray`` submits the same chunks as Ray tasks to an
 existing cluster (``--ray-address``) or to a local instance with ``--workers`` CPUs. Each
