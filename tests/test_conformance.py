@@ -140,7 +140,13 @@ def conformance(tmp_path_factory):
                             engine=dataclasses.replace(copies.engine, priority_victim_ties="last-index"),
                             vllm_engine=copies.engine),
     ]
-    results = run_conformance(cases + departures)
+    # a policy of a user's own, from a file: a fixed non-preemptive key is vLLM's priorities
+    pol = tmp_path_factory.mktemp("userpol") / "lpf.py"
+    pol.write_text("from schedport.engine.policy import Ordering\n\n\nclass LongestPromptFirst(Ordering):\n"
+                   "    def key(self, req, now):\n        return (-req.prompt, req.arrival, req.idx)\n")
+    user = [dataclasses.replace(small, name="user/longest-prompt-first/1500-blocks/rho0.95",
+                                scheduler=f"{pol}:LongestPromptFirst")]
+    results = run_conformance(cases + departures + user)
     return cases, {(r.case, r.mode): r for r in results}
 
 
@@ -168,3 +174,16 @@ def test_each_rule_matters(conformance):
     for name in ("departure/first-chunk-only-here", "departure/no-null-block", "departure/victim-ties-by-index"):
         r = res[(name, "exact")]
         assert not r.agrees and r.first_divergence is not None, name
+
+
+@pytest.mark.realengine
+def test_a_user_policy_from_a_file_matches_vllm_run_as_priorities(conformance):
+    """A user's fixed-key policy, given as FILE.py:NAME, is run by vLLM's priority policy with the
+    ranks of its keys, under memory pressure, and agrees step for step in both modes."""
+    from schedport.realengine.conformance import format_divergence
+
+    _, res = conformance
+    for mode in ("exact", "fast"):
+        r = res[("user/longest-prompt-first/1500-blocks/rho0.95", mode)]
+        assert r.agrees, "\n".join(format_divergence(r))
+    assert res[("user/longest-prompt-first/1500-blocks/rho0.95", "exact")].preemptions_vllm > 0

@@ -406,3 +406,17 @@ def test_the_tutorial_runs_on_a_fresh_install(tmp_path):
     assert json.loads((work / "results-las-v2" / "manifest.json").read_text())["policies"]["las"]["sha256"] != \
         json.loads((work / "results-las" / "manifest.json").read_text())["policies"]["las"]["sha256"]
     shutil.rmtree(env_dir, ignore_errors=True)
+
+
+def test_conformance_takes_a_user_policy_only_where_vllm_priorities_express_it(files):
+    p = cli("conformance", "--trace", "trace.csv", "--scheduler", "las.py:LAS", "--load", "1.2", cwd=files)
+    assert one_line_error(p).endswith("conformance: scheduler 'las' has no vLLM counterpart: it is preemptive; "
+                                      "vLLM's priority policy never preempts for priority")
+    from schedport.realengine.replay import user_priorities
+
+    files.joinpath("lpf.py").write_text("from schedport.engine.policy import Ordering\n\n\nclass Lpf(Ordering):\n"
+                                        "    def key(self, req, now):\n        return (-req.prompt, req.arrival, req.idx)\n")
+    trace = make_example_trace(50, 0)
+    prio = user_priorities(trace, f"{files}/lpf.py:Lpf")
+    order = np.lexsort((np.arange(len(trace)), trace.arrival_s, -trace.input_tokens))
+    assert prio.tolist() == np.argsort(order).tolist()      # rank of each request's key

@@ -97,7 +97,9 @@ def request_priorities(trace: Trace, scheduler: str, engine: EngineConfig | None
     from schedport.engine.schedulers import (REGISTRY, deadline_priorities, predicted_scores, request_deadlines,
                                       validate_scheduler_params)
 
-    if scheduler not in REGISTRY:
+    from schedport.engine.plugins import installed_policies, is_spec
+
+    if scheduler not in REGISTRY and (is_spec(scheduler) or scheduler in installed_policies()):
         return user_priorities(trace, scheduler, engine)
     if scheduler not in EXPRESSIBLE:
         known = f" (known to the simulator, but not expressible as priorities)" if scheduler in REGISTRY else ""
