@@ -38,6 +38,12 @@ def _window(rng, n, *, bursty: bool, outputs: str):
         outs = np.clip(rng.lognormal(4.0, 0.6, n), 4, 1500).astype(int)
     elif outputs == "long":
         outs = np.clip(rng.lognormal(5.8, 0.9, n), 4, 1500).astype(int)
+    elif outputs == "constant":
+        outs = np.full(n, 128)
+    elif outputs == "heavy":
+        outs = np.clip(rng.pareto(1.3, n) * 40 + 8, 8, 1500).astype(int)
+    elif outputs == "tied":
+        outs = rng.choice([32, 128, 512], n)
     else:
         outs = np.clip(rng.lognormal(2.3, 0.5, n), 2, 1500).astype(int)
     gaps = rng.gamma(0.08, 1 / 0.08, n - 1) if bursty else rng.exponential(1.0, n - 1)
@@ -70,9 +76,9 @@ def _study(tmp: Path, sources, pair: str, rho: float, windows: int, n: int) -> P
     return tmp / "res"
 
 
-def _explained(tmp_path_factory, name, sources, pair, metric, windows, n):
-    """A two-source study of `pair` at rho 0.95 and its explanation on `metric`."""
-    res = _study(tmp_path_factory.mktemp(name), sources, pair, 0.95, windows, n)
+def _explained(tmp_path_factory, name, sources, pair, metric, windows, n, rho=0.95):
+    """A two-source study of `pair` at `rho` and its explanation on `metric`."""
+    res = _study(tmp_path_factory.mktemp(name), sources, pair, rho, windows, n)
     d = explain(res, pair=pair, metric=metric, region="r", sources=",".join(s[0] for s in sources),
                 workers=1, progress=False)
     return res, d
@@ -92,7 +98,65 @@ def lengths(tmp_path_factory):
                       "static,fastserve", "slo_attainment_standard", 8, 150)
 
 
+@pytest.fixture(scope="module")
+def tied_lengths(tmp_path_factory):
+    """Sources identical but for output lengths, one of them constant (every output tied); on it sjf
+    is FCFS, on the heavy-tailed one the two differ (at overload, where queues form): the whole gap
+    is the output lengths'."""
+    return _explained(tmp_path_factory, "tied", [("constant", False, "constant"), ("heavy", False, "heavy")],
+                      "sjf,vllm-fcfs", "ttft_p50_s", 8, 150, rho=1.6)
+
+
+@pytest.fixture(scope="module")
+def tied_burst(tmp_path_factory):
+    """Sources identical but for burstiness, with outputs from three repeated values (ties everywhere)."""
+    return _explained(tmp_path_factory, "tiedburst", [("bursty", True, "tied"), ("smooth", False, "tied")],
+                      "sjf,vllm-fcfs", "ttft_p50_s", 10, 200, rho=0.8)
+
+
 # --------------------------------------------------------------------------- planted causes
+
+
+def test_planted_output_lengths_with_ties_are_attributed_to_output_lengths(tied_lengths):
+    """Ranking tied lengths by position would lay the heavy source's quantiles out in arrival order on
+    the constant window -- lengths growing with time, on which sjf is FCFS -- so the forward transplant
+    would close none of the gap and the share would come out 50% [50%, 50%]. Ties ranked at random, the
+    transplant carries the heavy source's lengths, and nearly the whole gap is theirs."""
+    _, d = tied_lengths
+    e = {(x["base"], x["feature"]): x["median_effect"] for x in d["effects"]}
+    assert e[("constant", None)] == 0.0 and e[("heavy", None)] != 0.0      # sjf is FCFS on constant outputs
+    att = d["attribution"]
+    assert att["output"]["share"] >= 0.8 and att["output"]["ci_low"] > 0, att["output"]
+    for f in ("arrival", "input"):
+        assert abs(att[f]["share"]) < 0.3, (f, att[f])
+    assert d["verdict"]["drivers"] == ["output"]
+
+
+def test_planted_burstiness_with_tied_lengths_is_attributed_to_the_arrival_process(tied_burst):
+    _, d = tied_burst
+    att = d["attribution"]
+    assert att["arrival"]["share"] >= 0.8 and att["arrival"]["ci_low"] > 0, att["arrival"]
+    for f in ("input", "output"):
+        assert abs(att[f]["share"]) < 0.3, (f, att[f])
+
+
+def test_tied_lengths_are_ranked_at_random_by_the_recipe():
+    v = np.array([5, 1, 5, 5, 2, 5, 5, 5])
+    donor = np.arange(100, 180, 10)
+    a = resample_marginal(v, donor, np.random.default_rng(1))
+    assert a[1] == 100 and a[4] == 110                      # distinct values keep their ranks
+    assert sorted(a[v == 5].tolist()) == [120, 130, 140, 150, 160, 170]
+    assert a[v == 5].tolist() != sorted(a[v == 5].tolist())   # not laid out in position order
+    assert np.array_equal(a, resample_marginal(v, donor, np.random.default_rng(1)))
+    by_position = resample_marginal(v, donor)
+    assert by_position[v == 5].tolist() == [120, 130, 140, 150, 160, 170]
+    base = Trace.from_arrays(np.arange(6.0), np.full(6, 10), np.full(6, 7), name="b")
+    don = Trace.from_arrays(np.arange(6.0), np.full(6, 10), np.array([1, 2, 3, 4, 5, 600]), name="d")
+    var = Variant("output", "b", base.content_sha256(), "d", don.content_sha256(), 0)
+    t1, t2 = build_variant(var, base, don), build_variant(var, base, don)
+    assert np.array_equal(t1.output_tokens, t2.output_tokens)              # seeded by the recipe
+    assert sorted(t1.output_tokens.tolist()) == [1, 2, 3, 4, 5, 600]
+    assert t1.output_tokens.tolist() != [1, 2, 3, 4, 5, 600]                # no trend in time
 
 
 def test_planted_burstiness_is_attributed_to_the_arrival_process(burst):

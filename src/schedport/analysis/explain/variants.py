@@ -9,7 +9,11 @@ sha256, built by `build_variant`, deterministic):
                 mean rate, carrying the base window's requests in their order.
 ``input``       input lengths resampled from the donor's marginal, rank for rank (the base
 ``output``      request with the q-th smallest length gets the donor's q-quantile), so the base
-                window's input/output coupling and arrival order are kept.
+                window's input/output coupling and arrival order are kept. Requests of equal
+                length are ranked among themselves at random, seeded by the recipe: the base
+                window says nothing about their order, and ranking them by position would lay
+                the donor's quantiles out in arrival order -- a trend no source has (a window of
+                constant outputs would get lengths growing with time, on which sjf is FCFS).
 ``coupling``    (control) the base window's input and output lengths, each independently permuted:
                 marginals kept, coupling removed.
 ``burstiness``  (control) the base window's requests with Poisson arrivals at its own rate
@@ -50,8 +54,9 @@ FEATURES: dict[str, tuple[str, str]] = {
 _CONTROL_NAMES = {"burstiness": "Poisson arrivals", "coupling": "decoupled lengths", "clients_removed": "no client ids"}
 #: Schedulers whose decisions read client ids (their pairs get the client variants).
 CLIENT_AWARE = frozenset({"vtc"})
-#: Version of the recipe format (part of every variant's identity).
-RECIPE_VERSION = 1
+#: Version of the recipe format (part of every variant's identity). 2: ties of a transplanted
+#: length are ranked at random (seeded by the recipe), not by position.
+RECIPE_VERSION = 2
 
 
 def transplant_arrivals(base: Trace, donor: Trace) -> np.ndarray:
@@ -91,18 +96,24 @@ def _arrivals_from_gaps(start: float, gaps: np.ndarray, span: float) -> np.ndarr
     return np.maximum.accumulate(arr)
 
 
-def resample_marginal(values: np.ndarray, donor_values: np.ndarray) -> np.ndarray:
+def resample_marginal(values: np.ndarray, donor_values: np.ndarray,
+                      rng: Optional[np.random.Generator] = None) -> np.ndarray:
     """`values` replaced rank for rank by quantiles of `donor_values`' marginal.
 
-    The i-th smallest of n values (ties in order of position) becomes the donor's empirical
-    quantile at (i + 1/2) / n, so the ordering of `values` -- and with it their coupling to any
-    other column -- is kept while the distribution becomes the donor's.
+    The i-th smallest of n values becomes the donor's empirical quantile at (i + 1/2) / n, so the
+    ordering of `values` -- and with it their coupling to any other column -- is kept while the
+    distribution becomes the donor's. Equal values are ranked among themselves by a random
+    permutation from `rng` (the variant's, seeded by its recipe), since their order carries no
+    information; without `rng`, by position (which turns a run of ties into a trend in time).
     """
     v = np.asarray(values)
     d = np.sort(np.asarray(donor_values))
     n, m = len(v), len(d)
     ranks = np.empty(n, dtype=np.int64)
-    ranks[np.argsort(v, kind="stable")] = np.arange(n)
+    if rng is None:
+        ranks[np.argsort(v, kind="stable")] = np.arange(n)
+    else:
+        ranks[np.lexsort((rng.permutation(n), v))] = np.arange(n)
     idx = np.minimum(((ranks + 0.5) / n * m).astype(np.int64), m - 1)
     return d[idx]
 
@@ -142,6 +153,10 @@ class Variant:
         """sha256 of the canonical JSON of the recipe: the variant's identity before it is built."""
         return hashlib.sha256(json.dumps(self.recipe(), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
+    def tie_rng(self) -> np.random.Generator:
+        """The generator that ranks a transplant's tied lengths, seeded by the whole recipe."""
+        return np.random.default_rng(int(self.recipe_sha256()[:16], 16))
+
     def rng(self) -> np.random.Generator:
         """The generator of a control's random draws, seeded from the recipe (stable across runs)."""
         h = hashlib.sha256(f"schedport-explain:{self.seed}:{self.feature}:{self.base_sha256}".encode())
@@ -168,9 +183,9 @@ def build_variant(variant: Variant, base: Trace, donor: Optional[Trace] = None) 
     elif f == "burstiness":
         arr = poisson_arrivals(base, variant.rng())
     elif f == "input":
-        ins = resample_marginal(base.input_tokens, donor.input_tokens)
+        ins = resample_marginal(base.input_tokens, donor.input_tokens, variant.tie_rng())
     elif f == "output":
-        outs = resample_marginal(base.output_tokens, donor.output_tokens)
+        outs = resample_marginal(base.output_tokens, donor.output_tokens, variant.tie_rng())
     elif f == "coupling":
         ins, outs = decouple_lengths(base, variant.rng())
     elif f == "clients":
