@@ -417,3 +417,19 @@ def test_conformance_takes_a_user_policy_only_where_vllm_priorities_express_it(f
     prio = user_priorities(trace, f"{files}/lpf.py:Lpf")
     order = np.lexsort((np.arange(len(trace)), trace.arrival_s, -trace.input_tokens))
     assert prio.tolist() == np.argsort(order).tolist()      # rank of each request's key
+
+
+def test_a_module_on_the_path_is_a_policy_too(tmp_path, monkeypatch):
+    (tmp_path / "my_las_module.py").write_text(LAS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pol = get_scheduler("my_las_module:LAS")
+    assert pol.name == "las" and pol.source.kind == "module" and pol.source.path == str(tmp_path / "my_las_module.py")
+    trace = make_example_trace(100, 5)
+    a = schedport.simulate(trace, "my_las_module:LAS", load=1.2)
+    b = schedport.simulate(trace, pol.source, load=1.2)          # a worker's form: the recorded source
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    from schedport.engine.plugins import from_source
+
+    changed = PolicySource("las", "module", "my_las_module:LAS", "LAS", pol.source.path, "0" * 64)
+    with pytest.raises(PolicyError, match="recorded as sha256 000000000000: another version"):
+        from_source(changed)

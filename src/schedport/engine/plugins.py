@@ -340,13 +340,17 @@ def _load_module(mod_name: str, attr: str, spec: str) -> UserPolicy:
         raise PolicyError(f"{e.filename}:{e.lineno}: syntax error: {e.msg}") from None
     except Exception as e:
         raise PolicyError(f"{mod_name}: importing it raised {type(e).__name__}: {_one_line(e)}") from None
+    return _user_policy(module, _module_source(module, mod_name, "module", spec, attr))
+
+
+def _module_source(module, where: str, kind: str, spec: str, attr: str, dist: str | None = None) -> PolicySource:
+    """The `PolicySource` of an imported module: its source file, hashed."""
     path = getattr(module, "__file__", None)
     if not path:
-        raise PolicyError(f"{mod_name}: has no source file to identify it by (a namespace package?)")
+        raise PolicyError(f"{where}: its module has no source file to identify it by (a namespace package?)")
     data = Path(path).read_bytes()
-    src = PolicySource(name="", kind="module", spec=spec, attr=attr, path=str(Path(path).resolve()),
-                       sha256=_sha256(data), text=data.decode("utf-8", "replace"))
-    return _user_policy(module, src)
+    return PolicySource(name="", kind=kind, spec=spec, attr=attr, path=str(Path(path).resolve()),
+                        sha256=_sha256(data), text=data.decode("utf-8", "replace"), distribution=dist)
 
 
 def _user_policy(module: types.ModuleType, src: PolicySource, name: str | None = None) -> UserPolicy:
@@ -447,10 +451,4 @@ def load_entry_point(ep) -> UserPolicy:
         module = importlib.import_module(mod_name.strip())
     except Exception as e:
         raise PolicyError(f"{where}: importing it raised {type(e).__name__}: {_one_line(e)}") from None
-    path = getattr(module, "__file__", None)
-    if not path:
-        raise PolicyError(f"{where}: its module has no source file to identify it by")
-    data = Path(path).read_bytes()
-    src = PolicySource(name="", kind="entry-point", spec=ep.value, attr=attr, path=str(Path(path).resolve()),
-                       sha256=_sha256(data), text=data.decode("utf-8", "replace"), distribution=dist)
-    return _user_policy(module, src, name=ep.name)
+    return _user_policy(module, _module_source(module, where, "entry-point", ep.value, attr, dist), name=ep.name)
