@@ -433,3 +433,16 @@ def test_a_module_on_the_path_is_a_policy_too(tmp_path, monkeypatch):
     changed = PolicySource("las", "module", "my_las_module:LAS", "LAS", pol.source.path, "0" * 64)
     with pytest.raises(PolicyError, match="recorded as sha256 000000000000: another version"):
         from_source(changed)
+
+
+def test_an_error_in_a_helper_beside_the_policy_file_names_the_helper(tmp_path):
+    (tmp_path / "las_helpers.py").write_text("def served(req):\n    if req.generated > 2:\n"
+                                             "        raise KeyError('no history')\n    return req.generated\n")
+    (tmp_path / "uses_helper.py").write_text(
+        "from schedport.engine.policy import Ordering, PerServedToken\nfrom las_helpers import served\n\n\n"
+        "class Las(Ordering):\n    preemptive = True\n    dynamics = PerServedToken(+1)\n\n"
+        "    def key(self, req, now):\n        return (served(req), req.arrival, req.idx)\n")
+    with pytest.raises(PolicyError) as e:
+        schedport.simulate(make_example_trace(60, 1), f"{tmp_path}/uses_helper.py:Las", load=1.2)
+    assert str(e.value) == (f"{tmp_path}/las_helpers.py:3: scheduler 'Las' raised KeyError: 'no history' "
+                            f"(in served)")

@@ -125,14 +125,17 @@ class UserPolicy(Policy):
 
     def failure(self, exc: BaseException) -> SchedportError | None:
         """The one-line error for an exception raised during a run, when it came from this policy's
-        source file (its innermost frame there); None when it did not (a schedport bug)."""
+        code: its source file, or a helper module beside it (the innermost such frame); None when it
+        did not (a schedport bug)."""
         if isinstance(exc, SchedportError):
             return None
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == self.source.path]
+        folder = str(Path(self.source.path).parent)
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if f.filename == self.source.path or str(Path(f.filename).parent) == folder]
         if not frames:
             return None
         f = frames[-1]
-        return PolicyError(f"{self.source.path}:{f.lineno}: scheduler {self.name!r} raised "
+        return PolicyError(f"{f.filename}:{f.lineno}: scheduler {self.name!r} raised "
                            f"{type(exc).__name__}: {_one_line(exc)} (in {f.name})")
 
 
