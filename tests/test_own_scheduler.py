@@ -139,6 +139,7 @@ def files(tmp_path_factory) -> Path:
                            r"tokens \(in key\)"),
     ("no_such_module_xyz:LAS", r"error: no_such_module_xyz: no such module"),
     ("las.py:", r"error: scheduler 'las\.py:': expected FILE\.py:NAME or module:NAME"),
+    ("las.py", r"error: .*/las\.py: name the policy as las\.py:NAME \(it defines LeastAttained, LAS\)"),
 ])
 def test_each_bad_policy_is_one_line_naming_the_file(files, spec, expected):
     p = cli("simulate", "--trace", "trace.csv", "--scheduler", spec, "--load", "1.5", "--out", "out", cwd=files)

@@ -225,6 +225,8 @@ def get_scheduler(name) -> Policy:
         return REGISTRY[name]
     if is_spec(name):
         return load_spec(name)
+    if name.endswith(".py"):        # a file without the policy's name: say which it defines
+        _load_file(Path(name), "", name)
     eps = installed_policies()
     if name in eps:
         return load_entry_point(eps[name])
@@ -359,10 +361,12 @@ def _module_source(module, where: str, kind: str, spec: str, attr: str, dist: st
 def _user_policy(module: types.ModuleType, src: PolicySource, name: str | None = None) -> UserPolicy:
     """Declare the object `src.attr` of `module` as a `UserPolicy` (checked: a policy, a free name)."""
     where = src.path
-    if not hasattr(module, src.attr):
+    if not src.attr or not hasattr(module, src.attr):
         found = [k for k, v in vars(module).items() if not k.startswith("_") and _is_policy_like(v)
                  and (isinstance(v, Policy) or v.__module__ == module.__name__)]
         has = f"it defines {', '.join(found)}" if found else "it defines no Policy or Ordering subclass"
+        if not src.attr:
+            raise PolicyError(f"{where}: name the policy as {Path(where).name}:NAME ({has})")
         raise PolicyError(f"{where}: no policy named {src.attr!r} ({has})")
     obj = getattr(module, src.attr)
     if isinstance(obj, Policy):
