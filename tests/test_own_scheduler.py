@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -25,8 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import schedport
-from schedport.engine.plugins import PolicyError, PolicySource, get_scheduler, load_spec
-from schedport.engine.schedulers import REGISTRY
+from schedport.engine.plugins import PolicyError, PolicySource, get_scheduler
 from schedport.workload.examples import make_example_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,7 +193,7 @@ def test_python_api_takes_a_spec_or_a_policy_and_gets_the_same_run(files):
     b = schedport.simulate(trace, pol, load=1.3)
     c = schedport.simulate(trace, f"{files}/las.py:LeastAttained", load=1.3)   # a bare Ordering class
     pd.testing.assert_frame_equal(a.requests, b.requests)
-    assert pol.name == "las" and pol.source.sha256 == __import__("hashlib").sha256(LAS.encode()).hexdigest()
+    assert pol.name == "las" and pol.source.sha256 == hashlib.sha256(LAS.encode()).hexdigest()
     assert get_scheduler(f"{files}/las.py:LeastAttained").name == "LeastAttained"
     # LAS is neither FCFS nor srpt on this trace: the user's key really ranks
     fcfs = schedport.simulate(trace, "vllm-fcfs", load=1.3)
@@ -237,7 +237,7 @@ def test_store_records_the_version_and_refuses_another(files, tmp_path):
     corpus = write_demo_corpus(tmp_path / "corpus", windows_per_source=1, requests_per_window=40)
     pol = tmp_path / "mine.py"
     pol.write_text(LAS)
-    sha = __import__("hashlib").sha256(LAS.encode()).hexdigest()
+    sha = hashlib.sha256(LAS.encode()).hexdigest()
     res = _sweep(corpus, tmp_path / "st", f"{pol}:LAS")
     assert res.cells_run == 8
     man = json.loads((tmp_path / "st" / "manifest.json").read_text())
@@ -248,7 +248,7 @@ def test_store_records_the_version_and_refuses_another(files, tmp_path):
     # the same file resumes (nothing to run); one character changed refuses, naming both hashes
     assert _sweep(corpus, tmp_path / "st", f"{pol}:LAS").cells_run == 0
     pol.write_text(LAS.replace("Least attained service.", "Least attained service!"))
-    new_sha = __import__("hashlib").sha256(pol.read_bytes()).hexdigest()
+    new_sha = hashlib.sha256(pol.read_bytes()).hexdigest()
     with pytest.raises(StoreMismatch) as e:
         _sweep(corpus, tmp_path / "st", f"{pol}:LAS", seeds=2)
     msg = str(e.value)
@@ -289,7 +289,7 @@ def test_workers_load_the_policy_from_the_text_they_are_sent(files, tmp_path):
 
 def test_a_recorded_source_whose_text_was_edited_is_refused():
     src = PolicySource("las", "file", "/x/las.py:LAS", "LAS", "/x/las.py",
-                       __import__("hashlib").sha256(LAS.encode()).hexdigest(), LAS)
+                       hashlib.sha256(LAS.encode()).hexdigest(), LAS)
     rec = src.record()
     assert PolicySource.from_record("las", rec).text == LAS
     rec["text"] = LAS + "# edited\n"
