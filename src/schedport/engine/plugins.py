@@ -47,7 +47,7 @@ from pathlib import Path
 from schedport.engine.batching import Continuous
 from schedport.engine.policy import BatchingMode, Ordering
 from schedport.engine.queues import Queue
-from schedport.engine.schedulers import REGISTRY, BoundPolicy, Policy, validate_for, validate_scheduler_params
+from schedport.engine.schedulers import REGISTRY, BoundPolicy, Policy, validate_scheduler_params
 from schedport.errors import SchedportError
 
 #: The entry-point group an installed package registers its policies in.
@@ -116,11 +116,8 @@ class UserPolicy(Policy):
 
     source: PolicySource | None = None
 
-    def bind(self, sim) -> "CheckedPolicy":
-        """As `Policy.bind`, with a key check at every arrival."""
-        validate_for(self, sim.config)
-        params = dict(self.params)
-        params.update(sim.config.scheduler_params.get(self.name, {}))
+    def _bound(self, sim, params: dict) -> "CheckedPolicy":
+        """As `Policy`'s, with a key check at every arrival."""
         return CheckedPolicy(self, sim, params)
 
     def failure(self, exc: BaseException) -> SchedportError | None:

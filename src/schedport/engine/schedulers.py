@@ -63,6 +63,10 @@ class Policy:
         validate_for(self, sim.config)    # every [scheduler.*] table: names, keys, types, ranges
         params = dict(self.params)
         params.update(sim.config.scheduler_params.get(self.name, {}))
+        return self._bound(sim, params)
+
+    def _bound(self, sim, params: dict) -> "BoundPolicy":
+        """The runtime object of one simulation (a user's policy binds a checking one)."""
         return BoundPolicy(self, sim, params)
 
     def failure(self, exc: BaseException):
