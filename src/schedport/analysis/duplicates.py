@@ -120,13 +120,15 @@ def duplicate_schedulers(st: Study) -> dict:
     return {"labels": labels, "by_source": by_source, "by_condition": by_condition}
 
 
-def pair_keys(lab1: np.ndarray, lab2: Optional[np.ndarray], I: np.ndarray, J: np.ndarray, K: int) -> np.ndarray:
+def pair_keys(lab1: np.ndarray, lab2: Optional[np.ndarray], I: np.ndarray, J: np.ndarray, K: int,
+              keep: Optional[np.ndarray] = None) -> np.ndarray:
     """For each scheduler pair: the index of the first pair it duplicates, or -1 for a pair of twins.
 
     `lab1` (and `lab2` for a comparison of two conditions) give each scheduler's class in a
     condition (`duplicate_schedulers`); schedulers identical in every condition involved share a
     joint class. Two pairs with the same joint classes are one comparison; a pair whose two
-    schedulers share a joint class compares a scheduler with itself.
+    schedulers share a joint class compares a scheduler with itself. With `keep` (a mask over
+    the pairs) only the kept pairs take part: the others get -1 and are never a representative.
     """
     joint = lab1 if lab2 is None else lab1 * K + lab2
     a, b = joint[I], joint[J]
@@ -134,6 +136,9 @@ def pair_keys(lab1: np.ndarray, lab2: Optional[np.ndarray], I: np.ndarray, J: np
     first: dict = {}
     rep = np.empty(len(I), dtype=np.int64)
     for p_ in range(len(I)):
+        if keep is not None and not keep[p_]:
+            rep[p_] = -1
+            continue
         rep[p_] = -1 if lo[p_] == hi[p_] else first.setdefault((int(lo[p_]), int(hi[p_])), p_)
     return rep
 

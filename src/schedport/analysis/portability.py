@@ -245,7 +245,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from schedport.analysis import studyform
+from schedport.analysis import multiverse, studyform
 from schedport.analysis.comparison import headline_digest, load_comparison
 from schedport.analysis.concordance import (best_changes, cross_source_headline, cross_source_tau_by_metric,
                                             metric_concordance, metric_headline, metric_matrix, region_concordance,
@@ -384,13 +384,14 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
                         q: float = Q, n_boot: int = N_BOOT, seed: int = 0,
                         metrics: Optional[Sequence[str]] = None,
                         workload: Optional[dict] = None, results_dir: Optional[str] = None,
-                        abs_threshold: float = ABS_THRESHOLD, n_splits: int = SPLITS) -> dict:
+                        abs_threshold: float = ABS_THRESHOLD, n_splits: int = SPLITS, robustness: bool = True,
+                        robustness_boot: int = multiverse.N_BOOT_ROBUSTNESS) -> dict:
     """The whole portability analysis of a runs table; returns the ``portability.json`` dict.
 
     Pure: reads nothing but its arguments (`load_store` provides them) and is deterministic for
     a given `seed`. Runs the steps in order (load, duplicates, ranks, concordance, reversals,
-    study form, claims) as the module docstring describes them; every number is JSON-safe
-    (None where undefined).
+    study form, claims, and with `robustness` the protocol multiverse) as the module docstring
+    describes them; every number is JSON-safe (None where undefined).
     """
     t_start = time.perf_counter()
     check_parameters(practical_threshold=practical_threshold, q=q, n_boot=n_boot, abs_threshold=abs_threshold,
@@ -422,6 +423,13 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
     }
     parameters = analysis_parameters(st, manifest, main, practical_threshold=practical_threshold, q=q,
                                      n_boot=rk.n_boot, seed=seed, abs_threshold=abs_threshold, n_splits=n_splits)
+    t_rob = time.perf_counter()
+    if robustness:
+        rob = multiverse.robustness(df, practical_threshold=practical_threshold, abs_threshold=abs_threshold, q=q,
+                                    seed=seed, n_boot=robustness_boot)
+    else:
+        rob = {"available": False, "note": "not computed (--no-robustness)"}
+    elapsed_rob = time.perf_counter() - t_rob
     elapsed = time.perf_counter() - t_start
     out = {
         "schema": "schedport.portability/2",
@@ -449,8 +457,10 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         "complete_blocks_only": True,
         "workload": workload or {"available": False, "note": "no corpus directory given (--corpus)"},
         "notes": list(dict.fromkeys(notes)),
-        "run_info": {"elapsed_s": round(elapsed, 3), "note": "wall time of the statistics; the only "
-                                                             "field that differs between identical runs"},
+        "robustness": rob,
+        "run_info": {"elapsed_s": round(elapsed, 3), "robustness_elapsed_s": round(elapsed_rob, 3),
+                     "note": "wall times of the statistics and of the protocol multiverse; the only fields that "
+                             "differ between identical runs"},
     }
     return json_safe(out)
 
@@ -485,7 +495,8 @@ def analyze(results_dir, out_dir=None, *, practical_threshold: float = PRACTICAL
             n_boot: int = N_BOOT, seed: int = 0, metrics: Optional[Sequence[str]] = None,
             corpus_dir=None, expect_corpus: Optional[str] = None,
             expect_engine: Optional[str] = None,
-            abs_threshold: float = ABS_THRESHOLD, n_splits: int = SPLITS, compare=None) -> dict:
+            abs_threshold: float = ABS_THRESHOLD, n_splits: int = SPLITS, compare=None, robustness: bool = True,
+            robustness_boot: int = multiverse.N_BOOT_ROBUSTNESS) -> dict:
     """Analyse a results store; write ``portability.json`` (atomically) and return its dict.
 
     `out_dir` defaults to `results_dir`. `corpus_dir` (optional) adds the workload
@@ -499,7 +510,8 @@ def analyze(results_dir, out_dir=None, *, practical_threshold: float = PRACTICAL
     workload = find_workload(manifest, rdir, corpus_dir)
     res = compute_portability(df, manifest, practical_threshold=practical_threshold, q=q, n_boot=n_boot,
                               seed=seed, metrics=metrics, workload=workload, results_dir=str(rdir),
-                              abs_threshold=abs_threshold, n_splits=n_splits)
+                              abs_threshold=abs_threshold, n_splits=n_splits, robustness=robustness,
+                              robustness_boot=robustness_boot)
     if compare is not None:
         res["region_comparison"] = json_safe(load_comparison(compare, res))
     odir = Path(out_dir) if out_dir is not None else rdir

@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 from schedport.report.style import LINESTYLES, MARKERS, OKABE_ITO  # noqa: E402
 
 __all__ = ["plt", "png_data_uri", "fig_tau_heatmap", "fig_headline_tau", "fig_metric_matrix", "fig_reversal_map",
-           "fig_rank_trajectories", "fig_workload", "MAP_ROWS"]
+           "fig_rank_trajectories", "fig_workload", "fig_spec_curve", "MAP_ROWS"]
 
 MAP_ROWS = 25  # scheduler pairs shown in the reversal map
 
@@ -239,3 +239,40 @@ def fig_workload(res: dict) -> Optional[str]:
     fig.tight_layout()
     return png_data_uri(fig)
 
+
+
+#: The study's number per claim for the specification curves (a band where it states a range).
+STUDY_LINES = {"azure_bailian": (0.9, "near-perfect (0.9)"), "burstgpt_low": (0.55, "study: 0.55"),
+               "reversals": (0.036, "study: 3.6%"), "metric_agreement": ((0.3, 0.7), "moderate: 0.3-0.7"),
+               "best_changes": (0.681, "study: 68.1%")}
+VERDICT_STYLE = {"holds": (OKABE_ITO[2], "o"), "does not hold": (OKABE_ITO[5], "x"),
+                 "partly holds": (OKABE_ITO[0], "s"), "inconclusive": (OKABE_ITO[0], "s"),
+                 "not comparable": ("#999999", ".")}
+
+
+def fig_spec_curve(claim: dict) -> Optional[str]:
+    """A claim's specification curve: its value under every distinct protocol, sorted, each point
+    coloured (and marked) by the protocol's verdict, with the study's number as a line."""
+    curve = claim.get("curve") or {}
+    vals = [np.nan if v is None else float(v) for v in curve.get("value", [])]
+    if not vals or not np.isfinite(vals).any():
+        return None
+    verdicts = curve["verdict"]
+    x = np.arange(len(vals))
+    fig, ax = plt.subplots(figsize=(4.6, 2.6))
+    for v, (color, marker) in VERDICT_STYLE.items():
+        sel = [i for i, d in enumerate(verdicts) if d == v]
+        if sel:
+            ax.scatter(x[sel], np.asarray(vals)[sel], s=6 if len(vals) > 500 else 14, color=color, marker=marker,
+                       label=f"{v} ({len(sel)})", linewidths=0.8)
+    line, label = STUDY_LINES.get(claim["id"], (None, ""))
+    if isinstance(line, tuple):
+        ax.axhspan(line[0], line[1], color="#cccccc", alpha=0.35, lw=0, label=label)
+    elif line is not None:
+        ax.axhline(line, color="black", lw=1, ls="--", label=label)
+    ax.set_xlabel(f"protocols, sorted by value ({len(vals):,} distinct)")
+    ax.set_ylabel("share" if claim["id"] in ("reversals", "best_changes") else "Kendall tau")
+    ax.set_title(claim["id"], fontsize=9)
+    ax.legend(fontsize=6, loc="best", markerscale=1.5)
+    ax.tick_params(labelsize=7)
+    return png_data_uri(fig)

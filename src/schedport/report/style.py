@@ -35,7 +35,7 @@ main{max-width:1200px;margin:0 auto;padding:16px 24px}
 h1{font-size:1.5em;margin:0.2em 0}h2{border-bottom:1px solid #ccc;padding-bottom:2px;margin-top:1.6em}
 .sub{color:#555;font-size:0.9em}
 #headline{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:12px}
-#card-sources,#card-claims,#card-reversals,#card-regiondefs{grid-column:1/-1}
+#card-sources,#card-claims,#robustness,#card-reversals,#card-regiondefs{grid-column:1/-1}
 .scroll{overflow-x:auto}
 .card{border:1px solid #d0d0d0;border-radius:6px;padding:10px 14px;background:#fafafa}
 .card h3{margin:0 0 6px 0;font-size:1.05em}
