@@ -787,7 +787,13 @@ def robustness(df: pd.DataFrame, *, practical_threshold: float, abs_threshold: f
         dval, dver, dn = grid[dcombo][:3]
         text, depends = _summary({a: verdict_by_axis[a] for a in rel}, {a: by_axis[a] for a in rel}, verdicts,
                                  n_protocols)
-        order = sorted(combos, key=lambda c: (math.inf if grid[c][0] is None else grid[c][0]))
+        seen, uniq = set(), []
+        for c in combos:           # one point per distinct analysis (thresholds do not act with ties off)
+            key = _effective(dict(default, **dict(zip(rel, c))), cid)
+            if key not in seen:
+                seen.add(key)
+                uniq.append(c)
+        order = sorted(uniq, key=lambda c: (math.inf if grid[c][0] is None else grid[c][0]))
         claims_out.append({
             "id": cid,
             "share_holds": share,

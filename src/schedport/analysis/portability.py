@@ -229,6 +229,25 @@ Provenance and refusal
     `SchedportError`, as is one whose hash differs from ``expect_corpus`` / ``expect_engine``
     or from the corpus directory given for the workload figure.
 
+Robustness (``robustness``, `schedport.analysis.multiverse`; ``--no-robustness`` leaves it out)
+    The five claims recomputed under every analysis protocol: a protocol is one value per axis
+    of ``axes`` {name: [values]} (aggregation, ties, rel_threshold, abs_threshold, test, bh_level,
+    bh_family, metric_set, scheduler_set, comparison), ``n_protocols`` their product,
+    ``default_protocol`` the study form's, ``n_boot`` the resamples behind each protocol's
+    intervals (200: those intervals are not shown), ``note``. ``claims``: one entry per claim,
+    [{``id``, ``share_holds`` (share of protocols under which the verdict is "holds"),
+    ``verdicts`` {verdict: share}, ``by_axis`` {axis: {value: share_holds}} (an axis that cannot
+    move the claim has the claim's share at every value), ``axes`` (those that can),
+    ``n_distinct`` (analyses actually computed: one per combination of those axes), ``robust``
+    (one verdict under every protocol), ``depends_on`` (axes along which a verdict's share
+    changes, largest change first), ``summary``, ``default`` {value, verdict, n_comparisons},
+    ``closest`` {``protocol``, ``value``, ``verdict``, ``n_comparisons``, ``distance``; for the
+    reversals also ``one_metric``: the closest single metric's share}, ``distance`` (the stated
+    distance to the study's number), ``curve`` {value, verdict} (every distinct protocol, sorted
+    by value: the specification curve)}]. The value of a protocol is the claim's number in the
+    study form (the pooled share over the metric set for the reversals) and ``n_comparisons`` what
+    it counts (comparisons, tau values, or window x region cells).
+
 Performance: the full default study (13 schedulers, 3 sources x 40 windows, 6 regions, 21
 distinct metrics, B = 1000, ~23,000 Wilcoxon tests, the study form's 5 x 1,404 tests redone
 on 1,000 resamples, 1,000 random splits) takes about 20 s for the statistics and about 40 s in

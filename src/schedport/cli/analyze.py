@@ -135,8 +135,11 @@ def summary_lines(res: dict) -> list[str]:
     rv = h["reversals"]
     lines.append(f"pooled reversals (all metrics, cross-source and cross-region): {rv['n_significant_practical']} "
                  f"of {rv['n_comparisons']} comparisons ({pct(rv['share'])})")
+    rob = {c["id"]: c for c in (res.get("robustness") or {}).get("claims", [])}
     for c in sf["claims"]:
-        lines.append(f"claim '{c['study'][:60]}': {c['verdict']}")
+        r = rob.get(c["id"])
+        across = (f"; across {res['robustness']['n_protocols']:,} protocols: {r['summary']}" if r else "")
+        lines.append(f"claim '{c['study'][:60]}': {c['verdict']}{across}")
     if res.get("missing_cells"):
         lines.append(f"{len(res['missing_cells'])} missing cell(s): analysed on complete blocks")
     rg = res.get("regimes") or {}

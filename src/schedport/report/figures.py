@@ -246,7 +246,7 @@ STUDY_LINES = {"azure_bailian": (0.9, "near-perfect (0.9)"), "burstgpt_low": (0.
                "reversals": (0.036, "study: 3.6%"), "metric_agreement": ((0.3, 0.7), "moderate: 0.3-0.7"),
                "best_changes": (0.681, "study: 68.1%")}
 VERDICT_STYLE = {"holds": (OKABE_ITO[2], "o"), "does not hold": (OKABE_ITO[5], "x"),
-                 "partly holds": (OKABE_ITO[0], "s"), "inconclusive": (OKABE_ITO[0], "s"),
+                 "partly holds": (OKABE_ITO[4], "s"), "inconclusive": (OKABE_ITO[4], "s"),
                  "not comparable": ("#999999", ".")}
 
 

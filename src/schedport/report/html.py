@@ -117,6 +117,14 @@ def _protocol_text(proto: dict, default: dict) -> str:
     return "; ".join(diff) if diff else "the default (the study form's)"
 
 
+def _one_metric_text(om: Optional[dict], default: dict) -> str:
+    """The reversal claim's closest single metric, as a clause ("" when there is none)."""
+    if not om:
+        return ""
+    return (f"; one metric alone comes closest with {esc(om['metric'])}: {esc(pct(om['value']))} of "
+            f"{om['n_comparisons']:,} comparisons ({esc(_protocol_text(om['protocol'], default))})")
+
+
 def _robustness_card(res: dict, n: _Nums) -> str:
     """How robust is each verdict: the claims under every protocol of the multiverse
     (``robustness``): one sentence each, a specification curve each, the axis table."""
@@ -134,7 +142,7 @@ def _robustness_card(res: dict, n: _Nums) -> str:
             f"protocols; {esc(c['summary'])}. Closest to the study ({esc(c['distance'])}): "
             f"{esc(_protocol_text(cl['protocol'], default))}, giving {esc(val)}"
             + (f" of {cl['n_comparisons']:,} comparisons" if c["id"] == "reversals" else "")
-            + f" ({esc(cl['verdict'])}).</li>")
+            + f" ({esc(cl['verdict'])})" + _one_metric_text(cl.get("one_metric"), default) + ".</li>")
     figs = "".join(img_tag(fig_spec_curve(c), f"specification curve of {c['id']}", "small") for c in claims)
     head = "".join(f"<th>{esc(c['id'])}</th>" for c in claims)
     rows = []
@@ -607,6 +615,19 @@ def _methodology(res: dict) -> str:
         "Claims: each finding of the original study is set beside this run's figure in the same form; the "
         "verdict is computed by the rule printed beside it (holds / does not hold / partly holds / inconclusive "
         "when the interval straddles the criterion / not comparable), from <code>study_form.claims</code>.",
+        "Robustness (<code>robustness</code>, the card &ldquo;How robust is each verdict&rdquo;): the five claims "
+        "recomputed with the same rules under every protocol, one value per axis: rank aggregation (mean "
+        "within-window rank per condition; ranking of the median values per condition; mean rank pooled over a "
+        "source's regions), practical ties (off; on: values closer than the threshold tie, rank = 1 + clearly "
+        "better + ties / 2), the relative and absolute thresholds, the test (Wilcoxon signed-rank; exact sign test; "
+        "paired bootstrap of the lower median with its exact bootstrap distribution), the Benjamini-Hochberg level "
+        "and family (per metric; all metrics of the set), the metric set (main; survivor-only latencies; goodput "
+        "for attainment; without tail TPOT), the scheduler set (all; without static, fastserve or slo-admission, "
+        "where present) and the comparison kind (cross-source; with cross-region). Each claim is computed once per "
+        "combination of the axes that can move it; shares are over the full product. Fields: axes, n_protocols, "
+        "default_protocol, n_boot, claims[id, share_holds, verdicts, by_axis, axes, n_distinct, robust, "
+        "depends_on, summary, default, closest[protocol, value, verdict, n_comparisons, distance], distance, "
+        "curve]; the analysis module's docstring defines each.",
         "Tied vectors: a concordance whose mean-rank vector has 3 or fewer distinct values is flagged "
         "(<code>tied</code>; &dagger; and * in the report): its tau rests on a near-constant ranking.",
         "Fields of <code>study_form</code>: reversals[metric, effect_scale, practical_threshold, n_tests, "
