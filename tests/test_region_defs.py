@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from _synthstore import MANIFEST, make_runs, write_store
@@ -102,6 +103,12 @@ def test_headlines_compared_across_region_definitions(tmp_path):
     # the synthetic store records no definition, as stores made before any other did: drain
     assert rc["this"]["region_def"] == "drain" and rc["other"]["region_def"] == "slo:standard:0.9"
     assert len(rc["this"]["reversals"]) == len(rc["other"]["reversals"]) == 5
+    # the other store joins the protocol multiverse as the axis region_def
+    rob = res["robustness"]
+    assert rob["axes"]["region_def"] == ["drain", "slo:standard:0.9"] and rob["default_protocol"]["region_def"] == "drain"
+    for c in rob["claims"]:
+        assert "region_def" in c["axes"] and set(c["by_axis"]["region_def"]) == {"drain", "slo:standard:0.9"}
+    assert rob["n_protocols"] == int(np.prod([len(v) for v in rob["axes"].values()]))
     html = (a / "report.html").read_text()
     assert "The headline under both region definitions" in html
     other = write_store(tmp_path / "other", runs, manifest={**MANIFEST, "engine_hash": "f" * 16})

@@ -40,6 +40,9 @@ Axes (`AXES`; the study form's protocol is `DEFAULT`, with the analysis's own th
 ``comparison``
     ``cross_source`` (the study form) or ``with_cross_region`` (the reversal count also compares
     two regions of one source, as the pooled analysis does).
+``region_def`` (only with ``analyze --compare`` of another store of the same study)
+    This store's region definition and the other's: every claim is recomputed on the other
+    store's runs too.
 
 Each claim depends on some axes only (`RELEVANT`): its value and verdict are computed once per
 combination of those (the *distinct analyses*, listed under ``n_distinct``), and a protocol's
@@ -648,9 +651,9 @@ def _distance(cid: str, value: Optional[float], n: int) -> float:
     return abs(value - STUDY_BEST_CHANGES)
 
 
-def _effective(proto: dict, cid: str) -> tuple:
+def _effective(proto: dict, cid: str, rel: Optional[tuple] = None) -> tuple:
     """The protocol's values on the axes that can move `cid` (thresholds only where they act)."""
-    rel = RELEVANT[cid]
+    rel = RELEVANT[cid] if rel is None else rel
     eff = []
     for ax in rel:
         v = proto[ax]
@@ -688,15 +691,10 @@ def _summary(verdict_by_axis: dict, share_by_axis: dict, verdicts: dict, n: int)
     return text, depends
 
 
-def robustness(df: pd.DataFrame, *, practical_threshold: float, abs_threshold: float, q: float, seed: int = 0,
-               n_boot: int = N_BOOT_ROBUSTNESS, notes: Optional[list] = None) -> dict:
-    """The ``robustness`` block of portability.json: each claim's share of protocols under which
-    it holds, per axis value, and the protocol closest to the study's numbers (module docstring).
-
-    Pure and deterministic for `seed`: the resamples come from ``default_rng([seed, 27])``, apart
-    from those of the intervals shown.
-    """
-    notes = notes if notes is not None else []
+def _claim_grids(df: pd.DataFrame, *, practical_threshold: float, abs_threshold: float, q: float, seed: int,
+                 n_boot: int) -> tuple[dict, dict, dict, dict]:
+    """Every claim's (value, verdict, n_comparisons) per combination of the axes that move it, for
+    one store: (axes, default protocol, {claim: {combination: result}}, {claim: n_distinct})."""
     wanted = list(dict.fromkeys(m for ms in METRIC_SETS.values() for m in ms))
     have = [m for m in wanted if m in df.columns and pd.api.types.is_numeric_dtype(df[m]) and df[m].notna().any()]
     inner: list[str] = []
@@ -745,11 +743,43 @@ def robustness(df: pd.DataFrame, *, practical_threshold: float, abs_threshold: f
         results["reversals"][combo] = rp[k]
     distinct = {"azure_bailian": len(rank_cache), "burstgpt_low": len(rank_cache),
                 "metric_agreement": len(rank_cache), "best_changes": len(best_cache), "reversals": len(rp)}
+    return axes, default, results, distinct
+
+
+def robustness(df: pd.DataFrame, *, practical_threshold: float, abs_threshold: float, q: float, seed: int = 0,
+               n_boot: int = N_BOOT_ROBUSTNESS, compare: Optional[tuple] = None) -> dict:
+    """The ``robustness`` block of portability.json: each claim's share of protocols under which
+    it holds, per axis value, and the protocol closest to the study's numbers (module docstring).
+
+    `compare` = (this store's region definition, the other's, the other store's runs table): the
+    same study run under another region definition adds the axis ``region_def``. Pure and
+    deterministic for `seed`: the resamples come from ``default_rng([seed, 27])``, apart from
+    those of the intervals shown.
+    """
+    opts = dict(practical_threshold=practical_threshold, abs_threshold=abs_threshold, q=q, seed=seed, n_boot=n_boot)
+    axes, default, results, distinct = _claim_grids(df, **opts)
+    relevant = dict(RELEVANT)
+    extra_note = ""
+    if compare is not None:
+        this_def, other_def, df2 = compare
+        axes2, default2, results2, distinct2 = _claim_grids(df2, **opts)
+        if axes2 != axes or this_def == other_def:
+            extra_note = (" The --compare store was left out of the multiverse: "
+                          + ("it uses the same region definition." if this_def == other_def else
+                             "its schedulers or metrics give other axes."))
+        else:
+            axes["region_def"] = [this_def, other_def]
+            default["region_def"] = this_def
+            relevant = {c: r + ("region_def",) for c, r in RELEVANT.items()}
+            results = {cid: {**{c + (this_def,): v for c, v in results[cid].items()},
+                             **{c + (other_def,): v for c, v in results2[cid].items()}} for cid in CLAIM_IDS}
+            distinct = {cid: distinct[cid] + distinct2[cid] for cid in CLAIM_IDS}
+    names = list(axes)
 
     n_protocols = int(np.prod([len(axes[a]) for a in names]))
     claims_out = []
     for cid in CLAIM_IDS:
-        rel = RELEVANT[cid]
+        rel = relevant[cid]
         grid = results[cid]
         combos = list(grid)
         vlist = np.array([grid[c][1] for c in combos])
@@ -789,7 +819,7 @@ def robustness(df: pd.DataFrame, *, practical_threshold: float, abs_threshold: f
                                  n_protocols)
         seen, uniq = set(), []
         for c in combos:           # one point per distinct analysis (thresholds do not act with ties off)
-            key = _effective(dict(default, **dict(zip(rel, c))), cid)
+            key = _effective(dict(default, **dict(zip(rel, c))), cid, rel)
             if key not in seen:
                 seen.add(key)
                 uniq.append(c)
@@ -817,5 +847,5 @@ def robustness(df: pd.DataFrame, *, practical_threshold: float, abs_threshold: f
         "claims": claims_out,
         "note": (f"{n_protocols:,} protocols (the product of the axes); each claim is computed once per combination "
                  "of the axes it depends on (n_distinct); its intervals use "
-                 f"{n_boot} resamples of windows (not shown; the intervals shown use their own)."),
+                 f"{n_boot} resamples of windows (not shown; the intervals shown use their own).{extra_note}"),
     }

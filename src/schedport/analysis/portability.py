@@ -232,7 +232,8 @@ Provenance and refusal
 Robustness (``robustness``, `schedport.analysis.multiverse`; ``--no-robustness`` leaves it out)
     The five claims recomputed under every analysis protocol: a protocol is one value per axis
     of ``axes`` {name: [values]} (aggregation, ties, rel_threshold, abs_threshold, test, bh_level,
-    bh_family, metric_set, scheduler_set, comparison), ``n_protocols`` their product,
+    bh_family, metric_set, scheduler_set, comparison; region_def when ``--compare`` names an
+    analysis whose directory holds its store), ``n_protocols`` their product,
     ``default_protocol`` the study form's, ``n_boot`` the resamples behind each protocol's
     intervals (200: those intervals are not shown), ``note``. ``claims``: one entry per claim,
     [{``id``, ``share_holds`` (share of protocols under which the verdict is "holds"),
@@ -527,15 +528,33 @@ def analyze(results_dir, out_dir=None, *, practical_threshold: float = PRACTICAL
     rdir = Path(results_dir)
     df, manifest = load_store(rdir, expect_corpus=expect_corpus, expect_engine=expect_engine)
     workload = find_workload(manifest, rdir, corpus_dir)
+    other_store = compare_store(compare) if compare is not None and robustness else None
     res = compute_portability(df, manifest, practical_threshold=practical_threshold, q=q, n_boot=n_boot,
                               seed=seed, metrics=metrics, workload=workload, results_dir=str(rdir),
-                              abs_threshold=abs_threshold, n_splits=n_splits, robustness=robustness,
-                              robustness_boot=robustness_boot)
+                              abs_threshold=abs_threshold, n_splits=n_splits,
+                              robustness=robustness and other_store is None, robustness_boot=robustness_boot)
     if compare is not None:
         res["region_comparison"] = json_safe(load_comparison(compare, res))
+    if other_store is not None:
+        # the same study under the other region definition: one more axis of the multiverse
+        t0 = time.perf_counter()
+        df2, _ = load_store(other_store, expect_corpus=manifest.get("corpus_sha256"))
+        rc = res["region_comparison"]
+        res["robustness"] = json_safe(multiverse.robustness(
+            df, practical_threshold=practical_threshold, abs_threshold=abs_threshold, q=q, seed=seed,
+            n_boot=robustness_boot, compare=(str(rc["this"]["region_def"]), str(rc["other"]["region_def"]), df2)))
+        res["run_info"]["robustness_elapsed_s"] = round(time.perf_counter() - t0, 3)
     odir = Path(out_dir) if out_dir is not None else rdir
     write_portability(res, odir)
     return res
+
+
+def compare_store(compare) -> Optional[Path]:
+    """The results store beside a ``--compare`` analysis (its directory holds ``runs/`` and
+    ``manifest.json``), whose runs join the multiverse as a second region definition; else None."""
+    pth = Path(compare)
+    d = pth if pth.is_dir() else pth.parent
+    return d if (d / "runs").is_dir() and (d / "manifest.json").is_file() else None
 
 
 def write_portability(res: dict, out_dir) -> Path:
