@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -69,7 +70,7 @@ from schedport.analysis.defaults import MIN_WINDOWS
 from schedport.analysis.directions import MAIN_METRICS, metric_is_bounded
 from schedport.analysis.duplicates import duplicate_schedulers, pair_keys
 from schedport.analysis.ranks import mean_ranks
-from schedport.analysis.stats import (basic_ci, bh_adjust, nanmean, pair_index, percentile_ci, relative_effect,
+from schedport.analysis.stats import (basic_ci, nanmean, pair_index, percentile_ci, relative_effect,
                                       tau_features, wilcoxon_pvalues)
 from schedport.analysis.store_loading import Study
 from schedport.analysis.studyform import (CLUSTER_FACTOR, HIGH_LOAD_RHO, MODERATE, NEAR_PERFECT, STUDY_BEST_CHANGES,
@@ -433,11 +434,9 @@ class _Reversals:
                     pw, n_used = wilcoxon_pvalues(x)
                     ok = n_used > 0
                     made[si, r] = ok
-                    with np.errstate(invalid="ignore"):
-                        import warnings
-                        with warnings.catch_warnings():
-                            warnings.simplefilter("ignore", RuntimeWarning)
-                            med[0, si, r] = np.where(fin.any(1), np.nanmedian(np.where(fin, x, np.nan), 1), np.nan)
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", RuntimeWarning)     # all-NaN rows: NaN, as meant
+                        med[0, si, r] = np.where(fin.any(1), np.nanmedian(np.where(fin, x, np.nan), 1), np.nan)
                     pb, mb = boot_wilcoxon(x, c)
                     med[1:, si, r] = mb
                     ps["wilcoxon"][0, si, r] = pw
