@@ -56,3 +56,4 @@ bench: setup
 	$(BIN)/python benchmarks/bench_corpus.py
 	$(BIN)/python benchmarks/bench_sweep.py
 	$(BIN)/python benchmarks/bench_io.py
+	$(BIN)/python benchmarks/bench_robustness.py
