@@ -14,8 +14,8 @@ import pytest
 from scipy import stats
 
 from _synthstore import MANIFEST, METRICS_MAIN, REGIONS6, make_runs
-from schedport.analysis.multiverse import (AXES, RELEVANT, _median_boot_p, _sign_p, protocol_axes, robustness,
-                                           tie_ranks)
+from schedport.analysis.multiverse import AXES, RELEVANT, protocol_axes, robustness, tie_ranks
+from schedport.analysis.multiverse_reversals import median_bootstrap_p, sign_test_p
 from schedport.analysis.portability import compute_portability
 from schedport.analysis.store_loading import Study
 
@@ -112,7 +112,7 @@ def test_tie_ranks_are_average_ranks_without_a_threshold_and_merge_close_values_
 def test_sign_test_is_scipys_binomial_test():
     for npos, nneg in [(0, 0), (3, 0), (12, 28), (20, 20), (1, 9)]:
         want = stats.binomtest(npos, npos + nneg).pvalue if npos + nneg else 1.0
-        assert _sign_p(np.array(float(npos)), np.array(float(nneg))) == pytest.approx(want, rel=1e-12)
+        assert sign_test_p(np.array(float(npos)), np.array(float(nneg))) == pytest.approx(want, rel=1e-12)
 
 
 @pytest.mark.parametrize("x", [[0.3, -0.1, 0.2, 0.0, 0.5], [-1, -2, 3, -4, -5], [0.1, 0.2, 0.3, 0.4, 0.5, -0.6]])
@@ -122,7 +122,7 @@ def test_the_bootstrap_test_is_the_exact_bootstrap_of_the_lower_median(x):
     k = -(-n // 2)
     meds = np.array([np.sort(x[list(ix)])[k - 1] for ix in itertools.product(range(n), repeat=n)])
     want = min(1.0, 2 * min((meds <= 0).mean(), (meds >= 0).mean()))
-    got = _median_boot_p(np.array(float((x <= 0).sum())), np.array(float((x >= 0).sum())), np.array(float(n)))
+    got = median_bootstrap_p(np.array(float((x <= 0).sum())), np.array(float((x >= 0).sum())), np.array(float(n)))
     assert got == pytest.approx(want, abs=1e-12)
 
 

@@ -24,8 +24,9 @@ from typing import Any, Optional
 
 from schedport.common.formatting import fmt, pct  # noqa: F401  (the report's number style)
 from schedport.report.explain import render_section
+from schedport.report.robustness import robustness_card
 from schedport.report.figures import (fig_headline_tau, fig_metric_matrix, fig_rank_trajectories,  # noqa: F401
-                                      fig_reversal_map, fig_spec_curve, fig_tau_heatmap, fig_workload)
+                                      fig_reversal_map, fig_tau_heatmap, fig_workload)
 from schedport.report.style import CSS, OKABE_ITO, img_tag  # noqa: F401  (OKABE_ITO: part of this module's API)
 from schedport.report.style import escape_html as esc
 from schedport.report.validation import render_validation_section
@@ -109,63 +110,6 @@ def _claims_card(res: dict, n: _Nums) -> str:
             "95% interval; the verdict is computed from the numbers by the rule shown (generated from "
             "portability.json).</p><div class='scroll'><table><tr><th class='l'>study</th><th class='l'>this run</th>"
             "<th class='l'>verdict</th><th class='l'>rule</th></tr>" + "".join(rows) + "</table></div></div>")
-
-
-def _protocol_text(proto: dict, default: dict) -> str:
-    """A protocol as the axes where it leaves the default ("the default" when it does not)."""
-    diff = [f"{k} = {v}" for k, v in proto.items() if default.get(k) != v]
-    return "; ".join(diff) if diff else "the default (the study form's)"
-
-
-def _one_metric_text(om: Optional[dict], default: dict) -> str:
-    """The reversal claim's closest single metric, as a clause ("" when there is none)."""
-    if not om:
-        return ""
-    return (f"; one metric alone comes closest with {esc(om['metric'])}: {esc(pct(om['value']))} of "
-            f"{om['n_comparisons']:,} comparisons ({esc(_protocol_text(om['protocol'], default))})")
-
-
-def _robustness_card(res: dict, n: _Nums) -> str:
-    """How robust is each verdict: the claims under every protocol of the multiverse
-    (``robustness``): one sentence each, a specification curve each, the axis table."""
-    rob = res.get("robustness") or {}
-    if not rob.get("claims"):
-        return (f"<div class='card' id='robustness'><h3>How robust is each verdict</h3><p class='sub'>"
-                f"{esc(rob.get('note', 'not computed'))}</p></div>")
-    claims, axes, default = rob["claims"], rob["axes"], rob["default_protocol"]
-    sentences = []
-    for j, c in enumerate(claims):
-        cl = c["closest"]
-        val = (pct(cl["value"]) if c["id"] in ("reversals", "best_changes") else fmt(cl["value"]))
-        sentences.append(
-            f"<li><b>{esc(c['id'])}</b>: holds under {n(f'robustness.claims.{j}.share_holds', 'pct')} of the "
-            f"protocols; {esc(c['summary'])}. Closest to the study ({esc(c['distance'])}): "
-            f"{esc(_protocol_text(cl['protocol'], default))}, giving {esc(val)}"
-            + (f" of {cl['n_comparisons']:,} comparisons" if c["id"] == "reversals" else "")
-            + f" ({esc(cl['verdict'])})" + _one_metric_text(cl.get("one_metric"), default) + ".</li>")
-    figs = "".join(img_tag(fig_spec_curve(c), f"specification curve of {c['id']}", "small") for c in claims)
-    head = "".join(f"<th>{esc(c['id'])}</th>" for c in claims)
-    rows = []
-    for ax, values in axes.items():
-        for v in values:
-            cells = []
-            for c in claims:
-                sh = c["by_axis"][ax][str(v)]
-                moved = ax in c["axes"] and len(set(c["by_axis"][ax].values())) > 1
-                cells.append(f"<td class='{'v-part' if moved else ''}'>{esc(pct(sh, 0))}</td>")
-            mark = " (default)" if default.get(ax) == v else ""
-            rows.append(f"<tr><td class='l'>{esc(ax)}</td><td class='l'>{esc(v)}{mark}</td>{''.join(cells)}</tr>")
-    return ("<div class='card' id='robustness'><h3>How robust is each verdict</h3>"
-            f"<p class='sub'>Each claim recomputed under every analysis protocol: {rob['n_protocols']:,} "
-            "combinations of the choices below (rank aggregation, practical ties, thresholds, test, "
-            "Benjamini-Hochberg level and family, metric set, scheduler set, comparison kind), with the study "
-            f"form's rules. {esc(rob['note'])}</p><ul>" + "".join(sentences) + "</ul>"
-            "<div style='display:grid;grid-template-columns:repeat(auto-fit,minmax(340px,1fr));gap:6px'>"
-            + figs + "</div><p class='sub'>Specification curves: one point per distinct protocol of a claim, sorted "
-            "by its value, marked by its verdict; the dashed line (band) is the study's number. Below, the share "
-            "of protocols under which each claim holds, per value of each axis (shaded where the axis moves the "
-            "claim).</p><div class='scroll'><table><tr><th class='l'>axis</th><th class='l'>value</th>" + head
-            + "</tr>" + "".join(rows) + "</table></div></div>")
 
 
 def _tau_card(res: dict, n: _Nums) -> str:
@@ -406,7 +350,7 @@ def _headline(res: dict, n: _Nums) -> str:
                    f"{esc(rc['selection_note'])}.</p>")
     out.append(_regime_warning(res))
     out.append(_claims_card(res, n))
-    out.append(_robustness_card(res, n))
+    out.append(robustness_card(res, n))
     out.append(_region_card(res, n))
     out.append(_tau_card(res, n))
     out.append(_study_reversals_card(res, n))
