@@ -67,7 +67,8 @@ class Fixed:
 
 
 class PerServedToken:
-    """A request's leading key moves by `step` for every token it is served, and only then
+    """A request's leading key moves by `step` for every output token it is given (a decode, or
+    the token that ends a prefill), and only then
     (srpt: remaining tokens, step -1; least attained service: tokens generated, step +1)."""
 
     def __init__(self, step: int):

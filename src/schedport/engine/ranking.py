@@ -91,12 +91,23 @@ class RankTracker:
         self._drop(req)
 
     def served(self, plan: Plan) -> None:
-        """After a step: requests served as items have new keys (a member served alone while the
-        cohort stood still included)."""
-        for r, _ in plan.items:
-            if r.phase == RUNNING:
-                self._drop(r)
-                self._add(r)
+        """After a step: requests that emitted a token as items have new keys (a member served
+        alone while the cohort stood still included). A key moves only with a token served, so
+        a fixed key (`step` 0) and a prefill chunk that emitted nothing keep their places; a
+        request that just emitted its last token is about to leave."""
+        if self.step:
+            for r in plan.emitted:
+                if r.generated < r.output:
+                    self._drop(r)
+                    self._add(r)
+
+    def served_run(self, plan: Plan) -> None:
+        """After a fast-forward: every request served as an item took tokens."""
+        if self.step:
+            for r, _ in plan.items:
+                if r.phase == RUNNING:
+                    self._drop(r)
+                    self._add(r)
 
     def fast_forward_limit(self, now: float) -> int | None:
         """Steps the cohort may run before its ranking can turn (None: never, between events).

@@ -167,7 +167,7 @@ class BoundPolicy:
 
     def after_fast_forward(self, plan, starts, ends, k):
         if self.mode.tracker is not None:
-            self.mode.tracker.served(plan)
+            self.mode.tracker.served_run(plan)
         self.order.after_fast_forward(plan, starts, ends, k)
 
 
