@@ -597,7 +597,7 @@ def test_horizon_cuts_the_run_and_marks_unfinished():
 @pytest.mark.parametrize("blocks,seqs", [(4000, 64), (4000, 4), (120, 16), (60, 8)])
 def test_fastserve_cached_ranking_matches_keys_recomputed_every_step(blocks, seqs):
     """FastServe's ranked fill reads each job's cached `req.key`, re-sorts last step's rank order
-    and checks only the jobs that ran last step for a run that ended: a reference that calls
+    and closes the run of a job that sat a step out when it is next read: a reference that calls
     `key` for every job and scans every running job in every step makes the same decisions
     (KV-resident jobs that sit steps out, swaps and starvation promotions all exercised)."""
     import math

@@ -6,7 +6,6 @@ import math
 from operator import attrgetter
 
 from schedport.engine.queues import SortedEachStep
-from schedport.engine.simulator import RUNNING
 
 
 class SkipJoinMLFQ(SortedEachStep):
@@ -59,7 +58,6 @@ class SkipJoinMLFQ(SortedEachStep):
         self._back = 0                  # and by pushes to the back
         self.promotions = 0             # starvation promotions, for the run summary
         self.deepest = 0                # the lowest level any job reached
-        self._ran: list = []            # the jobs scheduled in the last step run
 
     def _state(self, req):
         # [level, position, processing time of closed runs, open run's start, last step's end]
@@ -160,14 +158,9 @@ class SkipJoinMLFQ(SortedEachStep):
             s[1] = -front
             r.key = (lvl, -front, r.idx)
         self._front = front
-        # a running job that sat this step out ends its open run (its KV stays resident); only
-        # one that ran in the step before can have a run open
-        if len(batch) != len(self.sim.running):
-            for r in self._ran:
-                s = r.aux
-                if r.phase == RUNNING and s[4] != end and s[3] == s[3]:
-                    self._close(s)
-        self._ran = batch
+        # a running job that sat this step out ended its open run (its KV stays resident) at its
+        # last step's end, s[4]; the run is closed when next read (`_close`, the new-run branch
+        # above, `fast_forward_limit`), with the same sum an eager close would make
 
     def requeue(self, req, now):
         # swapped or recomputed out of the batch's way: its place in its queue is kept
@@ -194,8 +187,12 @@ class SkipJoinMLFQ(SortedEachStep):
                 s = r.aux
                 lvl = s[0]
                 if lvl < self.levels - 1:
-                    seg = now if (s[4] != now or math.isnan(s[3])) else s[3]
-                    due = seg + (quanta[lvl] - s[2])
+                    if s[4] != now or math.isnan(s[3]):
+                        seg = now
+                        done = s[2] if math.isnan(s[3]) else s[2] + (s[4] - s[3])  # a run it sat out closed
+                    else:
+                        seg, done = s[3], s[2]
+                    due = seg + (quanta[lvl] - done)
                     for m in range(lvl + 1, lw + 1):    # empty from lw on: its next demotion counts
                         due += quanta[m]
                     if due < t:
@@ -242,7 +239,6 @@ class SkipJoinMLFQ(SortedEachStep):
             order = _reverse_within_levels(order, lvl)
         if self._check_due():
             self._promote_starved({r.idx for r in order}, float(starts[k - 1]))
-        self._ran = list(order)
         for r in reversed(order):              # fresh front positions that sort as `order`
             self._to_front(r, r.aux)
 
