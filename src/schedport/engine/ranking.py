@@ -38,9 +38,11 @@ class RankTracker:
         self.order = order
         self.mode = mode
         self.step = int(order.served_key_step)
-        self.members = SortedList()     # (leading key - step x cohort clock, *rest of key, request)
+        self.members = SortedList()     # [leading key - step x cohort clock, *rest of key, request]
         self.others = SortedList()      # (key..., request): running requests outside the cohort
-        self.entry: dict[int, tuple] = {}
+        self.entry: dict[int, tuple | list] = {}
+        self._alone: list | None = None   # member entries the last walk served alone, as a prefix
+        self._moved: set[int] = set()     # the requests of those entries, once moved
         if getattr(order.cohort_changed, "__func__", None) is Queue.cohort_changed:
             sim._cohort_hook = self.cohort_changed      # the order keeps no cohort state: skip it
         for r in sim.running:
@@ -54,7 +56,8 @@ class RankTracker:
     def _add(self, req: Request) -> None:
         k = self._key(req)
         if req.sync >= 0:
-            e = (k[0] - self.step * self.sim.dclock, *k[1:], req)
+            # a list, so that `served` can move a served prefix's leading keys in place
+            e = [k[0] - self.step * self.sim.dclock, *k[1:], req]
             self.members.add(e)
         else:
             e = (*k, req)
@@ -69,6 +72,8 @@ class RankTracker:
     def cohort_changed(self, req: Request, delta: int) -> None:
         """A running request joined (+1: its fields are true, `sync` set) or left (-1: synced,
         `sync` still set) the decode cohort."""
+        if self._alone:
+            self._move_alone()
         e = self.entry.pop(req.idx, None)
         if delta > 0:
             if e is not None:
@@ -88,6 +93,8 @@ class RankTracker:
 
     def left(self, req: Request) -> None:
         """`req` stopped running (preempted or finished)."""
+        if self._alone:
+            self._move_alone()
         self._drop(req)
 
     def served(self, plan: Plan) -> None:
@@ -95,14 +102,32 @@ class RankTracker:
         alone while the cohort stood still included). A key moves only with a token served, so
         a fixed key (`step` 0) and a prefill chunk that emitted nothing keep their places; a
         request that just emitted its last token is about to leave."""
-        if self.step:
-            for r in plan.emitted:
-                if r.generated < r.output:
-                    self._drop(r)
-                    self._add(r)
+        if not self.step:
+            return
+        self._move_alone()
+        skip, self._moved = self._moved, set()
+        for r in plan.emitted:
+            if r.generated < r.output and r.idx not in skip:
+                self._drop(r)
+                self._add(r)
+
+    def _move_alone(self) -> None:
+        """The members the last walk served alone while the cohort stood still were the first in
+        rank order, and each took one token: with `step` < 0 their keys all moved by the same
+        amount towards the front, so they stay first and in the same order, and their entries are
+        updated where they stand. Done before any other change to the members (their tokens are
+        counted by then: the step has run)."""
+        alone, self._alone = self._alone, None
+        if alone:
+            step = self.step
+            for e in alone:
+                e[0] += step
+            self._moved = {e[-1].idx for e in alone}
 
     def served_run(self, plan: Plan) -> None:
         """After a fast-forward: every request served as an item took tokens."""
+        self._alone = None
+        self._moved = set()
         if self.step:
             for r, _ in plan.items:
                 if r.phase == RUNNING:
@@ -174,7 +199,7 @@ class RankTracker:
             if nxt is None:
                 j = n_mem
             else:
-                j = members.bisect_left((nxt[0] - shift, *nxt[1:]))
+                j = members.bisect_left([nxt[0] - shift, *nxt[1:]])
             if j > im:
                 room = min(cap - selected, budget)
                 if room <= 0:
@@ -255,6 +280,8 @@ class RankTracker:
         plan.parked = len(sim.running) - sim.cohort_n - sum(1 for r, _ in plan.items if r.sync < 0)
         if plan.admitted:
             plan.decode_only = False
+        if stand_still and self.step < 0:
+            self._alone = reached           # their entries move in `served` (or at the next change)
         return plan
 
     def _take(self, sched, plan: Plan, req: Request, k: int, need: int, is_waiting: bool, now: float,
