@@ -39,7 +39,7 @@ class RankTracker:
         self.mode = mode
         self.step = int(order.served_key_step)
         self.members = SortedList()     # [leading key - step x cohort clock, *rest of key, request]
-        self.others = SortedList()      # (key..., request): running requests outside the cohort
+        self.others = SortedList()      # [key..., request]: running requests outside the cohort
         self.entry: dict[int, tuple | list] = {}
         self._alone: list | None = None   # member entries the last walk served alone, as a prefix
         self._moved: set[int] = set()     # the requests of those entries, once moved
@@ -56,11 +56,12 @@ class RankTracker:
     def _add(self, req: Request) -> None:
         k = self._key(req)
         if req.sync >= 0:
-            # a list, so that `served` can move a served prefix's leading keys in place
+            # lists, so that `served` can move a served prefix's leading keys in place (and the
+            # two lists' entries compare alike)
             e = [k[0] - self.step * self.sim.dclock, *k[1:], req]
             self.members.add(e)
         else:
-            e = (*k, req)
+            e = [*k, req]
             self.others.add(e)
         self.entry[req.idx] = e
 
@@ -75,6 +76,16 @@ class RankTracker:
         if self._alone:
             self._move_alone()
         e = self.entry.pop(req.idx, None)
+        if not self.step and e is not None:
+            # a fixed key (step 0) reads the same in both lists: the entry itself moves
+            if delta > 0:
+                self.others.remove(e)
+                self.members.add(e)
+            else:
+                self.members.remove(e)
+                self.others.add(e)
+            self.entry[req.idx] = e
+            return
         if delta > 0:
             if e is not None:
                 self.others.remove(e)
@@ -84,7 +95,7 @@ class RankTracker:
             self._add(req)
         else:
             k = self._key(req)
-            e = (*k, req)
+            e = [*k, req]
             self.others.add(e)
             self.entry[req.idx] = e
 
@@ -193,7 +204,7 @@ class RankTracker:
             if iw < n_wait:
                 if kw_at != iw:
                     w = waiting[iw]
-                    kw, kw_at = (*key(w, now), w), iw
+                    kw, kw_at = [*key(w, now), w], iw
                 if nxt is None or kw < nxt:
                     nxt = kw
             if nxt is None:
