@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from sortedcontainers import SortedList
+from bisect import bisect_left, insort
 
 from schedport.engine.policy import Plan
 from schedport.engine.queues import Queue
@@ -38,8 +38,11 @@ class RankTracker:
         self.order = order
         self.mode = mode
         self.step = int(order.served_key_step)
-        self.members = SortedList()     # [leading key - step x cohort clock, *rest of key, request]
-        self.others = SortedList()      # [key..., request]: running requests outside the cohort
+        # Both are plain lists kept sorted with `bisect`: they hold running requests only (hundreds
+        # at overload), where a list's insertion in C is several times cheaper than a SortedList's
+        # bookkeeping in Python, and indexing (the walk's main access) is a list's own.
+        self.members: list[list] = []   # [leading key - step x cohort clock, *rest of key, request]
+        self.others: list[list] = []    # [key..., request]: running requests outside the cohort
         self.entry: dict[int, tuple | list] = {}
         self._alone: list | None = None   # member entries the last walk served alone, as a prefix
         self._moved: set[int] = set()     # the requests of those entries, once moved
@@ -59,16 +62,16 @@ class RankTracker:
             # lists, so that `served` can move a served prefix's leading keys in place (and the
             # two lists' entries compare alike)
             e = [k[0] - self.step * self.sim.dclock, *k[1:], req]
-            self.members.add(e)
+            insort(self.members, e)
         else:
             e = [*k, req]
-            self.others.add(e)
+            insort(self.others, e)
         self.entry[req.idx] = e
 
     def _drop(self, req: Request) -> None:
         e = self.entry.pop(req.idx, None)
         if e is not None:
-            (self.members if req.sync >= 0 else self.others).remove(e)
+            _remove(self.members if req.sync >= 0 else self.others, e)
 
     def cohort_changed(self, req: Request, delta: int) -> None:
         """A running request joined (+1: its fields are true, `sync` set) or left (-1: synced,
@@ -79,24 +82,24 @@ class RankTracker:
         if not self.step and e is not None:
             # a fixed key (step 0) reads the same in both lists: the entry itself moves
             if delta > 0:
-                self.others.remove(e)
-                self.members.add(e)
+                _remove(self.others, e)
+                insort(self.members, e)
             else:
-                self.members.remove(e)
-                self.others.add(e)
+                _remove(self.members, e)
+                insort(self.others, e)
             self.entry[req.idx] = e
             return
         if delta > 0:
             if e is not None:
-                self.others.remove(e)
+                _remove(self.others, e)
         elif e is not None:
-            self.members.remove(e)
+            _remove(self.members, e)
         if delta > 0:
             self._add(req)
         else:
             k = self._key(req)
             e = [*k, req]
-            self.others.add(e)
+            insort(self.others, e)
             self.entry[req.idx] = e
 
     def admitted(self, req: Request) -> None:
@@ -210,7 +213,7 @@ class RankTracker:
             if nxt is None:
                 j = n_mem
             else:
-                j = members.bisect_left([nxt[0] - shift, *nxt[1:]])
+                j = bisect_left(members, [nxt[0] - shift, *nxt[1:]])
             if j > im:
                 room = min(cap - selected, budget)
                 if room <= 0:
@@ -313,3 +316,11 @@ class RankTracker:
             sim.cohort_join(req)                    # a parked member back in the batch
         else:
             plan.add(req, k)
+
+
+def _remove(entries: list, e: list) -> None:
+    """Remove entry `e` (that very object) from the sorted list `entries`."""
+    i = bisect_left(entries, e)
+    if i == len(entries) or entries[i] is not e:
+        raise RuntimeError(f"internal: rank entry {e[:-1]!r} not kept")
+    del entries[i]
