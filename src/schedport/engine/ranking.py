@@ -173,9 +173,11 @@ class RankTracker:
 
         Follows `Continuous._plan_ranked` rule for rule: requests in rank order while
         `max_num_seqs` (counted over scheduled requests) and the token budget allow; a waiting
-        request that cannot get its blocks stops admissions. Where that pass would preempt
-        (blocks short with requests still to reach) or where the members' new blocks, known only
-        in total, could decide a check, None.
+        request that cannot get its blocks has the worst-ranked running requests not yet reached
+        preempted for it (`_victims`), or else stops admissions. Where that pass would preempt
+        otherwise (a member or a running request short of blocks, a full host), would reach a
+        request it has just preempted, or where the members' new blocks, known only in total,
+        could decide a check, None.
         """
         sim = self.sim
         mode = self.mode
@@ -199,6 +201,9 @@ class RankTracker:
         picked: list = []                           # (request, tokens, blocks, is waiting), rank order
         key = order.key
         kw, kw_at = None, -1                        # the waiting head's entry, made once per head
+        victims: list = []                          # running requests preempted for a waiting one
+        room = sim.host_blocks - sim.host_used      # host swap space left for them
+        vkey = None                                 # the best-ranked victim's key entry
         while True:
             # the next request outside the cohort in rank order, and the members ranked before it
             nxt = None
@@ -210,7 +215,10 @@ class RankTracker:
                     kw, kw_at = [*key(w, now), w], iw
                 if nxt is None or kw < nxt:
                     nxt = kw
-            if nxt is None:
+            if vkey is not None and (nxt is None or nxt > vkey):
+                nxt = vkey                          # the victims come next, every live member first
+                j = n_mem
+            elif nxt is None:
                 j = n_mem
             else:
                 j = bisect_left(members, [nxt[0] - shift, *nxt[1:]])
@@ -233,6 +241,8 @@ class RankTracker:
             pending = (n_mem - im) + (n_oth - io)   # running requests not reached (with `nxt`'s own)
             if not pending and not admitting:
                 break
+            if nxt is vkey:
+                return None                         # the full pass would reach a request it preempted
             req = nxt[-1]
             hi = min(im, cross)                     # member blocks taken so far: at most
             lo = max(0, cross - (n_mem - im))       # and at least
@@ -241,8 +251,8 @@ class RankTracker:
                 selected += 1
                 k = min(req.prompt + req.generated - req.computed, budget)
                 need = -(-(req.computed + k) // bs) - req.blocks
-                if need > free - hi:
-                    return None                     # short (or maybe short) of blocks
+                if need > free - hi and need > free - self._member_blocks(members, im, hi, lo):
+                    return None                     # short of blocks: preemptions
                 free -= need
                 budget -= k
                 picked.append((req, k, need, False))
@@ -251,18 +261,73 @@ class RankTracker:
                 k = min(req.prompt + req.generated - req.computed, budget)
                 need = -(-(req.computed + k) // bs)
                 if need > free - hi - wm:
-                    if pending or need <= free - lo - wm:
-                        return None                 # make room by preempting, or not sure it is short
-                    admitting = False
-                    iw = n_wait                     # no waiting request starts after it
-                    continue
+                    short = need + wm - (free - self._member_blocks(members, im, hi, lo))
+                    if short > 0 and pending:
+                        # `_make_room`: the worst-ranked running requests not reached make room
+                        cut = self._victims(short, im, io, n_mem, n_oth, shift, room)
+                        if cut is None:
+                            return None             # the host is full, or too few to make room
+                        got, freed, n_mem, n_oth, room = cut
+                        victims += got
+                        vkey = got[-1][1]
+                        free += freed
+                        cross = sim.cohort_crossings(sim.dclock) - sum(
+                            1 for r, _, member in victims if member and not (r.pval + sim.dclock) % bs)
+                    elif short > 0:
+                        admitting = False
+                        iw = n_wait                 # no waiting request starts after it
+                        continue
                 free -= need
                 budget -= k
                 selected += 1
                 picked.append((req, k, need, True))
-        return self._apply(sched, now, members[:im], members[im:], picked)
+        return self._apply(sched, now, members[:im], members[im:n_mem], picked, victims)
 
-    def _apply(self, sched, now: float, reached: list, sit: list, picked: list) -> Plan:
+    def _member_blocks(self, members: list, im: int, hi: int, lo: int) -> int:
+        """The new blocks the first `im` members take this step, where the bounds do not settle it."""
+        if hi == lo:
+            return hi
+        d = self.sim.dclock
+        bs = self.sim.cache.block_size
+        return sum(1 for e in members[:im] if not (e[-1].pval + d) % bs)
+
+    def _victims(self, short: int, im: int, io: int, n_mem: int, n_oth: int, shift, room: int):
+        """The running requests not yet reached that `Continuous._make_room` preempts for `short`
+        more blocks, worst-ranked first: [(request, key entry, is a member)], the blocks they free,
+        the member and outside counts left, and the host swap space (`room`) left. None where the
+        full pass would find the host swap space full, or preempt every request not reached and
+        still be short."""
+        sim = self.sim
+        d = sim.dclock
+        bs = sim.cache.block_size
+        members, others = self.members, self.others
+        swap = self.mode.swap
+        got = []
+        freed = 0
+        mi, oi = n_mem - 1, n_oth - 1
+        while freed < short:
+            em = [members[mi][0] + shift, *members[mi][1:]] if mi >= im else None
+            eo = others[oi] if oi >= io else None
+            if em is None and eo is None:
+                return None
+            if eo is None or (em is not None and em > eo):
+                r = em[-1]
+                blocks = -(-(r.pval + d) // bs)     # a member's blocks, made true
+                got.append((r, em, True))
+                mi -= 1
+            else:
+                r = eo[-1]
+                blocks = r.blocks
+                got.append((r, eo, False))
+                oi -= 1
+            if swap:
+                if blocks > room:
+                    return None
+                room -= blocks
+            freed += blocks
+        return got, freed, mi + 1, oi + 1, room
+
+    def _apply(self, sched, now: float, reached: list, sit: list, picked: list, victims: list) -> Plan:
         """Carry out a walk's decisions, with the full pass's two forms of a cut among members.
 
         Few sitters: they leave the cohort (parked until a walk reaches them again) and the
@@ -273,6 +338,9 @@ class RankTracker:
         sim.host_full_prev = False
         plan = Plan()
         order = self.order
+        for r, _, _ in victims:                     # worst first, as `Continuous._make_room`
+            sim.preempt(r, self.mode.swap)
+        plan.preempted = len(victims)
         stand_still = len(sit) > len(reached)
         if stand_still:
             shift = self.step * sim.dclock
@@ -292,7 +360,7 @@ class RankTracker:
             for req, k, need, is_waiting in picked:
                 self._take(sched, plan, req, k, need, is_waiting, now, join=True)
         plan.parked = len(sim.running) - sim.cohort_n - sum(1 for r, _ in plan.items if r.sync < 0)
-        if plan.admitted:
+        if plan.admitted or plan.preempted:
             plan.decode_only = False
         if stand_still and self.step < 0:
             self._alone = reached           # their entries move in `served` (or at the next change)
