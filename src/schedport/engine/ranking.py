@@ -241,18 +241,37 @@ class RankTracker:
             pending = (n_mem - im) + (n_oth - io)   # running requests not reached (with `nxt`'s own)
             if not pending and not admitting:
                 break
-            if nxt is vkey:
-                return None                         # the full pass would reach a request it preempted
             req = nxt[-1]
             hi = min(im, cross)                     # member blocks taken so far: at most
             lo = max(0, cross - (n_mem - im))       # and at least
+            if nxt is vkey:
+                # the full pass now reaches the best-ranked victim, waiting again (every running
+                # request left ranks before it): if its blocks do not fit, admissions stop and
+                # nothing after it starts; if they fit, it would be taken back: the full pass decides
+                need = self._readmit_need(vbest, budget)
+                if need <= free - self._member_blocks(members, im, hi, lo) - wm:
+                    return None
+                break
             if req.phase == RUNNING:
                 io += 1
                 selected += 1
                 k = min(req.prompt + req.generated - req.computed, budget)
                 need = -(-(req.computed + k) // bs) - req.blocks
-                if need > free - hi and need > free - self._member_blocks(members, im, hi, lo):
-                    return None                     # short of blocks: preemptions
+                if need > free - hi:
+                    short = need - (free - self._member_blocks(members, im, hi, lo))
+                    if short > 0:
+                        if pending == 1:
+                            return None             # nothing to preempt but itself
+                        cut = self._victims(short, im, io, n_mem, n_oth, shift, room)
+                        if cut is None:
+                            return None             # the host is full, or too few to make room
+                        got, freed, n_mem, n_oth, room = cut
+                        victims += got
+                        vbest = got[-1]
+                        vkey = vbest[1]
+                        free += freed
+                        cross = sim.cohort_crossings(sim.dclock) - sum(
+                            1 for r, _, member in victims if member and not (r.pval + sim.dclock) % bs)
                 free -= need
                 budget -= k
                 picked.append((req, k, need, False))
@@ -269,7 +288,8 @@ class RankTracker:
                             return None             # the host is full, or too few to make room
                         got, freed, n_mem, n_oth, room = cut
                         victims += got
-                        vkey = got[-1][1]
+                        vbest = got[-1]
+                        vkey = vbest[1]
                         free += freed
                         cross = sim.cohort_crossings(sim.dclock) - sum(
                             1 for r, _, member in victims if member and not (r.pval + sim.dclock) % bs)
@@ -290,6 +310,16 @@ class RankTracker:
         d = self.sim.dclock
         bs = self.sim.cache.block_size
         return sum(1 for e in members[:im] if not (e[-1].pval + d) % bs)
+
+    def _readmit_need(self, victim: tuple, budget: int) -> int:
+        """The blocks a request the walk preempted would need to start again this step."""
+        r, _, member = victim
+        d = self.sim.dclock
+        computed, generated = (r.pval + d, r.generated + d - r.sync) if member else (r.computed, r.generated)
+        if not self.mode.swap:
+            computed = 0                            # recomputed: its KV is gone
+        k = min(r.prompt + generated - computed, budget)
+        return -(-(computed + k) // self.sim.cache.block_size)
 
     def _victims(self, short: int, im: int, io: int, n_mem: int, n_oth: int, shift, room: int):
         """The running requests not yet reached that `Continuous._make_room` preempts for `short`
