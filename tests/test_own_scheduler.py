@@ -54,7 +54,7 @@ LAS = Policy("las", "Least attained service", Continuous, LeastAttained, params=
 
 BAD = '''
 from schedport.engine.batching import Continuous
-from schedport.engine.policy import Ordering
+from schedport.engine.policy import Ordering, PerServedToken
 from schedport.engine.schedulers import Policy
 
 
@@ -75,6 +75,7 @@ class Mixed(Ordering):
 
 class RaisesLater(Ordering):
     preemptive = True
+    dynamics = PerServedToken(1)
 
     def key(self, req, now):
         if req.generated > 3:
@@ -135,7 +136,7 @@ def files(tmp_path_factory) -> Path:
                    r"NaN does not order"),
     ("bad.py:Mixed", r"error: .*/bad\.py: scheduler 'Mixed': Mixed\.key\(request 5, now=[0-9.e-]+\) returned "
                      r"\('late', 5\), which does not compare with the previous request's key \(4,\)"),
-    ("bad.py:RaisesLater", r"error: .*/bad\.py:27: scheduler 'RaisesLater' raised ValueError: no key past three "
+    ("bad.py:RaisesLater", r"error: .*/bad\.py:28: scheduler 'RaisesLater' raised ValueError: no key past three "
                            r"tokens \(in key\)"),
     ("no_such_module_xyz:LAS", r"error: no_such_module_xyz: no such module"),
     ("las.py:", r"error: scheduler 'las\.py:': expected FILE\.py:NAME or module:NAME"),
