@@ -274,14 +274,21 @@ class Continuous(BatchingMode):
         wm = self.watermark_blocks
         cached = getattr(order, "cached_key", False)
         keyed, ranked = self._rank_running(key, now, cached)
-        pending = deque(map(_SECOND, keyed))        # running requests not yet reached, best first
+        if cached:
+            # keys kept in `req.key`: running and waiting in one rank order by one sort of two
+            # sorted runs (in C), rather than a merge step by step
+            pending = deque(ranked)                 # running requests not yet reached, best first
+            stream = ranked + order.ordered(now)
+            stream.sort(key=_KEY)
+        else:
+            pending = deque(map(_SECOND, keyed))
+            stream = _merge_ranked(keyed, list(order.ordered(now)), key, now)
         selected = 0
         admitting = True
         members_run = []                            # cohort members given their token, in items order
         members_sit = []                            # cohort members left out of the batch (budget or cap)
         items = plan.items
-        wkey = _cached_key if cached else key
-        for req in _merge_ranked(keyed, list(order.ordered(now)), wkey, now):
+        for req in stream:
             if selected >= self.max_num_seqs or budget <= 0:
                 break       # the batch is full: the running requests not reached sit this step out
             if not pending and not admitting:
@@ -345,6 +352,7 @@ class Continuous(BatchingMode):
             self._rank_hint = ranked
         if plan.host_full:
             self._host_full_step(plan, host_was_full, key, now, cached)
+        plan.ranked = True                          # items are in rank order
         if plan.preempted or plan.admitted or plan.host_full:
             # (a step that found the host full is not repeated unchanged: which job is worst-ranked
             # among those holding KV may differ in the next one, as FastServe's front pushes reorder)
@@ -367,8 +375,9 @@ class Continuous(BatchingMode):
         return None
 
     def _rank_running(self, key, now: float, cached: bool) -> tuple[list, list | None]:
-        """The running requests as sorted (key, request) pairs, best first, and (for an ordering
-        that keeps its keys in `req.key`) the rank order the next step starts from."""
+        """The running requests best first: as sorted (key, request) pairs and None, or for an
+        ordering that keeps its keys in `req.key`, None and the requests in rank order (the order
+        the next step starts from)."""
         running = self.sim.running
         if not cached:
             keyed = [(key(r, now), r) for r in running]
@@ -385,7 +394,7 @@ class Continuous(BatchingMode):
             ranked.sort(key=_KEY)
         else:
             ranked = sorted(running, key=_KEY)
-        return list(zip(map(_KEY, ranked), ranked)), ranked
+        return None, ranked
 
     def _settle_cohort(self, plan: Plan, members_run: list, members_sit: list) -> None:
         """Decode-cohort members left out of a ranked batch (`members_sit`): they leave the cohort
@@ -504,10 +513,6 @@ class Continuous(BatchingMode):
         plan.decode_only = False
         return plan
 
-
-
-def _cached_key(req: Request, now: float):
-    return req.key
 
 
 def _merge_ranked(keyed: list, waiting: list, key, now: float):

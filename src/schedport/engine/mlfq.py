@@ -130,7 +130,8 @@ class SkipJoinMLFQ(SortedEachStep):
 
     def after_step(self, plan, start, end):
         batch = [r for r, _ in plan.items]
-        batch.sort(key=_KEY_ATTR)
+        if not plan.ranked:
+            batch.sort(key=_KEY_ATTR)
         if self._check_due():
             self._promote_starved({r.idx for r in batch}, start)
         # `pop_finished_requests`, in batch (rank) order: `_run`, then `_to_front`, written out

@@ -29,7 +29,7 @@ class Plan:
     """One iteration's batch: (request, tokens) pairs plus what happened while forming it."""
 
     __slots__ = ("items", "admitted", "preempted", "decode_only", "allocates_decode_blocks", "pad",
-                 "emitted", "cohort", "rejoin", "host_full", "parked")
+                 "emitted", "cohort", "rejoin", "host_full", "parked", "ranked")
 
     def __init__(self, allocates_decode_blocks: bool = True):
         self.items: list[tuple[Request, int]] = []
@@ -43,6 +43,7 @@ class Plan:
         self.rejoin: list[Request] = []   # cohort members sitting this step out (budget ran out first)
         self.host_full = False  # a swap-out was wanted and the host swap space could not take it
         self.parked = 0         # running requests sitting out a cohort step (neither cohort nor items)
+        self.ranked = False     # True: `items` are in the ordering's rank order
 
     def add(self, req: Request, k: int) -> None:
         self.items.append((req, k))

@@ -427,12 +427,32 @@ class Simulator:
         if bulk:
             n_dec = self.cohort_n
             kv = self.cohort_pval + n_dec * (self.dclock + 1)
+        # one pass over the items: the step's shape (read before) and its tokens (counted after);
+        # first tokens are stamped once the step's end is known
+        finished = []
+        emitted = plan.emitted = []
+        joined = []
+        firsts = []
         for req, k in items:
+            c = req.computed
             if req.decoding:
                 n_dec += 1
-                kv += req.computed + 1
+                kv += c + 1
             else:
                 chunks.append(plan.chunk_shape(req, k))
+            c += k
+            req.computed = c
+            if c >= req.prompt + req.generated:
+                emitted.append(req)
+                g = req.generated + 1
+                req.generated = g
+                if g == 1:
+                    firsts.append(req)
+                if g >= req.output:
+                    finished.append(req)
+                elif not req.decoding:
+                    req.decoding = True
+                    joined.append(req)
         if self.observer is not None:
             # the whole batch in running order (vLLM's order: running requests, then admissions)
             ks = {r.idx: k for r, k in items}
@@ -447,23 +467,8 @@ class Simulator:
         start = self.now
         end = start + dt
         self._last_dt = dt
-        finished = []
-        emitted = plan.emitted = []
-        joined = []
-        for req, k in items:
-            c = req.computed + k
-            req.computed = c
-            if c >= req.prompt + req.generated:
-                emitted.append(req)
-                g = req.generated + 1
-                req.generated = g
-                if g == 1:
-                    req.first_token = end
-                if g >= req.output:
-                    finished.append(req)
-                elif not req.decoding:
-                    req.decoding = True
-                    joined.append(req)
+        for req in firsts:
+            req.first_token = end
         if bulk:
             self.dclock += 1
             self._pop_cohort_done(finished)
