@@ -414,13 +414,15 @@ def test_ranked_pass_sit_outs_either_side_of_the_cohort_match_exact(monkeypatch,
     assert fast.iterations == out.iterations
 
 
-@pytest.mark.parametrize("name,blocks,seqs,budget,preemption", [
-    ("srpt", 400, 32, 64, "swap"), ("ltr", 400, 32, 64, "swap"),   # the budget cuts the batch among members
-    ("srpt", 90, 16, 256, "swap"), ("ltr", 90, 16, 256, "swap"),   # blocks run short: preemptions
-    ("srpt", 90, 16, 256, "recompute"), ("ltr", 90, 16, 256, "recompute"),
-    ("srpt", 2000, 8, 4096, "swap"),                               # max_num_seqs cuts it
+@pytest.mark.parametrize("name,blocks,seqs,budget,preemption,host_gib", [
+    ("srpt", 400, 32, 64, "swap", None), ("ltr", 400, 32, 64, "swap", None),  # the budget cuts among members
+    ("srpt", 90, 16, 256, "swap", None), ("ltr", 90, 16, 256, "swap", None),  # blocks short: preemptions
+    ("srpt", 90, 16, 256, "recompute", None), ("ltr", 90, 16, 256, "recompute", None),
+    ("srpt", 90, 16, 256, "swap", 0.075), ("ltr", 90, 16, 256, "swap", 0.075),  # a host of 38 blocks fills
+    ("srpt", 2000, 8, 4096, "swap", None),                                    # max_num_seqs cuts it
 ])
-def test_kept_rank_order_decides_most_steps_and_matches_exact(monkeypatch, name, blocks, seqs, budget, preemption):
+def test_kept_rank_order_decides_most_steps_and_matches_exact(monkeypatch, name, blocks, seqs, budget, preemption,
+                                                             host_gib):
     """The ranked fill from the kept rank order (`RankTracker`: cohort members by a cohort-clock
     invariant, parked sitters and prefills, waiting requests) gives exact's bits, decides most
     steps, parks members the batch left out and brings them back, serves a few members alone
@@ -449,17 +451,24 @@ def test_kept_rank_order_decides_most_steps_and_matches_exact(monkeypatch, name,
     monkeypatch.setattr(RankTracker, "plan", spy_plan)
     monkeypatch.setattr(RankTracker, "_apply", spy_apply)
     monkeypatch.setattr(Simulator, "_cohort_served", spy_served)
-    cfg = small_engine(blocks=blocks, seqs=seqs, budget=budget,
-                       extra={"scheduler": {name: {"preemption": preemption}}})
+    extra = {"scheduler": {name: {"preemption": preemption}}}
+    if host_gib is not None:
+        eng = {"num_gpu_blocks": blocks, "max_num_seqs": seqs, "max_model_len": 512, "block_size": 16,
+               "max_num_batched_tokens": budget, "swap_space_gib": host_gib}
+        extra["engine"] = eng
+    cfg = small_engine(blocks=blocks, seqs=seqs, budget=budget, extra=extra)
     t = busy_trace(300, seed=11, rate=60.0)
     _, out = run(t, name, cfg, exact=True)
     sim, fast = run(t, name, cfg, exact=False)
-    assert sim.sched.mode.tracker is not None and seen["walk"] > seen["full"]
+    assert sim.sched.mode.tracker is not None
+    assert seen["walk"] > seen["full"] or host_gib is not None   # a full host is left to the full pass
     if budget == 64:
         assert seen["parked"] and seen["back"]
         assert seen.get("alone")        # members served alone while the cohort stood still
     if blocks == 90:
         assert seen["victims"] and seen["victims"] <= fast.preemptions_total   # walks preempted too
+    if host_gib is not None:
+        assert out.host_full_events and sim.host_blocks < 50
     assert np.array_equal(fast.first_token_s, out.first_token_s, equal_nan=True)
     assert np.array_equal(fast.finish_s, out.finish_s, equal_nan=True)
     assert np.array_equal(fast.preemptions, out.preemptions)

@@ -202,7 +202,7 @@ class RankTracker:
         key = order.key
         kw, kw_at = None, -1                        # the waiting head's entry, made once per head
         victims: list = []                          # running requests preempted for a waiting one
-        room = sim.host_blocks - sim.host_used      # host swap space left for them
+        host_room = sim.host_blocks - sim.host_used     # host swap space left for victims
         vkey = None                                 # the best-ranked victim's key entry
         while True:
             # the next request outside the cohort in rank order, and the members ranked before it
@@ -262,10 +262,10 @@ class RankTracker:
                     if short > 0:
                         if pending == 1:
                             return None             # nothing to preempt but itself
-                        cut = self._victims(short, im, io, n_mem, n_oth, shift, room)
+                        cut = self._victims(short, im, io, n_mem, n_oth, shift, host_room)
                         if cut is None:
                             return None             # the host is full, or too few to make room
-                        got, freed, n_mem, n_oth, room = cut
+                        got, freed, n_mem, n_oth, host_room = cut
                         victims += got
                         vbest = got[-1]
                         vkey = vbest[1]
@@ -283,10 +283,10 @@ class RankTracker:
                     short = need + wm - (free - self._member_blocks(members, im, hi, lo))
                     if short > 0 and pending:
                         # `_make_room`: the worst-ranked running requests not reached make room
-                        cut = self._victims(short, im, io, n_mem, n_oth, shift, room)
+                        cut = self._victims(short, im, io, n_mem, n_oth, shift, host_room)
                         if cut is None:
                             return None             # the host is full, or too few to make room
-                        got, freed, n_mem, n_oth, room = cut
+                        got, freed, n_mem, n_oth, host_room = cut
                         victims += got
                         vbest = got[-1]
                         vkey = vbest[1]
