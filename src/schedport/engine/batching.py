@@ -14,6 +14,7 @@ Each is a `schedport.engine.policy.BatchingMode`; a policy declaration names one
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from operator import attrgetter, itemgetter
 
@@ -275,11 +276,15 @@ class Continuous(BatchingMode):
         cached = getattr(order, "cached_key", False)
         keyed, ranked = self._rank_running(key, now, cached)
         if cached:
-            # keys kept in `req.key`: running and waiting in one rank order by one sort of two
-            # sorted runs (in C), rather than a merge step by step
+            # keys kept in `req.key`: running and waiting in one rank order, by one sort of the
+            # two sorted runs in C where the queue is short, else merged as far as the pass reads
             pending = deque(ranked)                 # running requests not yet reached, best first
-            stream = ranked + order.ordered(now)
-            stream.sort(key=_KEY)
+            waiting = order.ordered(now)
+            if len(waiting) <= 4 * len(ranked):
+                stream = ranked + waiting
+                stream.sort(key=_KEY)
+            else:
+                stream = heapq.merge(ranked[:], waiting[:], key=_KEY)   # (both grow or shrink in the pass)
         else:
             pending = deque(map(_SECOND, keyed))
             stream = _merge_ranked(keyed, list(order.ordered(now)), key, now)
@@ -288,8 +293,9 @@ class Continuous(BatchingMode):
         members_run = []                            # cohort members given their token, in items order
         members_sit = []                            # cohort members left out of the batch (budget or cap)
         items = plan.items
+        cap = self.max_num_seqs
         for req in stream:
-            if selected >= self.max_num_seqs or budget <= 0:
+            if selected >= cap or budget <= 0:
                 break       # the batch is full: the running requests not reached sit this step out
             if not pending and not admitting:
                 break       # every running request reached and nothing more can start
@@ -303,19 +309,20 @@ class Continuous(BatchingMode):
                 if k > budget:
                     k = budget
                 need = -(-(req.computed + k) // bs) - req.blocks
-                if need > cache.free and pending:
-                    self._make_room(need, pending, plan)
-                if need > cache.free:
-                    selected -= 1
-                    if not swap or sim.swap_fits(req):
-                        sim.preempt(req, swap)
-                        plan.preempted += 1
-                    else:
-                        plan.host_full = True       # the host cannot take it: it sits out, holding its KV
-                        if req.sync >= 0:
-                            members_sit.append(req)
-                    continue
                 if need > 0:
+                    if need > cache.free:
+                        if pending:
+                            self._make_room(need, pending, plan)
+                        if need > cache.free:
+                            selected -= 1
+                            if not swap or sim.swap_fits(req):
+                                sim.preempt(req, swap)
+                                plan.preempted += 1
+                            else:
+                                plan.host_full = True   # the host cannot take it: it sits out, holding its KV
+                                if req.sync >= 0:
+                                    members_sit.append(req)
+                            continue
                     cache.free -= need
                     req.blocks += need
                 if req.sync >= 0:
