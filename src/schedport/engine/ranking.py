@@ -231,7 +231,18 @@ class RankTracker:
                 selected += t
                 budget -= t
                 if free - min(im, cross) < 0:
-                    return None                     # a member may find no block: preemptions
+                    # a member may find no block: the members just counted, one by one
+                    cut = self._members_short(im - t, im, free, io, n_mem, n_oth, shift, host_room)
+                    if cut is None:
+                        return None
+                    got, freed, n_mem, n_oth, host_room = cut
+                    if got:
+                        victims += got
+                        vbest = got[-1]
+                        vkey = vbest[1]
+                        free += freed
+                        cross = sim.cohort_crossings(sim.dclock) - sum(
+                            1 for r, _, member in victims if member and not (r.pval + sim.dclock) % bs)
                 if im < j:
                     break                           # the batch filled among the members
             if nxt is None:
@@ -310,6 +321,36 @@ class RankTracker:
         d = self.sim.dclock
         bs = self.sim.cache.block_size
         return sum(1 for e in members[:im] if not (e[-1].pval + d) % bs)
+
+    def _members_short(self, a: int, b: int, free: int, io: int, n_mem: int, n_oth: int, shift, host_room: int):
+        """Members `a`..`b` reached in rank order, as the full pass takes them one by one: where one
+        finds no block left, the worst-ranked running requests not reached are preempted for it
+        (`_victims`). Returns (victims, blocks freed, member and outside counts left, host room
+        left); None where the full pass would preempt otherwise (nothing left to preempt, a full
+        host) or would preempt a member among those counted."""
+        members = self.members
+        d = self.sim.dclock
+        bs = self.sim.cache.block_size
+        m = sum(1 for e in members[:a] if not (e[-1].pval + d) % bs)   # blocks taken before `a`
+        got: list = []
+        freed = 0
+        for i in range(a, b):
+            if (members[i][-1].pval + d) % bs:
+                continue
+            m += 1
+            if m <= free + freed:
+                continue
+            if not (n_mem - i - 1) + (n_oth - io):
+                return None                         # nothing to preempt but itself
+            cut = self._victims(m - free - freed, i + 1, io, n_mem, n_oth, shift, host_room)
+            if cut is None:
+                return None
+            more, f, n_mem, n_oth, host_room = cut
+            if n_mem < b:
+                return None                         # it would preempt a member counted in this batch
+            got += more
+            freed += f
+        return got, freed, n_mem, n_oth, host_room
 
     def _readmit_need(self, victim: tuple, budget: int) -> int:
         """The blocks a request the walk preempted would need to start again this step."""
