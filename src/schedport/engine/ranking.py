@@ -13,9 +13,12 @@ token served (`PerServedToken`: srpt -1; a fixed preemptive key 0; the queue's
 * running requests outside the cohort (prefills, members that sat out and were parked) and waiting
   requests keep their keys until they are served, so they are kept sorted as they are.
 
-`RankTracker.plan` walks these three orders with the full pass's rules and returns the same batch,
-or None where a rule needs request-by-request detail (a preemption, a full host, a block count
-that only the exact per-member needs can settle); the full pass then decides that step.
+`RankTracker.plan` walks these three orders with the full pass's rules and returns the same batch.
+Where blocks run short it preempts as the full pass does, the worst-ranked running requests not
+yet reached first (`_victims`), counting the members' new blocks one by one where their total does
+not settle a check. It returns None, and the full pass decides that step, where a rule needs more
+request-by-request detail: a full host swap space, a request that would preempt itself, a victim
+among the members just counted, or a preempted request that the pass would reach again.
 """
 
 from __future__ import annotations
