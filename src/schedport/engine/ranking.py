@@ -206,7 +206,7 @@ class RankTracker:
         kw, kw_at = None, -1                        # the waiting head's entry, made once per head
         victims: list = []                          # running requests preempted for a waiting one
         host_room = sim.host_blocks - sim.host_used     # host swap space left for victims
-        vkey = None                                 # the best-ranked victim's key entry
+        vbest = vkey = None                         # the best-ranked victim, and its key entry
         while True:
             # the next request outside the cohort in rank order, and the members ranked before it
             nxt = None
@@ -241,11 +241,9 @@ class RankTracker:
                     got, freed, n_mem, n_oth, host_room = cut
                     if got:
                         victims += got
-                        vbest = got[-1]
-                        vkey = vbest[1]
                         free += freed
-                        cross = sim.cohort_crossings(sim.dclock) - sum(
-                            1 for r, _, member in victims if member and not (r.pval + sim.dclock) % bs)
+                        vbest, cross = self._after_victims(victims)
+                        vkey = vbest[1]
                 if im < j:
                     break                           # the batch filled among the members
             if nxt is None:
@@ -266,55 +264,38 @@ class RankTracker:
                 if need <= free - self._member_blocks(members, im, hi, lo) - wm:
                     return None
                 break
-            if req.phase == RUNNING:
+            running = req.phase == RUNNING
+            if running:
                 io += 1
-                selected += 1
                 k = min(req.prompt + req.generated - req.computed, budget)
                 need = -(-(req.computed + k) // bs) - req.blocks
-                if need > free - hi:
-                    short = need - (free - self._member_blocks(members, im, hi, lo))
-                    if short > 0:
-                        if pending == 1:
-                            return None             # nothing to preempt but itself
-                        cut = self._victims(short, im, io, n_mem, n_oth, shift, host_room)
-                        if cut is None:
-                            return None             # the host is full, or too few to make room
-                        got, freed, n_mem, n_oth, host_room = cut
-                        victims += got
-                        vbest = got[-1]
-                        vkey = vbest[1]
-                        free += freed
-                        cross = sim.cohort_crossings(sim.dclock) - sum(
-                            1 for r, _, member in victims if member and not (r.pval + sim.dclock) % bs)
-                free -= need
-                budget -= k
-                picked.append((req, k, need, False))
+                short = need - (free - self._member_blocks(members, im, hi, lo)) if need > free - hi else 0
+                if short > 0 and pending == 1:
+                    return None                     # nothing to preempt but itself
             else:
                 iw += 1
                 k = min(req.prompt + req.generated - req.computed, budget)
                 need = -(-(req.computed + k) // bs)
-                if need > free - hi - wm:
-                    short = need + wm - (free - self._member_blocks(members, im, hi, lo))
-                    if short > 0 and pending:
-                        # `_make_room`: the worst-ranked running requests not reached make room
-                        cut = self._victims(short, im, io, n_mem, n_oth, shift, host_room)
-                        if cut is None:
-                            return None             # the host is full, or too few to make room
-                        got, freed, n_mem, n_oth, host_room = cut
-                        victims += got
-                        vbest = got[-1]
-                        vkey = vbest[1]
-                        free += freed
-                        cross = sim.cohort_crossings(sim.dclock) - sum(
-                            1 for r, _, member in victims if member and not (r.pval + sim.dclock) % bs)
-                    elif short > 0:
-                        admitting = False
-                        iw = n_wait                 # no waiting request starts after it
-                        continue
-                free -= need
-                budget -= k
-                selected += 1
-                picked.append((req, k, need, True))
+                short = (need + wm - (free - self._member_blocks(members, im, hi, lo))
+                         if need > free - hi - wm else 0)
+                if short > 0 and not pending:
+                    admitting = False
+                    iw = n_wait                     # no waiting request starts after it
+                    continue
+            if short > 0:
+                # `_make_room`: the worst-ranked running requests not reached make room
+                cut = self._victims(short, im, io, n_mem, n_oth, shift, host_room)
+                if cut is None:
+                    return None                     # the host is full, or too few to make room
+                got, freed, n_mem, n_oth, host_room = cut
+                victims += got
+                free += freed
+                vbest, cross = self._after_victims(victims)
+                vkey = vbest[1]
+            free -= need
+            budget -= k
+            selected += 1
+            picked.append((req, k, need, not running))
         return self._apply(sched, now, members[:im], members[im:n_mem], picked, victims)
 
     def _member_blocks(self, members: list, im: int, hi: int, lo: int) -> int:
@@ -324,6 +305,14 @@ class RankTracker:
         d = self.sim.dclock
         bs = self.sim.cache.block_size
         return sum(1 for e in members[:im] if not (e[-1].pval + d) % bs)
+
+    def _after_victims(self, victims: list) -> tuple:
+        """The best-ranked of the victims so far (the last chosen), and the members' new blocks
+        this step without theirs."""
+        d = self.sim.dclock
+        bs = self.sim.cache.block_size
+        cross = self.sim.cohort_crossings(d) - sum(1 for r, _, member in victims if member and not (r.pval + d) % bs)
+        return victims[-1], cross
 
     def _members_short(self, a: int, b: int, free: int, io: int, n_mem: int, n_oth: int, shift, host_room: int):
         """Members `a`..`b` reached in rank order, as the full pass takes them one by one: where one
