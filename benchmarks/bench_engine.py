@@ -5,13 +5,14 @@
 Reads the first N requests of the Azure LLM inference 2023 conversation trace (Patel et al.,
 ISCA 2024) from the data directory, brings the window to offered load rho, and prints for every
 scheduler: CPU time per run (this process's, the least of the repeats: a shared machine's stolen
-and idle time counted out) in the default (fast-forward) mode and with --exact, their
+and idle time counted out; the repeats are rounds of every scheduler in turn, so that a slow
+spell hits every row alike) in the default (fast-forward) mode and with --exact, their
 ratio, its cost over vllm-fcfs's in the same mode ("x fcfs"), runs/s, simulated requests per
 wall-second and iterations per wall-second, with the run's iterations and decision points (steps
 the policy had to plan). Runs on one core (a single process), so the sweep's two-core throughput
 is about twice runs/s.
 
-The engine's cost bounds (docs/engine.md): at rho 0.95 and 1.6 every policy should cost at most
+The engine's cost bounds: at rho 0.95 and 1.6 every policy should cost at most
 3x vllm-fcfs per run (fastserve 5x), and the fast mode should never be slower than --exact.
 `--check` exits 1 naming each bound a row misses.
 
@@ -73,14 +74,15 @@ def main() -> None:
         if args.mode == "both" and "vllm-fcfs" in names:
             names.remove("vllm-fcfs")
             names.insert(0, "vllm-fcfs")        # the reference every other row is a multiple of
-        fcfs = None
-        for name in names:
-            if args.mode == "both":
-                fast, exact = bench_one(name, window, cfg, lat, args.repeats, fcfs)
-                if name == "vllm-fcfs":
-                    fcfs = fast
+        if args.mode == "both":
+            times, outs = time_rounds(names, window, cfg, lat, args.repeats)
+            fcfs = min(times["vllm-fcfs", False]) if "vllm-fcfs" in names else None
+            for name in names:
+                fast, exact = min(times[name, False]), min(times[name, True])
+                print_row(name, fast, exact, outs[name], len(window), fcfs)
                 misses += bound_misses(name, rho, fast, exact, fcfs)
-            else:
+        else:
+            for name in names:
                 policy = get_policy(name)
                 for _ in range(args.repeats):
                     Simulator(window, policy, cfg, lat, exact=args.mode == "exact").run()
@@ -108,24 +110,31 @@ def bound_misses(name: str, rho: float, fast: float, exact: float, fcfs: float |
     return out
 
 
-def bench_one(name, window, cfg, lat, repeats: int, fcfs: float | None = None) -> tuple[float, float]:
-    """Time one scheduler on one window in both modes, print its row, return (fast, exact) seconds."""
-    policy = get_policy(name)
-    # fast and exact runs alternate, so a slow spell of the machine hits both alike
-    times: dict[bool, list[float]] = {False: [], True: []}
+def time_rounds(names: list[str], window, cfg, lat, repeats: int) -> tuple[dict, dict]:
+    """CPU seconds of every scheduler in both modes, `repeats` rounds of each scheduler once per
+    mode in turn, so that a slow spell of the machine hits every row (and the vllm-fcfs row every
+    other is a multiple of) alike; and each scheduler's last fast-mode output."""
+    policies = {name: get_policy(name) for name in names}
+    times: dict[tuple[str, bool], list[float]] = {(n, e): [] for n in names for e in (False, True)}
     outs = {}
     for _ in range(repeats):
-        for exact in (False, True):
-            t0 = time.process_time()
-            outs[exact] = Simulator(window, policy, cfg, lat, exact=exact).run()
-            times[exact].append(time.process_time() - t0)
-    fast, out = min(times[False]), outs[False]
-    exact = min(times[True])
+        for name in names:
+            for exact in (False, True):
+                t0 = time.process_time()
+                out = Simulator(window, policies[name], cfg, lat, exact=exact).run()
+                times[name, exact].append(time.process_time() - t0)
+                if not exact:
+                    outs[name] = out
+    return times, outs
+
+
+def print_row(name: str, fast: float, exact: float, out, n_requests: int, fcfs: float | None) -> None:
+    """One scheduler's row of the table (times in seconds, the least of the rounds)."""
     ratio = f"{fast / fcfs:6.1f}x" if fcfs else f"{1.0:6.1f}x"
     print(f"{name:<14} {fast * 1e3:8.1f} {exact * 1e3:9.1f} {exact / fast:7.1f}x {ratio} {1 / fast:7.1f} "
-          f"{len(window) / fast:8.0f} {out.iterations / fast:9.0f} {out.iterations:6d} {out.events:6d} "
+          f"{n_requests / fast:8.0f} {out.iterations / fast:9.0f} {out.iterations:6d} {out.events:6d} "
           f"{out.iterations / max(out.events, 1):6.1f}", flush=True)
-    return fast, exact
+
 
 if __name__ == "__main__":
     main()
