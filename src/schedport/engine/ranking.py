@@ -46,7 +46,7 @@ class RankTracker:
         # bookkeeping in Python, and indexing (the walk's main access) is a list's own.
         self.members: list[list] = []   # [leading key - step x cohort clock, *rest of key, request]
         self.others: list[list] = []    # [key..., request]: running requests outside the cohort
-        self.entry: dict[int, tuple | list] = {}
+        self.entry: dict[int, list] = {}
         self._alone: list | None = None   # member entries the last walk served alone, as a prefix
         self._moved: set[int] = set()     # the requests of those entries, once moved
         if getattr(order.cohort_changed, "__func__", None) is Queue.cohort_changed:
