@@ -265,29 +265,11 @@ class Continuous(BatchingMode):
         key = order.key
         swap = self.swap
         plan = Plan()
-        if sim.bulk:
-            # keys read running requests' progress: make it true, keeping the decode cohort, whose
-            # members then decode in bulk (not as items) unless preempted or left without budget
-            for r in sim.running:
-                sim.sync(r)
-            plan.cohort = True
+        plan.cohort = sim.bulk      # members decode in bulk unless preempted or left without budget
         budget = self.budget
         wm = self.watermark_blocks
         cached = getattr(order, "cached_key", False)
-        keyed, ranked = self._rank_running(key, now, cached)
-        if cached:
-            # keys kept in `req.key`: running and waiting in one rank order, by one sort of the
-            # two sorted runs in C where the queue is short, else merged as far as the pass reads
-            pending = deque(ranked)                 # running requests not yet reached, best first
-            waiting = order.ordered(now)
-            if len(waiting) <= 4 * len(ranked):
-                stream = ranked + waiting
-                stream.sort(key=_KEY)
-            else:
-                stream = heapq.merge(ranked[:], waiting[:], key=_KEY)   # (both grow or shrink in the pass)
-        else:
-            pending = deque(map(_SECOND, keyed))
-            stream = _merge_ranked(keyed, list(order.ordered(now)), key, now)
+        pending, stream, ranked = self._ranked_stream(order, key, now, cached)
         selected = 0
         admitting = True
         members_run = []                            # cohort members given their token, in items order
@@ -380,6 +362,28 @@ class Continuous(BatchingMode):
         if len(sim.running) + len(order) <= self.max_num_seqs and not gated:
             return self._plan_everyone(sched, now)
         return None
+
+    def _ranked_stream(self, order, key, now: float, cached: bool) -> tuple[deque, object, list | None]:
+        """The running requests not yet reached (best first), running and waiting requests in one
+        rank order, and for an ordering that keeps its keys in `req.key` the running requests'
+        rank order, which the next step starts from."""
+        sim = self.sim
+        if sim.bulk:
+            # keys and the pass read running requests' progress: make it true, keeping the cohort
+            for r in sim.running:
+                sim.sync(r)
+        keyed, ranked = self._rank_running(key, now, cached)
+        if not cached:
+            return deque(map(_SECOND, keyed)), _merge_ranked(keyed, list(order.ordered(now)), key, now), None
+        # one sort of the two sorted runs in C where the queue is short, else merged as far as the
+        # pass reads (over copies: both lists grow or shrink during the pass)
+        waiting = order.ordered(now)
+        if len(waiting) <= 4 * len(ranked):
+            stream = ranked + waiting
+            stream.sort(key=_KEY)
+        else:
+            stream = heapq.merge(ranked[:], waiting[:], key=_KEY)
+        return deque(ranked), stream, ranked
 
     def _rank_running(self, key, now: float, cached: bool) -> tuple[list, list | None]:
         """The running requests best first: as sorted (key, request) pairs and None, or for an

@@ -172,16 +172,9 @@ class RankTracker:
 
     # -- the walk
     def plan(self, sched, now: float) -> Plan | None:
-        """The ranked fill's batch for this step, or None where the full pass must decide.
-
-        Follows `Continuous._plan_ranked` rule for rule: requests in rank order while
-        `max_num_seqs` (counted over scheduled requests) and the token budget allow; a waiting
-        request that cannot get its blocks has the worst-ranked running requests not yet reached
-        preempted for it (`_victims`), or else stops admissions. Where that pass would preempt
-        otherwise (a member or a running request short of blocks, a full host), would reach a
-        request it has just preempted, or where the members' new blocks, known only in total,
-        could decide a check, None.
-        """
+        """The ranked fill's batch for this step, `Continuous._plan_ranked`'s rules walked over the
+        kept orders with its preemptions, or None where the full pass must decide (module
+        docstring)."""
         sim = self.sim
         mode = self.mode
         cache = sim.cache
