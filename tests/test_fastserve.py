@@ -196,3 +196,50 @@ def test_fastserve_at_severe_load_on_a_long_prompt_azure_window_stays_within_fcf
     assert fs["e2e_mean_s"] <= 3 * fcfs["e2e_mean_s"]
     # whatever recompute remains is the counted last resort
     assert (fs["recomputed_tokens"] == 0) == (fs["stall_recomputes"] == 0)
+
+
+@pytest.mark.parametrize("host_gib,blocks,seqs", [(0.1, 64, 8), (16.0, 64, 8), (0.1, 400, 32), (16.0, 400, 32)])
+def test_levels_kept_in_the_cohort_decide_most_steps_and_match_exact(monkeypatch, host_gib, blocks, seqs):
+    """Fast mode keeps the MLFQ in the decode cohort (`engine.mlfq_cohort`): its walk decides most
+    planned steps itself — batches cut at `max_num_seqs` (members parked and brought back),
+    preemptions by swap of the worst-ranked jobs not reached, a full host that preempts nothing —
+    and writes the state out for the full pass only where it cannot settle a step. Either way
+    the bits are exact's."""
+    from schedport.engine.mlfq_cohort import MlfqCohort
+    seen = {"walk": 0, "full": 0, "parked": 0, "victims": 0, "host_full": 0}
+    walk0, apply0 = MlfqCohort.walk, MlfqCohort._apply
+
+    def walk(self, mode, sched, now, gated, host_was_full):
+        plan = walk0(self, mode, sched, now, gated, host_was_full)
+        seen["walk" if plan is not None else "full"] += 1
+        if plan is not None and plan.host_full:
+            seen["host_full"] += 1
+        return plan
+
+    def apply(self, sched, now, acts, sit):
+        seen["parked"] += len(sit)
+        seen["victims"] += sum(1 for a in acts if a[3] == 2)
+        return apply0(self, sched, now, acts, sit)
+    monkeypatch.setattr(MlfqCohort, "walk", walk)
+    monkeypatch.setattr(MlfqCohort, "_apply", apply)
+    fs = {"starve_every": 37, "starve_limit_s": 0.3}
+    cfg = engine(blocks=blocks, seqs=seqs, host_gib=host_gib, fastserve=fs)
+    t = long_prompt_overload(n=300, seed=5, rate=40.0)
+    ex = sim_for(t, "fastserve", cfg, exact=True)
+    a = ex.run()
+    sim = sim_for(t, "fastserve", cfg, exact=False)
+    b = sim.run()
+    assert sim.sched.order.levels_kept is not None
+    assert seen["walk"] > 3 * seen["full"]
+    if host_gib == 16.0:
+        assert seen["victims"]                  # the walk preempted by swap
+    else:
+        assert seen["host_full"]                # the walk found the host full
+    if blocks == 400 and host_gib == 16.0:
+        assert seen["parked"]                   # members left out of a batch cut at max_num_seqs
+    for f in ("first_token_s", "finish_s"):
+        assert np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True), f
+    assert np.array_equal(a.preemptions, b.preemptions)
+    for f in ("iterations", "swapped_blocks", "recomputed_tokens", "host_full_events", "stall_recomputes"):
+        assert getattr(a, f) == getattr(b, f), f
+    assert [(r.aux[0], r.aux[2]) for r in sim.requests] == [(r.aux[0], r.aux[2]) for r in ex.requests]

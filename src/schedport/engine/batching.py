@@ -255,17 +255,30 @@ class Continuous(BatchingMode):
         if tracker is None and sim.bulk and order.served_key_step is not None and not self.host_gate:
             tracker = self.tracker = RankTracker(sim, order, self)
         host_was_full, sim.host_full_prev = sim.host_full_prev, False
+        levels = order.kept() if sim.bulk and hasattr(order, "kept") else None
+        if levels is not None:
+            levels.resume()
         plan = self._ranked_shortcut(sched, now, gated)
         if plan is not None:
+            if levels is not None:
+                levels.ran_all(plan)
             return plan
         if tracker is not None and not gated:
             plan = tracker.plan(sched, now)
             if plan is not None:
                 return plan
+        if levels is not None:
+            # FastServe's levels kept in the cohort (`schedport.engine.mlfq_cohort`): walked, or
+            # written out and decided below request by request, outside the cohort
+            plan = levels.walk(self, sched, now, gated, host_was_full)
+            if plan is not None:
+                return plan
+            levels.materialize()
+            sim.sync_all()
         key = order.key
         swap = self.swap
         plan = Plan()
-        plan.cohort = sim.bulk      # members decode in bulk unless preempted or left without budget
+        plan.cohort = sim.bulk and levels is None   # members decode in bulk unless preempted or left without budget
         budget = self.budget
         wm = self.watermark_blocks
         cached = getattr(order, "cached_key", False)
@@ -342,6 +355,8 @@ class Continuous(BatchingMode):
         if plan.host_full:
             self._host_full_step(plan, host_was_full, key, now, cached)
         plan.ranked = True                          # items are in rank order
+        if levels is not None:
+            plan.parked = len(sim.running) - len(items)     # only the batch's decoders rejoin the cohort
         if plan.preempted or plan.admitted or plan.host_full:
             # (a step that found the host full is not repeated unchanged: which job is worst-ranked
             # among those holding KV may differ in the next one, as FastServe's front pushes reorder)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from operator import attrgetter
 
+from schedport.engine.mlfq_cohort import MlfqCohort
 from schedport.engine.queues import SortedEachStep
 
 
@@ -41,7 +42,6 @@ class SkipJoinMLFQ(SortedEachStep):
 
     preemptive = True
     static_keys = True                  # a waiting key changes only at a starvation check
-    per_request_steps = True            # per-step, per-request bookkeeping in `after_step`
     cached_key = True                   # req.key = (level, position, idx), set wherever they change
 
     def __init__(self, sim, params):
@@ -58,6 +58,13 @@ class SkipJoinMLFQ(SortedEachStep):
         self._back = 0                  # and by pushes to the back
         self.promotions = 0             # starvation promotions, for the run summary
         self.deepest = 0                # the lowest level any job reached
+        self.levels_kept = None         # fast mode: the state kept in the decode cohort (`MlfqCohort`)
+
+    def kept(self) -> MlfqCohort:
+        """The fast mode's lazy state (`schedport.engine.mlfq_cohort`), made on first use."""
+        if self.levels_kept is None:
+            self.levels_kept = MlfqCohort(self)
+        return self.levels_kept
 
     def _state(self, req):
         # [level, position, processing time of closed runs, open run's start, last step's end]
@@ -66,7 +73,7 @@ class SkipJoinMLFQ(SortedEachStep):
             lvl = next((i for i, q in enumerate(self.quanta) if q >= t_init), self.levels - 1)
             self._back += 1
             last = -math.inf if self.never_run_starves else req.arrival
-            req.aux = [lvl, self._back, 0.0, math.nan, last]
+            req.aux = [lvl, self._back, 0.0, math.nan, last, None, 0]   # (+ `MlfqCohort`'s value, stamp)
             req.key = (lvl, self._back, req.idx)
             if lvl > self.deepest:
                 self.deepest = lvl
@@ -129,6 +136,10 @@ class SkipJoinMLFQ(SortedEachStep):
         self._sorted_at = None          # waiting keys changed: re-sort
 
     def after_step(self, plan, start, end):
+        kept = self.levels_kept
+        if kept is not None and not kept.explicit:
+            kept.after_step(plan, start, end)
+            return
         batch = [r for r, _ in plan.items]
         if not plan.ranked:
             batch.sort(key=_KEY_ATTR)
@@ -159,9 +170,15 @@ class SkipJoinMLFQ(SortedEachStep):
             s[1] = -front
             r.key = (lvl, -front, r.idx)
         self._front = front
+        if kept is not None:
+            kept.rebuild(batch, end)
         # a running job that sat this step out ended its open run (its KV stays resident) at its
         # last step's end, s[4]; the run is closed when next read (`_close`, the new-run branch
         # above, `fast_forward_limit`), with the same sum an eager close would make
+
+    def on_finish(self, req, t):
+        if self.levels_kept is not None:
+            self.levels_kept.left(req)
 
     def requeue(self, req, now):
         # swapped or recomputed out of the batch's way: its place in its queue is kept
@@ -179,6 +196,9 @@ class SkipJoinMLFQ(SortedEachStep):
         step-by-step tests compare within float rounding of these sums). The run also ends at
         the step that is a starvation check, which `after_fast_forward` then performs.
         """
+        kept = self.levels_kept
+        if kept is not None and not kept.explicit:
+            return kept.fast_forward_limit(plan, now)
         k = self.every - self.sim.iterations % self.every
         t = math.inf
         if self.items:
@@ -203,6 +223,10 @@ class SkipJoinMLFQ(SortedEachStep):
     def after_fast_forward(self, plan, starts, ends, k):
         """Account k consecutive steps exactly as k calls of `after_step` would: demotions, the
         front pushes after each step, and a starvation check at the last step."""
+        kept = self.levels_kept
+        if kept is not None and not kept.explicit:
+            kept.after_fast_forward(plan, starts, ends, k)
+            return
         start = float(starts[0])
         end = float(ends[k - 1])
         last = self.levels - 1
@@ -242,6 +266,8 @@ class SkipJoinMLFQ(SortedEachStep):
             self._promote_starved({r.idx for r in order}, float(starts[k - 1]))
         for r in reversed(order):              # fresh front positions that sort as `order`
             self._to_front(r, r.aux)
+        if kept is not None:
+            kept.rebuild(order, end)
 
     def _demote_within(self, s, starts, ends) -> list[int]:
         """Replay the demotions of one job over a run of steps (`starts`, `ends`), step-exact;
