@@ -250,31 +250,12 @@ class Continuous(BatchingMode):
         cache = sim.cache
         bs = cache.block_size
         order = sched.order
-        gated = self._host_gated()
-        tracker = self.tracker
-        if tracker is None and sim.bulk and order.served_key_step is not None and not self.host_gate:
-            tracker = self.tracker = RankTracker(sim, order, self)
+        gated = self.host_gated()
         host_was_full, sim.host_full_prev = sim.host_full_prev, False
         levels = order.kept() if sim.bulk and hasattr(order, "kept") else None
-        if levels is not None:
-            levels.resume()
-        plan = self._ranked_shortcut(sched, now, gated)
+        plan = self._ranked_kept(sched, now, gated, host_was_full, levels)
         if plan is not None:
-            if levels is not None:
-                levels.ran_all(plan)
             return plan
-        if tracker is not None and not gated:
-            plan = tracker.plan(sched, now)
-            if plan is not None:
-                return plan
-        if levels is not None:
-            # FastServe's levels kept in the cohort (`schedport.engine.mlfq_cohort`): walked, or
-            # written out and decided below request by request, outside the cohort
-            plan = levels.walk(self, sched, now, gated, host_was_full)
-            if plan is not None:
-                return plan
-            levels.materialize()
-            sim.sync_all()
         key = order.key
         swap = self.swap
         plan = Plan()
@@ -362,6 +343,31 @@ class Continuous(BatchingMode):
             # among those holding KV may differ in the next one, as FastServe's front pushes reorder)
             plan.decode_only = False
         return plan
+
+    def _ranked_kept(self, sched, now: float, gated: bool, host_was_full: bool, levels) -> Plan | None:
+        """The batch without ranking every request: a shortcut, the kept rank order (`RankTracker`)
+        or FastServe's levels kept in the cohort (`levels`); None: the full pass decides."""
+        sim = self.sim
+        order = sched.order
+        tracker = self.tracker
+        if tracker is None and sim.bulk and order.served_key_step is not None and not self.host_gate:
+            tracker = self.tracker = RankTracker(sim, order, self)
+        if levels is not None:
+            levels.resume()
+        plan = self._ranked_shortcut(sched, now, gated)
+        if plan is not None:
+            if levels is not None:
+                levels.ran_all(plan)
+            return plan
+        if tracker is not None and not gated:
+            return tracker.plan(sched, now)
+        if levels is not None:
+            plan = levels.walk(self, sched, now, gated, host_was_full)
+            if plan is None:
+                levels.materialize()            # the full pass decides, outside the cohort
+                sim.sync_all()
+            return plan
+        return None
 
     def _ranked_shortcut(self, sched, now: float, gated: bool) -> Plan | None:
         """The ranked pass's common cases, decided without ranking: nothing waits and every running
@@ -468,12 +474,6 @@ class Continuous(BatchingMode):
             plan.preempted += 1
             if cached:
                 self._rank_hint = None
-
-    def _host_gated(self) -> bool:
-        """Is the host gate closed this step (less than `host_gate` of the host swap space free)?"""
-        sim = self.sim
-        return bool(self.host_gate and sim.host_blocks
-                    and sim.host_blocks - sim.host_used < self.host_gate * sim.host_blocks)
 
     def _make_room(self, need: int, pending: deque, plan: Plan) -> None:
         """Preempt running requests not yet reached (`pending`), the worst-ranked first, until

@@ -53,22 +53,6 @@ def _ignore(req, delta) -> None:
     pass
 
 
-class _Walk:
-    """One walk's running counts (`MlfqCohort.walk`)."""
-
-    __slots__ = ("free", "taken", "xr", "freed", "unc", "room", "host_full", "preempted", "n_oth",
-                 "io", "i", "pending", "acts", "sat", "victim", "vreq")
-
-    def __init__(self):
-        self.taken = self.xr = self.freed = 0
-        self.unc: list = []             # levels whose members were all reached, not yet counted
-        self.host_full = self.preempted = False
-        self.io = self.i = 0
-        self.acts: list = []            # (request, tokens, blocks, action, in B), in the walk's order
-        self.sat: list = []             # B's jobs reached that sat out (the host full)
-        self.victim = self.vreq = None  # the best-ranked job preempted so far: its rank, itself
-
-
 class MlfqCohort:
     """The lazy MLFQ state of one fast-mode run (module docstring)."""
 
@@ -195,261 +179,27 @@ class MlfqCohort:
     # ------------------------------------------------------------------ the walk
     def walk(self, mode, sched, now: float, gated: bool, host_was_full: bool) -> Plan | None:
         """The ranked fill's batch (`Continuous._plan_ranked`'s rules) over the lazy levels, or None
-        where the full pass must decide (module docstring).
-
-        Blocks are checked against a lower bound of what is free (every member's new block taken
-        first). Where that fails, the exact count (the members reached so far, counted one by one)
-        decides: a request that fits only by it goes to the full pass; one that does not fit makes
-        room as `Continuous._make_room` does, preempting the worst-ranked running jobs not reached
-        by swap, or finding the host full and preempting none."""
+        where the full pass must decide (module docstring, `_Walk`)."""
         if not mode.swap:
             return None
         sim = self.sim
-        cache = sim.cache
-        bs = cache.block_size
-        q = self.q
-        nlev = q.levels
-        lv = self.lv
-        wm = mode.watermark_blocks
-        cap = mode.max_num_seqs
-        budget = mode.budget
-        others = self.others
-        waiting = q.ordered(now)
+        waiting = self.q.ordered(now)
         if not waiting:
-            for r in others:
+            for r in self.others:
                 if r.sync >= 0:         # joined by a shortcut that then gave way (`_plan_cohort`)
                     sim.cohort_leave(r)
         elif gated:
             # a context-stage job is held back while the gate is closed: only the rest can start
             waiting = [w for w in waiting if w.generated or w.swapped]
-        bitems: dict[int, int] = {}
-        for r in self.items_prev:
-            if r.phase == RUNNING and r.sync < 0 and r.aux[VAL] is not None:
-                bitems[r.aux[LVL]] = bitems.get(r.aux[LVL], 0) + 1
-        d = sim.dclock
-        st = _Walk()
-        st.free = cache.free - sim.cohort_crossings(d)   # every member's new block, counted first
-        if st.free < 0:
-            return None                     # a member may find no block: the full pass preempts
-        st.room = sim.host_blocks - sim.host_used
-        st.n_oth = len(others)
-        st.pending = len(sim.running)
-        orders: dict[int, list] = {}        # B's levels in rank order, made when needed (less victims)
-
-        def order_of(L1: int) -> list:
-            o = orders.get(L1)
-            if o is None:
-                o = orders[L1] = self._actual(L1)
-            return o
-
-        def exact_free() -> int:
-            for L1 in st.unc:
-                st.xr += sum(1 for r in lv[L1].values() if r.sync >= 0 and not (r.pval + d) % bs)
-            st.unc.clear()
-            return cache.free - st.taken - st.xr + st.freed
-
-        def blocks_of(v: Request) -> int:
-            return -(-(v.pval + d) // bs) if v.sync >= 0 else v.blocks
-
-        def make_room(need: int, bmin: int, cur: int | None, end: int) -> bool | None:
-            """`_make_room(need)` over the running jobs not reached: B's levels from `bmin`, level
-            `cur`'s order from `end` on... rather, before `end` and after the job reached, and the
-            parked jobs from `io`. True: victims preempted; False: the host is full, none is;
-            None: the full pass decides."""
-            freed = exact_free()
-            room = st.room
-            vict = []
-            j = st.n_oth - 1
-            done = False
-            for L1 in range(nlev - 1, -1, -1):
-                seq = []
-                while j >= st.io and others[j].aux[LVL] == L1:
-                    seq.append(others[j])
-                    j -= 1
-                if L1 >= bmin and lv[L1]:
-                    seq.extend(reversed(order_of(L1)))
-                elif L1 == cur:
-                    seq.extend(reversed(order_of(L1)[st.i + 1:end]))
-                for v in seq:
-                    if freed >= need:
-                        done = True
-                        break
-                    vb = blocks_of(v)
-                    if vb > room:
-                        return False
-                    room -= vb
-                    freed += vb
-                    vict.append((v, vb))
-                if done or (L1 <= min(bmin, cur if cur is not None else nlev) and j < st.io):
-                    break
-            if freed < need:
-                return None                 # every job not reached goes, and it is still short
-            best = vict[-1][0]
-            st.victim = (best.aux[LVL], -math.inf, 0) if best.aux[VAL] is not None else best.key
-            st.vreq = best
-            for v, vb in vict:
-                L1 = v.aux[LVL]
-                if v.aux[VAL] is None:
-                    st.n_oth -= 1
-                else:
-                    o = orders[L1]
-                    o.pop()                 # the worst of its level's kept order
-                st.free += vb
-                st.freed += vb
-                st.pending -= 1
-                st.acts.append((v, 0, vb, _PREEMPT, v.aux[VAL] is not None))
-            st.room = room
-            st.preempted = True
-            return True
-
-        n_wait = len(waiting)
-        selected = 0
-        admitting = True
-        cut = None                      # (level, reached): the batch filled inside B's level
-        iw = 0
-        L = 0
-        while True:
-            c = others[st.io] if st.io < st.n_oth else None
-            ck = None if c is None else c.key
-            if iw < n_wait and admitting:
-                w = waiting[iw]
-                if c is None or w.key < ck:
-                    c, ck = w, w.key
-            if st.victim is not None and admitting and (c is None or st.victim < ck):
-                c, ck = st.vreq, st.victim      # the best-ranked victim, waiting again where it ranked
-            top = ck[0] if c is not None else nlev - 1
-            while L <= top:
-                if lv[L]:
-                    if not bitems.get(L) and L not in orders:
-                        m = len(lv[L])
-                        t = max(0, min(m, cap - selected, budget))
-                        selected += t
-                        budget -= t
-                        st.pending -= t
-                        if t < m:
-                            cut = (L, t)
-                            break
-                        st.unc.append(L)
-                    else:
-                        order = order_of(L)
-                        st.i = 0
-                        while st.i < len(order):
-                            r = order[st.i]
-                            if selected >= cap or budget <= 0:
-                                cut = (L, st.i)
-                                break
-                            st.pending -= 1
-                            selected += 1
-                            if r.sync >= 0:
-                                budget -= 1
-                                if not (r.pval + d) % bs:
-                                    st.xr += 1
-                                st.i += 1
-                                continue
-                            k = min(r.prompt + r.generated - r.computed, budget)
-                            need = -(-(r.computed + k) // bs) - r.blocks
-                            if need > st.free:
-                                if need <= exact_free():
-                                    return None     # it fits, ahead of members' blocks: counted one by one
-                                got = make_room(need, L + 1, L, len(order)) if st.pending else False
-                                if got is None:
-                                    return None
-                                if need > exact_free():
-                                    if st.room >= r.blocks:
-                                        return None     # it would be preempted by swap itself
-                                    st.host_full = True
-                                    selected -= 1
-                                    st.sat.append(r)
-                                    st.i += 1
-                                    continue
-                                if need > st.free:
-                                    return None
-                            st.free -= need
-                            st.taken += need
-                            budget -= k
-                            st.acts.append((r, k, need, _RUN, True))
-                            st.i += 1
-                        if cut is not None:
-                            break
-                L += 1
-            if cut is not None:
-                break
-            if st.victim is not None and c is not st.vreq and admitting and (c is None or st.victim < ck):
-                continue                    # a job preempted on the way ranks before `c`
-            if c is None:
-                break
-            if selected >= cap or budget <= 0:
-                cut = (L, 0)
-                break
-            if not st.pending and not admitting:
-                break
-            if c is st.vreq:
-                # every running job left ranks before it (the victims were the worst): if it fits
-                # it would start again (the full pass decides), else nothing after it starts
-                if self._readmit_need(c, budget, d) <= exact_free() - wm:
-                    return None
-                break
-            if c.phase == RUNNING:
-                st.io += 1
-                st.pending -= 1
-                selected += 1
-                k = min(c.prompt + c.generated - c.computed, budget)
-                need = -(-(c.computed + k) // bs) - c.blocks
-                if need > st.free:
-                    if need <= exact_free():
-                        return None
-                    got = make_room(need, L, None, 0) if st.pending else False
-                    if got is None:
-                        return None
-                    if need > exact_free():
-                        if st.room >= c.blocks:
-                            return None         # it would be preempted by swap itself
-                        st.host_full = True
-                        selected -= 1
-                        continue                # it sits out, parked, holding its KV
-                    if need > st.free:
-                        return None
-                st.free -= need
-                st.taken += need
-                budget -= k
-                st.acts.append((c, k, need, _RUN, False))
-                continue
-            iw += 1
-            k = min(c.prompt + c.generated - c.computed, budget)
-            need = -(-(c.computed + k) // bs)
-            if need > st.free - wm:
-                if need <= exact_free() - wm:
-                    return None
-                got = make_room(need + wm, L, None, 0) if st.pending else False
-                if got is None:
-                    return None
-                if got is False and st.pending:
-                    st.host_full = True
-                if need > exact_free() - wm:
-                    admitting = False       # head-of-line: nothing ranked below it starts
-                    continue
-                if need > st.free - wm:
-                    return None
-            st.free -= need
-            st.taken += need
-            budget -= k
-            selected += 1
-            st.room += c.swapped            # its KV comes back from the host
-            st.acts.append((c, k, need, _ADMIT, False))
-        if st.host_full and not selected and not st.preempted:
+        w = _Walk(self, mode, waiting)
+        try:
+            w.run()
+        except _GiveWay:
+            return None
+        if w.host_full and not w.selected and not w.preempted:
             return None                     # nothing runs: the full pass breaks the stall
-        sit: list = []
-        if cut is not None:
-            L0, reached = cut
-            if reached:
-                sit.extend(order_of(L0)[reached:])
-            else:
-                L0 -= 1
-            for L1 in range(L0 + 1, nlev):
-                if lv[L1]:
-                    sit.extend(order_of(L1))
-        plan = self._apply(sched, now, st.acts, st.sat + sit)
-        if st.host_full:
+        plan = self._apply(sched, now, w.acts, w.sat + w.sitters())
+        if w.host_full:
             plan.host_full = True
             plan.decode_only = False
             sim.host_full_prev = True
@@ -474,21 +224,21 @@ class MlfqCohort:
         sim.host_full_prev = False
         plan = Plan()
         plan.cohort = True
-        gone: dict[int, list] = {}
+        # B's jobs that leave it (sitters, and jobs preempted) get their positions level by level
+        # in rank order, together: one may have ranked before another of either kind
+        leave: dict[int, list] = {}
         for r, _, _, act, in_b in acts:
             if act == _PREEMPT and in_b:
-                gone.setdefault(r.aux[LVL], []).append(r)
-        for L, rs in gone.items():          # worst first: write out in rank order
-            self._write_out(rs[::-1])
-        by_level: dict[int, list] = {}
+                leave.setdefault(r.aux[LVL], []).append(r)
         for r in sit:
-            by_level.setdefault(r.aux[LVL], []).append(r)
-        for L, rs in by_level.items():      # `sit` is in rank order
+            leave.setdefault(r.aux[LVL], []).append(r)
+        for rs in leave.values():
+            rs.sort(key=_KEY, reverse=self.sign < 0)
             self._write_out(rs)
-            for r in rs:
-                if r.sync >= 0:
-                    sim.cohort_leave(r)
-                insort(self.others, r, key=_KEY)
+        for r in sit:
+            if r.sync >= 0:
+                sim.cohort_leave(r)
+            insort(self.others, r, key=_KEY)
         x = self.x = []
         join = []
         swap = True
@@ -654,3 +404,303 @@ class MlfqCohort:
                 if due < t:
                     t = due
         return k, (t - MARGIN if t < math.inf else None)
+
+
+class _GiveWay(Exception):
+    """The walk cannot settle this step: the full pass decides it."""
+
+
+class _Walk:
+    """One step's ranked fill over `MlfqCohort`'s kept levels, in `Continuous._plan_ranked`'s order
+    and with its rules.
+
+    The order is level by level: B's jobs of the level (members counted, not visited, unless the
+    batch fills among them or jobs outside the cohort are among them), then the level's parked
+    and waiting jobs by key. Blocks are checked against a lower bound of what is free (every
+    member's new block taken first); where that fails, the exact count (the members reached so
+    far, counted one by one) decides. A request that fits only by it goes to the full pass; one
+    that does not fit makes room as `Continuous._make_room` does, preempting the worst-ranked
+    running jobs not reached by swap, or finding the host full and preempting none. A preempted
+    job is reached again where it ranked, as a waiting one: nothing after it starts.
+    """
+
+    def __init__(self, kept: "MlfqCohort", mode, waiting: list):
+        sim = kept.sim
+        self.kept = kept
+        self.cache = sim.cache
+        self.bs = sim.cache.block_size
+        self.lv = kept.lv
+        self.nlev = kept.q.levels
+        self.others = kept.others
+        self.waiting = waiting
+        self.d = sim.dclock
+        self.wm = mode.watermark_blocks
+        self.cap = mode.max_num_seqs
+        self.budget = mode.budget
+        self.bitems: dict[int, int] = {}        # B's jobs outside the cohort, by level
+        for r in kept.items_prev:
+            if r.phase == RUNNING and r.sync < 0 and r.aux[VAL] is not None:
+                self.bitems[r.aux[LVL]] = self.bitems.get(r.aux[LVL], 0) + 1
+        # free blocks: a lower bound (every member's new block taken first), or where that leaves too
+        # few (`tight`), the exact count, every member visited and given its block in rank order
+        self.free = sim.cache.free - sim.cohort_crossings(self.d)
+        self.tight = self.free < 0
+        if self.tight:
+            self.free = sim.cache.free
+        self.taken = self.xr = self.freed = 0   # blocks taken by items, by members counted, freed by victims
+        self.unc: list = []             # levels whose members were all reached, not yet counted
+        self.room = sim.host_blocks - sim.host_used
+        self.host_full = self.preempted = False
+        self.n_oth = len(self.others)
+        self.io = self.iw = self.i = 0
+        self.pending = len(sim.running)
+        self.selected = 0
+        self.admitting = True
+        self.cut = None                 # (level, reached): the batch filled inside B's level
+        self.acts: list = []            # (request, tokens, blocks, action, in B), in the walk's order
+        self.sat: list = []             # B's jobs reached that sat out (the host full)
+        self.victim = self.vreq = None  # the best-ranked job preempted so far: its rank, itself
+        self.orders: dict[int, list] = {}   # B's levels in rank order, made when needed (less victims)
+
+    def order_of(self, L: int) -> list:
+        o = self.orders.get(L)
+        if o is None:
+            o = self.orders[L] = self.kept._actual(L)
+        return o
+
+    def exact_free(self) -> int:
+        """Blocks free at this point of the pass, the members reached counted one by one."""
+        d, bs = self.d, self.bs
+        for L in self.unc:
+            self.xr += sum(1 for r in self.lv[L].values() if r.sync >= 0 and not (r.pval + d) % bs)
+        self.unc.clear()
+        return self.cache.free - self.taken - self.xr + self.freed
+
+    def run(self) -> None:
+        """Walk the rank order until the batch is full or nothing more can start."""
+        lv, nlev = self.lv, self.nlev
+        others, waiting = self.others, self.waiting
+        L = 0
+        while True:
+            c = others[self.io] if self.io < self.n_oth else None
+            ck = None if c is None else c.key
+            if self.iw < len(waiting) and self.admitting:
+                w = waiting[self.iw]
+                if c is None or w.key < ck:
+                    c, ck = w, w.key
+            if self.victim is not None and self.admitting and (c is None or self.victim < ck):
+                c, ck = self.vreq, self.victim      # the best-ranked victim, waiting again where it ranked
+            top = ck[0] if c is not None else nlev - 1
+            vreq = self.vreq
+            while L <= top:
+                if lv[L] and not self.level(L):
+                    return                  # the batch filled inside this level
+                L += 1
+            if self.vreq is not vreq:
+                continue                    # jobs were preempted on the way (`c` among them, or after)
+            if c is None:
+                return
+            if self.selected >= self.cap or self.budget <= 0:
+                self.cut = (L, 0)
+                return
+            if not self.pending and not self.admitting:
+                return
+            if c is self.vreq:
+                # every running job left ranks before it (the victims were the worst): if it fits
+                # it would start again (the full pass decides), else nothing after it starts
+                if self.kept._readmit_need(c, self.budget, self.d) <= self.exact_free() - self.wm:
+                    raise _GiveWay
+                return
+            if c.phase == RUNNING:
+                self.io += 1
+                self.take_running(c, L, None, False)
+            else:
+                self.iw += 1
+                self.take_waiting(c, L)
+
+    def level(self, L: int) -> bool:
+        """B's jobs of level L, in rank order; False where the batch filled among them."""
+        if not self.bitems.get(L) and L not in self.orders and not self.tight:
+            m = len(self.lv[L])         # members only: counted
+            t = max(0, min(m, self.cap - self.selected, self.budget))
+            self.selected += t
+            self.budget -= t
+            self.pending -= t
+            if t < m:
+                self.cut = (L, t)
+                return False
+            self.unc.append(L)
+            return True
+        order = self.order_of(L)
+        d, bs = self.d, self.bs
+        self.i = 0
+        while self.i < len(order):
+            r = order[self.i]
+            if self.selected >= self.cap or self.budget <= 0:
+                self.cut = (L, self.i)
+                return False
+            if r.sync >= 0:
+                if (r.pval + d) % bs:
+                    self.pending -= 1
+                    self.selected += 1
+                    self.budget -= 1
+                else:
+                    self.take_member(r, L)
+            else:
+                self.take_running(r, L + 1, L, True)
+            self.i += 1
+        return True
+
+    def go_tight(self) -> None:
+        """Count blocks exactly from here on: every member visited and given its block as reached."""
+        if not self.tight:
+            self.free = self.exact_free()
+            self.tight = True
+
+    def take_member(self, r: Request, L: int) -> None:
+        """A member that needs a new block this step: counted, or (`tight`) given it, room made for
+        it, or preempted itself, or it sits out (a full host)."""
+        self.pending -= 1
+        self.selected += 1
+        self.xr += 1
+        if self.tight:
+            if self.free < 1:
+                if self.pending:
+                    self.make_room(1, L + 1, L)
+                if self.free < 1:
+                    self.xr -= 1
+                    self.short(r, -(-(r.pval + self.d) // self.bs), True)
+                    return
+            self.free -= 1
+        self.budget -= 1
+
+    def short(self, r: Request, blocks: int, in_b: bool) -> None:
+        """A running job reached finds no block even after room was made: swapped out itself if
+        the host can take it, else it sits out, holding its KV (the host full)."""
+        self.selected -= 1
+        if self.room >= blocks:
+            self.room -= blocks
+            self.free += blocks
+            self.freed += blocks
+            self.preempted = True
+            self.acts.append((r, 0, blocks, _PREEMPT, in_b))
+        else:
+            self.host_full = True
+            if in_b:
+                self.sat.append(r)
+
+    def take_running(self, r: Request, bmin: int, cur: int | None, in_b: bool) -> None:
+        """A running job outside the cohort reached: its tokens and blocks, room made for them, or
+        it is short (`short`)."""
+        self.pending -= 1
+        self.selected += 1
+        k = min(r.prompt + r.generated - r.computed, self.budget)
+        need = -(-(r.computed + k) // self.bs) - r.blocks
+        if need > self.free:
+            self.go_tight()
+            if need > self.free:
+                if self.pending:
+                    self.make_room(need, bmin, cur)
+                if need > self.free:
+                    self.short(r, r.blocks, in_b)
+                    return
+        self.free -= need
+        self.taken += need
+        self.budget -= k
+        self.acts.append((r, k, need, _RUN, in_b))
+
+    def take_waiting(self, c: Request, L: int) -> None:
+        """A waiting job reached: admitted, room made for it, or admissions stop here."""
+        k = min(c.prompt + c.generated - c.computed, self.budget)
+        need = -(-(c.computed + k) // self.bs)
+        wm = self.wm
+        if need > self.free - wm:
+            self.go_tight()
+            if need > self.free - wm:
+                if self.pending and not self.make_room(need + wm, L, None):
+                    self.host_full = True
+                if need > self.free - wm:
+                    self.admitting = False  # head-of-line: nothing ranked below it starts
+                    return
+        self.free -= need
+        self.taken += need
+        self.budget -= k
+        self.selected += 1
+        self.room += c.swapped              # its KV comes back from the host
+        self.acts.append((c, k, need, _ADMIT, False))
+
+    def make_room(self, need: int, bmin: int, cur: int | None) -> bool:
+        """`Continuous._make_room(need)` over the running jobs not reached — B's levels from `bmin`,
+        the rest of level `cur`'s order after the job reached, the parked jobs from `io` — worst
+        first: True if victims were preempted (by swap), False if the host cannot take the first
+        one it needs (none is preempted)."""
+        lv, others = self.lv, self.others
+        d, bs = self.d, self.bs
+        freed = self.exact_free()
+        room = self.room
+        vict = []
+        j = self.n_oth - 1
+        io = self.io
+        low = min(bmin, cur if cur is not None else self.nlev)
+        for L in range(self.nlev - 1, -1, -1):
+            while j >= io and others[j].aux[LVL] == L:     # parked jobs rank after B's in a level
+                if freed >= need:
+                    break
+                v = others[j]
+                j -= 1
+                if v.blocks > room:
+                    return False
+                room -= v.blocks
+                freed += v.blocks
+                vict.append((v, v.blocks))
+            if L >= bmin and lv[L]:
+                order, stop = self.order_of(L), -1
+            elif L == cur:
+                order, stop = self.order_of(L), self.i
+            else:
+                order = None
+            if order is not None:
+                for n in range(len(order) - 1, stop, -1):
+                    if freed >= need:
+                        break
+                    v = order[n]
+                    vb = -(-(v.pval + d) // bs) if v.sync >= 0 else v.blocks
+                    if vb > room:
+                        return False
+                    room -= vb
+                    freed += vb
+                    vict.append((v, vb))
+            if freed >= need or (L <= low and j < io):
+                break
+        if freed < need:
+            raise _GiveWay                  # every job not reached goes, and it is still short
+        best = vict[-1][0]
+        self.victim = (best.aux[LVL], -math.inf, 0) if best.aux[VAL] is not None else best.key
+        self.vreq = best
+        for v, vb in vict:
+            if v.aux[VAL] is None:
+                self.n_oth -= 1
+            else:
+                self.orders[v.aux[LVL]].pop()   # the worst of its level's kept order
+            self.free += vb
+            self.freed += vb
+            self.pending -= 1
+            self.acts.append((v, 0, vb, _PREEMPT, v.aux[VAL] is not None))
+        self.room = room
+        self.preempted = True
+        return True
+
+    def sitters(self) -> list:
+        """B's jobs the batch left out (after the cut), in rank order."""
+        if self.cut is None:
+            return []
+        L0, reached = self.cut
+        sit = []
+        if reached:
+            sit.extend(self.order_of(L0)[reached:])
+        else:
+            L0 -= 1
+        for L in range(L0 + 1, self.nlev):
+            if self.lv[L]:
+                sit.extend(self.order_of(L))
+        return sit

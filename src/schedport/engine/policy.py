@@ -165,6 +165,12 @@ class BatchingMode:
         # while less than this share of the host swap space is free (0: no gate)
         self.host_gate = float(params.get("host_gate", 0.0)) if self.swap else 0.0
 
+    def host_gated(self) -> bool:
+        """Is the host gate closed this step (less than `host_gate` of the host swap space free)?"""
+        sim = self.sim
+        return bool(self.host_gate and sim.host_blocks
+                    and sim.host_blocks - sim.host_used < self.host_gate * sim.host_blocks)
+
     def never_fits(self, req: Request) -> str:
         """Why `req` can never be served in this mode ('' if it can)."""
         c = self.sim.cache
