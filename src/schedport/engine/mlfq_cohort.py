@@ -565,8 +565,8 @@ class _Walk:
         self.xr += 1
         if self.tight:
             if self.free < 1:
-                if self.pending:
-                    self.make_room(1, L + 1, L)
+                if self.pending and not self.make_room(1, L + 1, L):
+                    self.host_full = True       # (as `_make_room` marks it, whatever follows)
                 if self.free < 1:
                     self.xr -= 1
                     self.short(r, -(-(r.pval + self.d) // self.bs), True)
@@ -599,8 +599,8 @@ class _Walk:
         if need > self.free:
             self.go_tight()
             if need > self.free:
-                if self.pending:
-                    self.make_room(need, bmin, cur)
+                if self.pending and not self.make_room(need, bmin, cur):
+                    self.host_full = True
                 if need > self.free:
                     self.short(r, r.blocks, in_b)
                     return
