@@ -354,7 +354,8 @@ class Continuous(BatchingMode):
             tracker = self.tracker = RankTracker(sim, order, self)
         if levels is not None:
             levels.resume()
-        plan = self._ranked_shortcut(sched, now, gated)
+        skip = levels is not None and not len(order) and levels.over_budget(self.budget)
+        plan = None if skip else self._ranked_shortcut(sched, now, gated)
         if plan is not None:
             if levels is not None:
                 levels.ran_all(plan)

@@ -37,7 +37,10 @@ class SkipJoinMLFQ(SortedEachStep):
 
     The queues are deques: a key is (level, position, index), where a push to the front takes a
     position below every other and a push to the back one above. The engine ranks running and
-    waiting jobs together every step.
+    waiting jobs together every step. That is how `--exact` runs it. The fast mode keeps the same
+    state lazily in the decode cohort (`schedport.engine.mlfq_cohort`): the last batch's order
+    per level, processing times summed at demotions only, and a walk of the levels in place of
+    the ranking, bit for bit the same.
     """
 
     preemptive = True

@@ -274,9 +274,26 @@ class MlfqCohort:
         return plan
 
     def ran_all(self, plan: Plan) -> None:
-        """A step where every running job (and every waiting one the plan admitted) runs."""
-        self.x = sorted((r for r in self.sim.running if r.aux[VAL] is None), key=_KEY)
+        """A step where every running job (and every waiting one the plan admitted) runs: the jobs
+        outside B (the parked ones and the admitted) join it."""
+        x = self.others
+        if plan.admitted:
+            seen = {r.idx for r in x}
+            x = x + [r for r, _ in plan.items if r.aux[VAL] is None and r.idx not in seen]
+            x.sort(key=_KEY)
+        self.x = x
         self.others = []
+
+    def over_budget(self, budget: int) -> bool:
+        """Do the running jobs' needs exceed the token budget? (Then no shortcut can serve them all,
+        and the walk decides without the cohort taking in the parked jobs first.)"""
+        tokens = self.sim.cohort_n
+        for r in self.others:
+            tokens += r.prompt + r.generated - r.computed
+        for r in self.items_prev:
+            if r.phase == RUNNING and r.sync < 0 and r.aux[VAL] is not None:
+                tokens += r.prompt + r.generated - r.computed
+        return tokens > budget
 
     # ------------------------------------------------------------------ after the step
     def _start_runs(self, start: float) -> None:
