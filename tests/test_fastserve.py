@@ -230,12 +230,12 @@ def test_levels_kept_in_the_cohort_decide_most_steps_and_match_exact(monkeypatch
     sim = sim_for(t, "fastserve", cfg, exact=False)
     b = sim.run()
     assert sim.sched.order.levels_kept is not None
-    assert seen["walk"] > 3 * seen["full"]
+    assert seen["walk"] > 10 * seen["full"]
     if host_gib == 16.0:
         assert seen["victims"]                  # the walk preempted by swap
     else:
         assert seen["host_full"]                # the walk found the host full
-    if blocks == 400 and host_gib == 16.0:
+    if blocks == 400:
         assert seen["parked"]                   # members left out of a batch cut at max_num_seqs
     for f in ("first_token_s", "finish_s"):
         assert np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True), f

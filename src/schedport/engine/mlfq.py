@@ -62,6 +62,8 @@ class SkipJoinMLFQ(SortedEachStep):
         self.promotions = 0             # starvation promotions, for the run summary
         self.deepest = 0                # the lowest level any job reached
         self.levels_kept = None         # fast mode: the state kept in the decode cohort (`MlfqCohort`)
+        self.resumable: list = []       # waiting jobs past their context stage (`ordered_resumable`)
+        self._resumable_sorted = True
 
     def kept(self) -> MlfqCohort:
         """The fast mode's lazy state (`schedport.engine.mlfq_cohort`), made on first use."""
@@ -137,6 +139,7 @@ class SkipJoinMLFQ(SortedEachStep):
             self._to_front(r, s)
         self.promotions += len(due)
         self._sorted_at = None          # waiting keys changed: re-sort
+        self._resumable_sorted = False
 
     def after_step(self, plan, start, end):
         kept = self.levels_kept
@@ -187,6 +190,28 @@ class SkipJoinMLFQ(SortedEachStep):
         # swapped or recomputed out of the batch's way: its place in its queue is kept
         self._close(self._state(req))
         super().requeue(req, now)
+        if req.generated or req.swapped:
+            self.resumable.append(req)
+            self._resumable_sorted = False
+
+    def remove(self, req):
+        super().remove(req)
+        if req.generated or req.swapped:
+            self.resumable.remove(req)
+
+    def pop_head(self):
+        req = super().pop_head()
+        if req.generated or req.swapped:
+            self.resumable.remove(req)
+        return req
+
+    def ordered_resumable(self, now) -> list:
+        """The waiting jobs past their context stage (preempted after a token, or swapped out), in
+        rank order: those the host gate lets start while it is closed."""
+        if not self._resumable_sorted:
+            self.resumable.sort(key=_KEY_ATTR)
+            self._resumable_sorted = True
+        return self.resumable
 
     def fast_forward_limit(self, plan, now):
         """The next starvation check, and the earliest time a running job may sink below a waiting one.

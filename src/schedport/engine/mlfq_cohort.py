@@ -190,7 +190,7 @@ class MlfqCohort:
                     sim.cohort_leave(r)
         elif gated:
             # a context-stage job is held back while the gate is closed: only the rest can start
-            waiting = [w for w in waiting if w.generated or w.swapped]
+            waiting = self.q.ordered_resumable(now)
         w = _Walk(self, mode, waiting)
         try:
             w.run()
