@@ -19,11 +19,14 @@ for the fast mode (the decode cohort):
   `last_end` and an open run; it is demoted at the first step end where ``s2 + (end - s3) >
   quantum``. That test is monotone in the end, so a heap holds each job's due time and the exact
   test is made only near it.
-* **The walk** (`MlfqCohort.walk`) takes the ranked fill's batch over levels: a level's B members
-  are counted, not visited, unless the batch fills inside them; B's jobs outside the cohort
-  (prefills), the parked running jobs and the waiting jobs are visited one by one in rank order.
-  Where a step needs more — a preemption, blocks that may run short, a cohort that stands still
-  — it returns None: the state is written out (`materialize`) and the full pass decides.
+* **The walk** (`MlfqCohort.walk`, `_Walk`) takes the ranked fill's batch over levels: a level's
+  B members are counted, not visited, unless the batch fills inside them or blocks are short;
+  B's jobs outside the cohort (prefills), the parked running jobs and the waiting jobs are
+  visited one by one in rank order. It preempts by swap and finds the host full as the full
+  pass does. Where a step needs what it does not follow — a job it preempted that would start
+  again, every job not reached preempted and still short, a stall, preemption by recompute —
+  it returns None: the state is written out (`materialize`) and the full pass decides, on the
+  bench window at rho 1.6 in none of 1,606 planned steps.
 
 A job leaving B without running (it sat out) gets its explicit position then: a fresh front
 position, which ranks it after every later push and before every older position, as its own
