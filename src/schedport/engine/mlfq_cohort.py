@@ -386,15 +386,30 @@ class MlfqCohort:
         return ids
 
     def after_fast_forward(self, plan: Plan, starts, ends, k: int) -> None:
-        """k steps of one batch: newcomers start at the first, no job is due before the last
-        (`fast_forward_limit`), so only the order flips in between."""
+        """k steps of one batch, as k calls of `after_step` would keep them: newcomers start at the
+        first; between the steps where a job is due (found from the heap, tested exactly at that
+        step's end) only the order flips."""
         q = self.q
+        ends_l = ends[:k].tolist()
         self._start_runs(float(starts[0]))
-        self._advance(float(ends[0]), [])
-        if (k - 2) % 2:
+        self._advance(ends_l[0], self._due(ends_l[0]))
+        j = 0
+        heap = self.heap
+        while True:
+            while heap and heap[0][3].aux[STAMP] != heap[0][2]:
+                heapq.heappop(heap)
+            if not heap:
+                break
+            nxt = bisect_left(ends_l, heap[0][0] - MARGIN, j + 1)   # the first step that may see it
+            if nxt >= k - 1:
+                break
+            if (nxt - j - 1) % 2:
+                self.sign = -self.sign
+            self._advance(ends_l[nxt], self._due(ends_l[nxt]))
+            j = nxt
+        if (k - 2 - j) % 2:
             self.sign = -self.sign
-        end = float(ends[k - 1])
-        self.last_end = float(ends[k - 2])
+        end = ends_l[k - 1]
         demoted = self._due(end)
         if q._check_due():
             q._promote_starved(self._batch_ids(), float(starts[k - 1]))
@@ -404,9 +419,14 @@ class MlfqCohort:
         self.items_prev = [r for r, _ in plan.items]
 
     def fast_forward_limit(self, plan: Plan, now: float):
-        """The next starvation check, and a time before any job of the batch is due for demotion."""
+        """The next starvation check, and a time before any job of the batch is due for demotion.
+
+        When every running job is in the batch and nothing waits, a demotion cannot change the next
+        batch (every job runs, in any order): it is made inside the run (`after_fast_forward`)."""
         q = self.q
         k = q.every - self.sim.iterations % q.every
+        if not self.others and not len(q):
+            return k, None
         heap = self.heap
         while heap and heap[0][3].aux[STAMP] != heap[0][2]:
             heapq.heappop(heap)
