@@ -208,7 +208,9 @@ class SortedEachStep(Queue):
 
     def push(self, req, now):
         if self.static_keys and self._sorted_at is not None:
-            bisect.insort(self.items, req, key=_KEY if self.cached_key else lambda r: self.key(r, now))
+            if not self.cached_key:
+                req.key = self.key(req, now)    # fixed while it waits: taken once, read in C
+            bisect.insort(self.items, req, key=_KEY)
         else:
             self.items.append(req)
             self._sorted_at = None
@@ -217,7 +219,13 @@ class SortedEachStep(Queue):
 
     def ordered(self, now):
         if self._sorted_at is None or (self._sorted_at != now and not self.static_keys):
-            self.items.sort(key=_KEY if self.cached_key else lambda r: self.key(r, now))
+            if self.static_keys and not self.cached_key:
+                key = self.key
+                for r in self.items:
+                    r.key = key(r, now)
+                self.items.sort(key=_KEY)
+            else:
+                self.items.sort(key=_KEY if self.cached_key else lambda r: self.key(r, now))
             self._sorted_at = now
         return self.items
 
