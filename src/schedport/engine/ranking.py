@@ -399,15 +399,18 @@ class RankTracker:
         plan.preempted = len(victims)
         stand_still = len(sit) > len(reached)
         if stand_still:
+            # the batch in rank order: each request picked goes before the reached members that
+            # rank after it (as the walk compared them), the members in their kept order
             shift = self.step * sim.dclock
             key = order.key
-            ranked = sorted([((e[0] + shift, *e[1:-1]), True, e[-1], 1, 0, False) for e in reached]
-                            + [(key(r, now), False, r, k, need, w) for r, k, need, w in picked])
-            for _, was_member, req, k, need, is_waiting in ranked:
-                if was_member:          # it stays a member: made exact, it takes its token as an item
-                    sim.sync(req)
-                    need = -(-(req.computed + 1) // sim.cache.block_size) - req.blocks
+            at = 0
+            for req, k, need, is_waiting in picked:
+                pk = key(req, now)
+                j = bisect_left(reached, [pk[0] - shift, *pk[1:]], at)
+                self._serve_alone(plan, reached, at, j)
+                at = j
                 self._take(sched, plan, req, k, need, is_waiting, now, join=False)
+            self._serve_alone(plan, reached, at, len(reached))
         else:
             plan.cohort = True
             for e in sit:
@@ -421,6 +424,30 @@ class RankTracker:
         if stand_still and self.step < 0:
             self._alone = reached           # their entries move in `served` (or at the next change)
         return plan
+
+    def _serve_alone(self, plan: Plan, reached: list, a: int, b: int) -> None:
+        """Members `a`..`b` of those reached take their token as items while the cohort stands
+        still: each made exact (`Simulator.sync`), given its next block where it needs one."""
+        sim = self.sim
+        cache = sim.cache
+        bs = cache.block_size
+        d = sim.dclock
+        alloc = sim._alloc_decode
+        add = plan.items.append
+        for i in range(a, b):
+            r = reached[i][-1]
+            if r.sync != d:
+                lag = d - r.sync
+                r.computed += lag
+                r.generated += lag
+                r.sync = d
+                if alloc:
+                    r.blocks = -(-r.computed // bs)
+            need = -(-(r.computed + 1) // bs) - r.blocks
+            if need > 0:
+                cache.free -= need
+                r.blocks += need
+            add((r, 1))
 
     def _take(self, sched, plan: Plan, req: Request, k: int, need: int, is_waiting: bool, now: float,
               join: bool) -> None:

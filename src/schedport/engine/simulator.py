@@ -309,17 +309,23 @@ class Simulator:
                 if self._alloc_decode:
                     req.blocks = -(-req.computed // self.cache.block_size)
 
-    def _cohort_served(self, req: Request) -> None:
-        """A member (synced before the step) took one token as an item while the cohort stood
-        still: its cohort offset, block bucket and completion clock move with it."""
+    def _cohort_served(self, items: list) -> None:
+        """The members among `items` (synced before the step) took one token each as items while
+        the cohort stood still: their cohort offsets, block buckets and completion clocks move."""
         bs = self.cache.block_size
-        pv = req.computed - req.sync
-        self.cohort_pval += pv - req.pval
-        self.cohort_buckets[req.pval % bs] -= 1
-        self.cohort_buckets[pv % bs] += 1
-        req.pval = pv
-        req.done_clock = req.sync + (req.output - req.generated)
-        heapq.heappush(self.cohort_heap, (req.done_clock, req.idx, req))
+        buckets = self.cohort_buckets
+        heap = self.cohort_heap
+        moved = 0
+        for req, _ in items:
+            if req.sync >= 0:
+                pv = req.computed - req.sync
+                moved += pv - req.pval
+                buckets[req.pval % bs] -= 1
+                buckets[pv % bs] += 1
+                req.pval = pv
+                req.done_clock = c = req.sync + (req.output - req.generated)
+                heapq.heappush(heap, (c, req.idx, req))
+        self.cohort_pval += moved
 
     def sync_all(self) -> None:
         """Make every running request's fields true and dissolve the cohort (per-request step follows)."""
@@ -477,9 +483,7 @@ class Simulator:
             for req in plan.rejoin:
                 self.cohort_join(req)
         elif self.bulk:
-            for req, _ in items:
-                if req.sync >= 0:       # a member served alone while the cohort stood still
-                    self._cohort_served(req)
+            self._cohort_served(items)
             if plan.parked:             # requests parked out of the cohort stay out
                 for req, _ in items:
                     if req.decoding and req.sync < 0 and req.generated < req.output:
