@@ -240,9 +240,9 @@ class MlfqCohort:
         for rs in leave.values():
             rs.sort(key=_KEY, reverse=self.sign < 0)
             self._write_out(rs)
+        hook = None if sim._cohort_hook is _ignore else sim._cohort_hook
+        sim.cohort_leave_all([r for r in sit if r.sync >= 0], hook)
         for r in sit:
-            if r.sync >= 0:
-                sim.cohort_leave(r)
             insort(self.others, r, key=_KEY)
         x = self.x = []
         join = []
@@ -271,8 +271,7 @@ class MlfqCohort:
                     self._unpark(r)
                 x.append(r)
         sim.cache.free -= sim.cohort_crossings(sim.dclock)
-        for r in join:
-            sim.cohort_join(r)
+        sim.cohort_join_all(join, hook)
         plan.parked = len(sim.running) - sim.cohort_n - sum(1 for r, _ in plan.items if r.sync < 0)
         if plan.admitted or plan.preempted:
             plan.decode_only = False

@@ -49,8 +49,12 @@ class RankTracker:
         self.entry: dict[int, list] = {}
         self._alone: list | None = None   # member entries the last walk served alone, as a prefix
         self._moved: set[int] = set()     # the requests of those entries, once moved
+        # the order's own cohort hook, told of the joins and leaves the walk makes itself
+        self._order_hook = None
         if getattr(order.cohort_changed, "__func__", None) is Queue.cohort_changed:
             sim._cohort_hook = self.cohort_changed      # the order keeps no cohort state: skip it
+        else:
+            self._order_hook = order.cohort_changed
         for r in sim.running:
             sim.sync(r)                 # a member's fields lag the cohort clock until synced
             self._add(r)
@@ -413,17 +417,55 @@ class RankTracker:
             self._serve_alone(plan, reached, at, len(reached))
         else:
             plan.cohort = True
-            for e in sit:
-                sim.cohort_leave(e[-1])
+            if sit:
+                self._park(len(reached), now)
             sim.cache.free -= sim.cohort_crossings(sim.dclock)
+            back = []
             for req, k, need, is_waiting in picked:
-                self._take(sched, plan, req, k, need, is_waiting, now, join=True)
+                if not is_waiting and req.decoding:
+                    if need > 0:
+                        sim.allocate(req, need)
+                    back.append(req)            # a parked member back in the batch
+                else:
+                    self._take(sched, plan, req, k, need, is_waiting, now, join=False)
+            if back:
+                self._unpark(back)
         plan.parked = len(sim.running) - sim.cohort_n - sum(1 for r, _ in plan.items if r.sync < 0)
         if plan.admitted or plan.preempted:
             plan.decode_only = False
         if stand_still and self.step < 0:
             self._alone = reached           # their entries move in `served` (or at the next change)
         return plan
+
+    def _park(self, im: int, now: float) -> None:
+        """The members past the first `im` (those that sit this cohort step out, the worst-ranked)
+        leave the cohort, to wait outside it until a walk reaches them."""
+        sim = self.sim
+        members = self.members
+        sit = members[im:]
+        del members[im:]
+        reqs = [e[-1] for e in sit]
+        sim.cohort_leave_all(reqs, self._order_hook)
+        others, entry = self.others, self.entry
+        if self.step:
+            key = self.order.key
+            sit = [[*key(r, now), r] for r in reqs]
+        for e in sit:
+            insort(others, e)
+            entry[e[-1].idx] = e
+
+    def _unpark(self, reqs: list) -> None:
+        """Parked members `reqs` take their place in the cohort again (their blocks for this step
+        are allocated)."""
+        self.sim.cohort_join_all(reqs, self._order_hook)
+        others, members, entry = self.others, self.members, self.entry
+        for r in reqs:
+            e = entry[r.idx]
+            _remove(others, e)
+            if self.step:
+                k = self._key(r)
+                e = entry[r.idx] = [k[0] - self.step * self.sim.dclock, *k[1:], r]
+            insort(members, e)
 
     def _serve_alone(self, plan: Plan, reached: list, a: int, b: int) -> None:
         """Members `a`..`b` of those reached take their token as items while the cohort stands

@@ -30,13 +30,13 @@ waiting request could be admitted whatever the order.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from schedport.engine.cohort import DecodeCohort
 from schedport.engine.config import EngineConfig
 from schedport.errors import SchedportError
 from schedport.engine.latency import LatencyModel
@@ -52,7 +52,7 @@ class Request:
     __slots__ = (
         "idx", "arrival", "prompt", "output", "client", "generated", "computed", "blocks",
         "phase", "decoding", "first_token", "finish", "preemptions", "admit_seq", "status",
-        "reject_reason", "key", "aux", "sync", "pval", "done_clock", "swapped",
+        "reject_reason", "key", "aux", "sync", "pval", "done_clock", "heap_at", "swapped",
     )
 
     def __init__(self, idx: int, arrival: float, prompt: int, output: int, client: str | None):
@@ -77,6 +77,7 @@ class Request:
         self.sync = -1            # decode-cohort clock at which computed/generated were last true (-1: not in cohort)
         self.pval = 0             # computed - sync while in the cohort (invariant under syncing)
         self.done_clock = -1      # cohort clock at which it emits its last token
+        self.heap_at = -1         # clock of its earliest entry in the cohort's done heap (-1: none kept)
         self.swapped = 0          # KV blocks held in host memory while swapped out
 
     @property
@@ -146,7 +147,7 @@ class KVCache:
         return self.num_blocks - self.free
 
 
-class Simulator:
+class Simulator(DecodeCohort):
     """Runs one trace through one policy on one engine configuration.
 
     The policy's runtime object is created with `policy.bind(self)` and is called for every
@@ -205,7 +206,7 @@ class Simulator:
         self.cohort_n = 0
         self.cohort_pval = 0      # sum of members' pval
         self.cohort_buckets = [0] * config.block_size   # members by pval mod block_size
-        self.cohort_heap: list = []                     # (done_clock, idx, req)
+        self.cohort_heap: list = []     # (clock, idx, req): each member's done clock or a bound below it
         self._alloc_decode = self.sched.mode.allocates_decode_blocks
         self._last_dt = 0.0
         self._cohort_hook = self.sched.cohort_changed
@@ -275,81 +276,6 @@ class Simulator:
         req.status = "rejected"
         req.reject_reason = reason
         self.sched.on_reject(req)
-
-    # ----------------------------------------------------------------- the decode cohort
-    def cohort_join(self, req: Request) -> None:
-        """Start advancing `req` with the cohort (its fields are true now)."""
-        req.sync = d = self.dclock
-        pv = req.computed - d
-        req.pval = pv
-        req.done_clock = d + (req.output - req.generated)
-        self.cohort_n += 1
-        self.cohort_pval += pv
-        self.cohort_buckets[pv % self.cache.block_size] += 1
-        heapq.heappush(self.cohort_heap, (req.done_clock, req.idx, req))
-        self._cohort_hook(req, 1)
-
-    def cohort_leave(self, req: Request) -> None:
-        """Make `req`'s fields true and stop advancing it with the cohort."""
-        self.sync(req)
-        self._cohort_hook(req, -1)
-        req.sync = -1
-        self.cohort_n -= 1
-        self.cohort_pval -= req.pval
-        self.cohort_buckets[req.pval % self.cache.block_size] -= 1
-
-    def sync(self, req: Request) -> None:
-        """Bring a cohort member's computed/generated/blocks up to the cohort clock."""
-        if req.sync >= 0:
-            d = self.dclock - req.sync
-            if d:
-                req.computed += d
-                req.generated += d
-                req.sync = self.dclock
-                if self._alloc_decode:
-                    req.blocks = -(-req.computed // self.cache.block_size)
-
-    def _cohort_served(self, items: list) -> None:
-        """The members among `items` (synced before the step) took one token each as items while
-        the cohort stood still: their cohort offsets, block buckets and completion clocks move."""
-        bs = self.cache.block_size
-        buckets = self.cohort_buckets
-        heap = self.cohort_heap
-        moved = 0
-        for req, _ in items:
-            if req.sync >= 0:
-                pv = req.computed - req.sync
-                moved += pv - req.pval
-                buckets[req.pval % bs] -= 1
-                buckets[pv % bs] += 1
-                req.pval = pv
-                req.done_clock = c = req.sync + (req.output - req.generated)
-                heapq.heappush(heap, (c, req.idx, req))
-        self.cohort_pval += moved
-
-    def sync_all(self) -> None:
-        """Make every running request's fields true and dissolve the cohort (per-request step follows)."""
-        if not self.cohort_n:
-            return
-        for r in self.running:
-            if r.sync >= 0:
-                self.sync(r)
-                self._cohort_hook(r, -1)
-                r.sync = -1
-        self.cohort_n = 0
-        self.cohort_pval = 0
-        self.cohort_buckets = [0] * self.cache.block_size
-        self.cohort_heap = []
-
-    def rebuild_cohort(self) -> None:
-        """After a per-request step: every decoding running request rejoins the cohort."""
-        for r in self.running:
-            if r.decoding and r.sync < 0:
-                self.cohort_join(r)
-
-    def cohort_crossings(self, clock: int) -> int:
-        """Cohort members that need a new KV block for the decode step taken at cohort clock `clock`."""
-        return self.cohort_buckets[(-clock) % self.cache.block_size]
 
     # ----------------------------------------------------------------- main loop
     def run(self) -> SimOutput:
@@ -499,25 +425,6 @@ class Simulator:
             self.observer(StepRecord(start, end, 1, sum(k for _, k in batch), len(self.running) + len(finished),
                                      self.cache.used, batch, [end]))
 
-    def _pop_cohort_done(self, finished: list) -> None:
-        """Move cohort members whose last token is due by now into `finished`."""
-        heap = self.cohort_heap
-        d = self.dclock
-        while heap and heap[0][0] <= d:
-            c, _, r = heapq.heappop(heap)
-            if r.sync >= 0 and r.done_clock == c:
-                self.cohort_leave(r)
-                finished.append(r)
-
-    def _cohort_next_done(self) -> int:
-        heap = self.cohort_heap
-        while heap:
-            c, _, r = heap[0]
-            if r.sync >= 0 and r.done_clock == c:
-                return c
-            heapq.heappop(heap)
-        raise RuntimeError("internal: empty decode cohort")
-
     def _finish(self, req: Request, t: float) -> None:
         if req.sync >= 0:
             self.cohort_leave(req)
@@ -665,16 +572,6 @@ class Simulator:
             t = t + step((), n, kv0 + n * j)
             ends.append(t)
         return np.array(starts), np.array(ends)
-
-    def _cohort_new_blocks(self, d0: int, k: int) -> int:
-        """KV blocks the cohort's members take in decode steps 1..k-1 after cohort clock d0."""
-        bs = self.cache.block_size
-        buckets = self.cohort_buckets
-        cycles, rest = divmod(k - 1, bs)
-        total = cycles * self.cohort_n
-        for j in range(1, rest + 1):
-            total += buckets[(-(d0 + j)) % bs]
-        return total
 
     def _fast_forward_cohort(self, plan) -> bool:
         """Fast-forward when every running request is a cohort member: O(k) numpy, no per-request work."""
