@@ -475,6 +475,68 @@ def test_kept_rank_order_decides_most_steps_and_matches_exact(monkeypatch, name,
     assert fast.iterations == out.iterations
 
 
+@pytest.mark.parametrize("name", ["srpt", "ltr"])
+def test_done_heap_keeps_bounds_below_done_clocks_and_finishes_on_time(monkeypatch, name):
+    """The cohort's done heap keeps, per member, one entry at or below its done clock: a member
+    that parks and comes back keeps its old entry, and one served alone while the cohort stands
+    still is entered below its done clock, so that doing it again pushes nothing. Entries that
+    come up early are put back at the member's done clock. Every request still finishes at
+    exact's step, with far fewer pushes than joins plus alone-serves."""
+    import heapq as real_heapq
+
+    import schedport.engine.cohort as cohort
+    from schedport.engine.ranking import RankTracker
+    seen = {"push": 0, "early": 0, "parks": 0, "alone": 0, "joins": 0}
+
+    class CountingHeap:
+        @staticmethod
+        def heappush(heap, entry):
+            seen["push"] += 1
+            real_heapq.heappush(heap, entry)
+
+        @staticmethod
+        def heappop(heap):
+            c, _, r = entry = real_heapq.heappop(heap)
+            if r.sync >= 0 and r.done_clock > c:
+                seen["early"] += 1          # a bound below a live member's done clock came up
+            return entry
+    monkeypatch.setattr(cohort, "heapq", CountingHeap)
+    orig_served, orig_join, orig_join_all = Simulator._cohort_served, Simulator.cohort_join, Simulator.cohort_join_all
+    orig_park = RankTracker._park
+
+    def spy_served(self, items):
+        seen["alone"] += sum(1 for r, _ in items if r.sync >= 0)
+        return orig_served(self, items)
+
+    def spy_join(self, req):
+        seen["joins"] += 1
+        return orig_join(self, req)
+
+    def spy_join_all(self, reqs, hook):
+        seen["joins"] += len(reqs)
+        return orig_join_all(self, reqs, hook)
+
+    def spy_park(self, im, now):
+        seen["parks"] += len(self.members) - im
+        return orig_park(self, im, now)
+    monkeypatch.setattr(Simulator, "_cohort_served", spy_served)
+    monkeypatch.setattr(Simulator, "cohort_join", spy_join)
+    monkeypatch.setattr(Simulator, "cohort_join_all", spy_join_all)
+    monkeypatch.setattr(RankTracker, "_park", spy_park)
+    cfg = small_engine(blocks=400, seqs=32, budget=64)
+    t = busy_trace(300, seed=11, rate=60.0)
+    _, out = run(t, name, cfg, exact=True)
+    seen.update(push=0, early=0, parks=0, alone=0, joins=0)     # count the fast run only
+    sim, fast = run(t, name, cfg, exact=False)
+    assert sim.sched.mode.tracker is not None
+    assert seen["parks"] and seen["alone"] and seen["early"]
+    assert seen["push"] < seen["joins"] + seen["alone"]     # one each, were nothing kept
+    assert np.array_equal(fast.first_token_s, out.first_token_s, equal_nan=True)
+    assert np.array_equal(fast.finish_s, out.finish_s, equal_nan=True)
+    assert np.array_equal(fast.preemptions, out.preemptions)
+    assert fast.iterations == out.iterations
+
+
 def test_kept_rank_order_is_off_where_keys_move_otherwise():
     """ltr with its starvation guard (promotions move keys between events) and the
     non-preemptive orders never keep a rank order: every ranked step is the full pass."""

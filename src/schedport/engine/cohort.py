@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import heapq
 
+_ALONE_SLACK = 16   # clocks: how far below its done clock a member served alone is entered
+
 
 class DecodeCohort:
     """The simulator's decode-cohort bookkeeping (module docstring). The simulator sets up its
@@ -117,8 +119,10 @@ class DecodeCohort:
                 req.pval = pv
                 req.done_clock = c = req.sync + (req.output - req.generated)
                 if not 0 <= req.heap_at <= c:
-                    heapq.heappush(heap, (c, req.idx, req))
-                    req.heap_at = c
+                    # a bound below its done clock: served alone again, it needs no new entry
+                    lb = max(c - _ALONE_SLACK, min(c, self.dclock + 1))
+                    heapq.heappush(heap, (lb, req.idx, req))
+                    req.heap_at = lb
         self.cohort_pval += moved
 
     def sync_all(self) -> None:

@@ -54,12 +54,19 @@ class PredictedRank(SortedEachStep):
         self.boosted_members: set[int] = set()
         self.cohort_it = 0                  # engine iteration count after the last cohort step
         if self.threshold <= 0:
-            # no guard: the ranking is the scores alone and there is no per-step state to keep
+            # no guard: the ranking is the scores alone and there is no per-step state to keep;
+            # every key is fixed, made once here (the class is 0 for all: left out, same order)
             for hook in ("push", "cohort_changed", "after_step", "after_fast_forward", "fast_forward_limit"):
                 setattr(self, hook, getattr(super(), hook))
+            arrival = sim.trace.arrival_s.tolist()
+            self._keys = [(sc, arrival[i], i) for i, sc in enumerate(self.scores)]
+            self.key = self._fixed_key
 
     def key(self, req, now):
         return (-1 if req.idx in self.boost else 0, self.scores[req.idx], req.arrival, req.idx)
+
+    def _fixed_key(self, req, now):
+        return self._keys[req.idx]
 
     def push(self, req, now):
         super().push(req, now)

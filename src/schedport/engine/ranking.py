@@ -430,7 +430,9 @@ class RankTracker:
                     self._take(sched, plan, req, k, need, is_waiting, now, join=False)
             if back:
                 self._unpark(back)
-        plan.parked = len(sim.running) - sim.cohort_n - sum(1 for r, _ in plan.items if r.sync < 0)
+        # the items outside the cohort: all the picked ones while it stands still; else every item
+        # (a parked member picked joined it)
+        plan.parked = len(sim.running) - sim.cohort_n - (len(picked) if stand_still else len(plan.items))
         if plan.admitted or plan.preempted:
             plan.decode_only = False
         if stand_still and self.step < 0:
