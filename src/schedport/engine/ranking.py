@@ -459,11 +459,13 @@ class RankTracker:
     def _unpark(self, reqs: list) -> None:
         """Parked members `reqs` take their place in the cohort again (their blocks for this step
         are allocated)."""
-        self.sim.cohort_join_all(reqs, self._order_hook)
         others, members, entry = self.others, self.members, self.entry
+        # they were reached in rank order, so they lie among the parked ones up to the last
+        end = bisect_left(others, entry[reqs[-1].idx]) + 1
+        self.sim.cohort_join_all(reqs, self._order_hook)
+        others[:end] = [e for e in others[:end] if e[-1].sync < 0]
         for r in reqs:
             e = entry[r.idx]
-            _remove(others, e)
             if self.step:
                 k = self._key(r)
                 e = entry[r.idx] = [k[0] - self.step * self.sim.dclock, *k[1:], r]
