@@ -24,7 +24,8 @@ Wall times on a shared virtual machine drift by tens of percent within an hour. 
 versions of the code, count instructions instead: run one mode under
 ``valgrind --tool=cachegrind --cache-sim=no`` with ``--mode fast --repeats 1`` and again with
 ``--repeats 3``; half the difference of the two "I refs" totals is one run's cost, free of
-start-up and of the machine's noise.
+start-up and of the machine's noise. Set ``OPENBLAS_NUM_THREADS=1`` (and ``OMP_NUM_THREADS=1``):
+numpy's idle pool threads otherwise spin a varying number of instructions, several percent of a run.
 """
 
 from __future__ import annotations
