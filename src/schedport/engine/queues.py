@@ -174,7 +174,8 @@ class SortedEachStep(Queue):
 
     For an `Ordering` (preemptive, or with keys that move with time) the key and the flags come
     from it. A queue whose waiting requests' keys do not depend on `now` has `static_keys = True`:
-    the list then stays sorted (new requests are inserted by bisection) and is re-sorted only
+    the list then stays sorted (new requests are inserted by bisection on the key, taken once when
+    the request is queued and kept in `req.key`) and is re-sorted, every key taken again, only
     after the queue itself changes a waiting key and says so by setting `_sorted_at = None`.
 
     A queue that keeps every queued and running request's current key in `req.key` (so that

@@ -413,7 +413,7 @@ class RankTracker:
                 j = bisect_left(reached, [pk[0] - shift, *pk[1:]], at)
                 self._serve_alone(plan, reached, at, j)
                 at = j
-                self._take(sched, plan, req, k, need, is_waiting, now, join=False)
+                self._take(sched, plan, req, k, need, is_waiting, now)
             self._serve_alone(plan, reached, at, len(reached))
         else:
             plan.cohort = True
@@ -427,7 +427,7 @@ class RankTracker:
                         sim.allocate(req, need)
                     back.append(req)            # a parked member back in the batch
                 else:
-                    self._take(sched, plan, req, k, need, is_waiting, now, join=False)
+                    self._take(sched, plan, req, k, need, is_waiting, now)
             if back:
                 self._unpark(back)
         # the items outside the cohort: all the picked ones while it stands still; else every item
@@ -495,10 +495,10 @@ class RankTracker:
                 r.blocks += need
             add((r, 1))
 
-    def _take(self, sched, plan: Plan, req: Request, k: int, need: int, is_waiting: bool, now: float,
-              join: bool) -> None:
-        """Give one request outside the cohort its place in the batch: admit a waiting one; a
-        parked member rejoins the stepping cohort (`join`) or runs as an item."""
+    def _take(self, sched, plan: Plan, req: Request, k: int, need: int, is_waiting: bool, now: float) -> None:
+        """Give one request outside the cohort its place in the batch as an item: admit a waiting
+        one, or run a running one (a prefill, or a parked member while the cohort stands still;
+        parked members that join a stepping cohort come back through `_unpark`)."""
         sim = self.sim
         if is_waiting:
             self.order.remove(req)
@@ -509,10 +509,7 @@ class RankTracker:
             return
         if need > 0:
             sim.allocate(req, need)
-        if join and req.decoding:
-            sim.cohort_join(req)                    # a parked member back in the batch
-        else:
-            plan.add(req, k)
+        plan.add(req, k)
 
 
 def _remove(entries: list, e: list) -> None:
