@@ -78,7 +78,7 @@ class SkipJoinMLFQ(SortedEachStep):
             lvl = next((i for i, q in enumerate(self.quanta) if q >= t_init), self.levels - 1)
             self._back += 1
             last = -math.inf if self.never_run_starves else req.arrival
-            req.aux = [lvl, self._back, 0.0, math.nan, last, None, 0]   # (+ `MlfqCohort`'s value, stamp)
+            req.aux = [lvl, self._back, 0.0, math.nan, last, None, 0, -1]   # (+ `MlfqCohort`'s value, stamp, freeze)
             req.key = (lvl, self._back, req.idx)
             if lvl > self.deepest:
                 self.deepest = lvl

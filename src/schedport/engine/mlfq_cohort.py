@@ -41,6 +41,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
+from itertools import chain
 from operator import attrgetter
 
 from schedport.engine.policy import Plan
@@ -48,8 +49,9 @@ from schedport.engine.queues import Queue
 from schedport.engine.simulator import RUNNING, Request
 
 _KEY = attrgetter("key")
-# aux fields: level, position, closed processing time, open run's start, last step's end, value in B, stamp
-LVL, POS, DONE, RUN, LAST, VAL, STAMP = range(7)
+# aux fields: level, position, closed processing time, open run's start, last step's end, value in B, stamp,
+# and whether a job of B sits out frozen (1) or not (-1)
+LVL, POS, DONE, RUN, LAST, VAL, STAMP, FRZ = range(8)
 MARGIN = 1e-6       # seconds: due times are compared with this slack, then tested exactly
 _RUN, _ADMIT, _PREEMPT = range(3)   # a walk's actions
 
@@ -75,6 +77,10 @@ class MlfqCohort:
         self.items_prev: list[Request] = []     # last step's items (B's jobs outside the cohort)
         self.x: list[Request] = []      # jobs outside B this step's batch took, in rank order
         self.explicit = False           # the full pass decides this step, on written-out state
+        self.frz: list[Request] = []    # B's jobs frozen at the last step (they sat out, the cohort stood still)
+        self.thawing: list[Request] = []    # the jobs frozen before this step: those in its batch thaw
+        self.ran: list[Request] | None = None   # a freezing step's batch, in rank order
+        self.frz_items: list[Request] = []  # the frozen jobs outside the cohort
         if getattr(q.cohort_changed, "__func__", None) is Queue.cohort_changed:
             self.sim._cohort_hook = _ignore     # nothing listens to cohort joins and leaves
 
@@ -113,9 +119,12 @@ class MlfqCohort:
             q._front += 1
             a[POS] = -q._front
             r.key = (a[LVL], a[POS], r.idx)
-            a[LAST] = end
-            if a[RUN] == end:           # demoted at its last step: no run open yet
-                a[RUN] = math.nan
+            if a[FRZ] < 0:
+                a[LAST] = end
+                if a[RUN] == end:       # demoted at its last step: no run open yet
+                    a[RUN] = math.nan
+            else:
+                a[FRZ] = -1             # frozen: its last end and run were written when it froze
             a[VAL] = None
             a[STAMP] += 1
             del self.lv[a[LVL]][r.idx]
@@ -128,6 +137,7 @@ class MlfqCohort:
                 self._write_out(self._actual(L))
         self.heap = []
         self.others = []
+        self.frz, self.thawing, self.frz_items, self.ran = [], [], [], None
         self.explicit = True
 
     def rebuild(self, batch: list[Request], end: float) -> None:
@@ -188,6 +198,7 @@ class MlfqCohort:
         if not mode.swap:
             return None
         sim = self.sim
+        self._thaw_next()
         waiting = self.q.ordered(now)
         if not waiting:
             for r in self.others:
@@ -203,7 +214,10 @@ class MlfqCohort:
             return None
         if w.host_full and not w.selected and not w.preempted:
             return None                     # nothing runs: the full pass breaks the stall
-        plan = self._apply(sched, now, w.acts, w.sat + w.sitters())
+        sit = w.sat + w.sitters()
+        if self._may_freeze(w, sit):
+            return self._freeze(sched, now, w, sit)
+        plan = self._apply(sched, now, w.acts, sit)
         if w.host_full:
             plan.host_full = True
             plan.decode_only = False
@@ -280,6 +294,7 @@ class MlfqCohort:
     def ran_all(self, plan: Plan) -> None:
         """A step where every running job (and every waiting one the plan admitted) runs: the jobs
         outside B (the parked ones and the admitted) join it."""
+        self._thaw_next()
         x = self.others
         if plan.admitted:
             seen = {r.idx for r in x}
@@ -299,9 +314,165 @@ class MlfqCohort:
                 tokens += r.prompt + r.generated - r.computed
         return tokens > budget
 
+    # ------------------------------------------------------------------ freezing
+    def _thaw_next(self) -> None:
+        """The jobs frozen at the last step thaw at this one if its batch takes them (`_start_runs`);
+        a step that freezes again says which (`_freeze`)."""
+        self.thawing = self.frz
+        self.frz = []
+
+    def _may_freeze(self, w: "_Walk", sit: list) -> bool:
+        """Can B's sitters `sit` stay in B, frozen, while the cohort stands still this step? Where
+        more of B sits out than runs, the batch cut clean (no job of B reached was short of a
+        block, the host not full) and the step is no starvation check."""
+        if w.cut is None or w.shorted or w.host_full or w.sat:
+            return False
+        n_b = 0
+        for d in self.lv:
+            n_b += len(d)
+        return 2 * len(sit) > n_b and (self.sim.iterations + 1) % self.q.every
+
+    def _freeze(self, sched, now: float, w: "_Walk", sit: list) -> Plan:
+        """A step where most of B sits out (a long prefill ranked first took the budget): the cohort
+        stands still and B's sitters stay in B, frozen, where the front pushes of the few jobs that
+        run leave them (`_advance_frozen`); the jobs that run take their tokens as items.
+
+        A frozen job was not pushed this step: it keeps its place behind this step's batch, ahead
+        of every older position, as its own push at its last step left it. Its run closes at that
+        step's end (`LAST`); the step that takes it again opens a new one (`_start_runs`), and one
+        that leaves it out writes it out as any sitter (`_write_out`). Freezing saves the sitters'
+        leaving and rejoining B and the cohort one by one when the next step takes them all back.
+        """
+        sim = self.sim
+        sim.host_full_prev = False
+        plan = Plan()
+        lv = self.lv
+        L0, reached = w.cut
+        # the sitters not frozen yet: in each level they rank before the frozen ones (a suffix)
+        end = self.last_end
+        items_out = []
+        for L in range(L0, self.q.levels):
+            if lv[L]:
+                order = w.order_of(L)
+                for i in range(reached if L == L0 else 0, len(order)):
+                    r = order[i]
+                    a = r.aux
+                    if a[FRZ] >= 0:
+                        break
+                    a[FRZ] = 1
+                    a[LAST] = end
+                    if a[RUN] == end:   # demoted at its last step: no run open yet
+                        a[RUN] = math.nan
+                    a[STAMP] += 1       # no due time while frozen: a new one when it thaws
+                    if r.sync < 0:
+                        items_out.append(r)
+        # the walk's decisions in its order, as `_apply` makes them (B's jobs preempted written out
+        # first; a preemption frees host room an admission may take back)
+        leave: dict[int, list] = {}
+        for r, _, _, act, in_b in w.acts:
+            if act == _PREEMPT and in_b:
+                leave.setdefault(r.aux[LVL], []).append(r)
+        for rs in leave.values():
+            rs.sort(key=_KEY, reverse=self.sign < 0)
+            self._write_out(rs)
+        ks = {}
+        outside = []
+        for r, k, need, act, in_b in w.acts:
+            if act == _PREEMPT:
+                self._unpark(r)
+                sim.preempt(r, True)
+                plan.preempted += 1
+                continue
+            if act == _ADMIT:
+                self.q.remove(r)
+                sched.admit(r, now)
+                sim.allocate(r, need)
+                plan.admitted += 1
+            elif need > 0:
+                sim.allocate(r, need)
+            ks[r.idx] = k
+            if not in_b:
+                if act == _RUN:
+                    self._unpark(r)
+                outside.append(r)
+        # the batch in rank order, level by level: B's jobs reached, then the jobs outside B
+        cache = sim.cache
+        bs = cache.block_size
+        d = sim.dclock
+        alloc = sim._alloc_decode
+        items = plan.items
+        ran = []
+        x = self.x = []
+        j = 0
+        for L in range(self.q.levels):
+            if L > L0 and j == len(outside):
+                break
+            if L <= L0 and lv[L]:
+                order = w.order_of(L)
+                for r in (order[:reached] if L == L0 else order):
+                    if r.sync >= 0:         # a member: made exact, given its next block, an item
+                        if r.sync != d:
+                            lag = d - r.sync
+                            r.computed += lag
+                            r.generated += lag
+                            r.sync = d
+                            if alloc:
+                                r.blocks = -(-r.computed // bs)
+                        need = -(-(r.computed + 1) // bs) - r.blocks
+                        if need > 0:
+                            cache.free -= need
+                            r.blocks += need
+                        items.append((r, 1))
+                    else:
+                        plan.add(r, ks[r.idx])
+                    ran.append(r)
+            while j < len(outside) and outside[j].aux[LVL] == L:
+                r = outside[j]
+                j += 1
+                plan.add(r, ks[r.idx])
+                x.append(r)
+                ran.append(r)
+        if j < len(outside):
+            raise RuntimeError("internal: a frozen step's batch is not in level order")
+        self.ran = ran
+        # every frozen job sits this step; those the batch took thaw (`_start_runs`)
+        self.thawing = [r for r in ran if r.aux[FRZ] >= 0]
+        self.frz = sit
+        # B's sitters outside the cohort are visited by the next walk, as B's items of this step are
+        thawed = {r.idx for r in self.thawing}
+        self.frz_items = [r for r in self.frz_items if r.aux[FRZ] >= 0 and r.idx not in thawed] + items_out
+        plan.parked = len(sim.running) - sim.cohort_n - sum(1 for r, _ in items if r.sync < 0)
+        plan.decode_only = False
+        return plan
+
+    def _advance_frozen(self, end: float, demoted: list[Request]) -> None:
+        """A freezing step's front pushes: each job of its batch, in batch order, goes to the front of
+        its level (the next one if demoted), ahead of the frozen jobs; the order does not flip."""
+        q = self.q
+        dem = {r.idx for r in demoted}
+        lv = self.lv
+        for r in self.ran:
+            a = r.aux
+            if a[VAL] is not None:
+                del lv[a[LVL]][r.idx]
+        for r in self.ran:
+            a = r.aux
+            L = a[LVL]
+            if r.idx in dem:
+                a[DONE] = 0.0
+                a[RUN] = end            # its next run starts with the next step
+                L += 1
+                if L > q.deepest:
+                    q.deepest = L
+            self._place(r, L, True)
+            self._push_due(r)
+        self.ran = None
+        self.x = []
+
     # ------------------------------------------------------------------ after the step
     def _start_runs(self, start: float) -> None:
-        """The jobs that joined the batch start a run (closing the one they left open)."""
+        """The jobs that joined the batch start a run (closing the one they left open), and the
+        frozen jobs it took thaw: a new run, and a due time."""
         for r in self.x:
             s = r.aux
             s3 = s[RUN]
@@ -309,6 +480,17 @@ class MlfqCohort:
                 if s3 == s3:
                     s[DONE] += s[LAST] - s3
                 s[RUN] = start
+        if self.thawing:
+            for r in self.thawing:
+                s = r.aux
+                if s[FRZ] >= 0:         # (not written out)
+                    s3 = s[RUN]
+                    if s3 == s3:
+                        s[DONE] += s[LAST] - s3
+                    s[RUN] = start
+                    s[FRZ] = -1
+                    self._push_due(r)
+            self.thawing = []
 
     def _due(self, end: float) -> list[Request]:
         """B's jobs (and this step's newcomers `x`) demoted at a step ending at `end`."""
@@ -373,12 +555,16 @@ class MlfqCohort:
         q = self.q
         self._start_runs(start)
         demoted = self._due(end)
+        self.last_end = end
+        self.items_prev = [r for r, _ in plan.items]
+        if self.ran is not None:
+            self._advance_frozen(end, demoted)  # (never a starvation check: `_may_freeze`)
+            self.items_prev += self.frz_items
+            return
         if q._check_due():
             q._promote_starved(self._batch_ids(), start)
             self.others.sort(key=_KEY)          # promoted parked jobs have new keys
         self._advance(end, demoted)
-        self.last_end = end
-        self.items_prev = [r for r, _ in plan.items]
 
     def _batch_ids(self) -> set:
         ids = set(r.idx for r in self.x)
@@ -433,7 +619,8 @@ class MlfqCohort:
             heapq.heappop(heap)
         t = heap[0][0] if heap else math.inf
         last = q.levels - 1
-        for r in self.x:
+        thaw = [r for r in self.thawing if r.aux[FRZ] >= 0] if self.thawing else ()
+        for r in chain(self.x, thaw):
             s = r.aux
             if s[LVL] < last:
                 done, s3 = s[DONE], s[RUN]
@@ -492,6 +679,7 @@ class _Walk:
         self.unc: list = []             # levels whose members were all reached, not yet counted
         self.room = sim.host_blocks - sim.host_used
         self.host_full = self.preempted = False
+        self.shorted = False            # a running job reached found no block (`short`)
         self.n_oth = len(self.others)
         self.io = self.iw = self.i = 0
         self.pending = len(sim.running)
@@ -573,23 +761,30 @@ class _Walk:
             self.unc.append(L)
             return True
         order = self.order_of(L)
-        d, bs = self.d, self.bs
-        self.i = 0
-        while self.i < len(order):
-            r = order[self.i]
-            if self.selected >= self.cap or self.budget <= 0:
-                self.cut = (L, self.i)
+        d, bs, cap = self.d, self.bs, self.cap
+        # members that need no block take one token each, counted in locals; the rest are taken
+        # by calls that read and write the walk's own counts (and `i`, where room is made)
+        sel, bud, pend = self.selected, self.budget, self.pending
+        i = 0
+        while i < len(order):           # (`make_room` may drop victims from this order's end)
+            if sel >= cap or bud <= 0:
+                self.selected, self.budget, self.pending = sel, bud, pend
+                self.cut = (L, i)
                 return False
-            if r.sync >= 0:
-                if (r.pval + d) % bs:
-                    self.pending -= 1
-                    self.selected += 1
-                    self.budget -= 1
-                else:
-                    self.take_member(r, L)
+            r = order[i]
+            if r.sync >= 0 and (r.pval + d) % bs:
+                sel += 1
+                bud -= 1
+                pend -= 1
             else:
-                self.take_running(r, L + 1, L, True)
-            self.i += 1
+                self.selected, self.budget, self.pending, self.i = sel, bud, pend, i
+                if r.sync >= 0:
+                    self.take_member(r, L)
+                else:
+                    self.take_running(r, L + 1, L, True)
+                sel, bud, pend = self.selected, self.budget, self.pending
+            i += 1
+        self.selected, self.budget, self.pending = sel, bud, pend
         return True
 
     def go_tight(self) -> None:
@@ -619,6 +814,7 @@ class _Walk:
         """A running job reached finds no block even after room was made: swapped out itself if
         the host can take it, else it sits out, holding its KV (the host full)."""
         self.selected -= 1
+        self.shorted = True
         if self.room >= blocks:
             self.room -= blocks
             self.free += blocks
