@@ -49,10 +49,16 @@ from schedport.engine.queues import Queue
 from schedport.engine.simulator import RUNNING, Request
 
 _KEY = attrgetter("key")
+
+
+def _NEG_KEY(r):
+    return -r.key
+
 # aux fields: level, position, closed processing time, open run's start, last step's end, value in B, stamp,
 # and whether a job of B sits out frozen (1) or not (-1)
 LVL, POS, DONE, RUN, LAST, VAL, STAMP, FRZ = range(8)
 MARGIN = 1e-6       # seconds: due times are compared with this slack, then tested exactly
+_FROZEN, _NO_ENTRY = 1, 2   # a frozen job's FRZ: its due entry kept (a bound below its due), or none
 _RUN, _ADMIT, _PREEMPT = range(3)   # a walk's actions
 
 
@@ -350,7 +356,7 @@ class MlfqCohort:
         L0, reached = w.cut
         # the sitters not frozen yet: in each level they rank before the frozen ones (a suffix)
         end = self.last_end
-        items_out = []
+        items_out = [r for r in self.frz_items if r.aux[FRZ] >= 0]     # (frozen before)
         for L in range(L0, self.q.levels):
             if lv[L]:
                 order = w.order_of(L)
@@ -359,11 +365,12 @@ class MlfqCohort:
                     a = r.aux
                     if a[FRZ] >= 0:
                         break
-                    a[FRZ] = 1
+                    a[FRZ] = _FROZEN
                     a[LAST] = end
                     if a[RUN] == end:   # demoted at its last step: no run open yet
                         a[RUN] = math.nan
-                    a[STAMP] += 1       # no due time while frozen: a new one when it thaws
+                    # (its due entry stays: a bound below its due once it thaws, as its run
+                    # restarts later)
                     if r.sync < 0:
                         items_out.append(r)
         # the walk's decisions in its order, as `_apply` makes them (B's jobs preempted written out
@@ -439,23 +446,30 @@ class MlfqCohort:
         self.thawing = [r for r in ran if r.aux[FRZ] >= 0]
         self.frz = sit
         # B's sitters outside the cohort are visited by the next walk, as B's items of this step are
-        thawed = {r.idx for r in self.thawing}
-        self.frz_items = [r for r in self.frz_items if r.aux[FRZ] >= 0 and r.idx not in thawed] + items_out
+        if self.thawing and items_out:
+            thawed = {r.idx for r in self.thawing}
+            items_out = [r for r in items_out if r.idx not in thawed]
+        self.frz_items = items_out
         plan.parked = len(sim.running) - sim.cohort_n - sum(1 for r, _ in items if r.sync < 0)
         plan.decode_only = False
         return plan
 
     def _advance_frozen(self, end: float, demoted: list[Request]) -> None:
         """A freezing step's front pushes: each job of its batch, in batch order, goes to the front of
-        its level (the next one if demoted), ahead of the frozen jobs; the order does not flip."""
+        its level (the next one if demoted), ahead of the frozen jobs; the order does not flip.
+        B's jobs that stay in their level keep their due entries."""
         q = self.q
         dem = {r.idx for r in demoted}
         lv = self.lv
+        in_b = []
         for r in self.ran:
             a = r.aux
             if a[VAL] is not None:
                 del lv[a[LVL]][r.idx]
-        for r in self.ran:
+                in_b.append(True)
+            else:
+                in_b.append(False)
+        for r, was_b in zip(self.ran, in_b):
             a = r.aux
             L = a[LVL]
             if r.idx in dem:
@@ -464,8 +478,12 @@ class MlfqCohort:
                 L += 1
                 if L > q.deepest:
                     q.deepest = L
-            self._place(r, L, True)
-            self._push_due(r)
+                self._place(r, L, True)
+                self._push_due(r)
+            else:
+                self._place(r, L, True)
+                if not was_b:
+                    self._push_due(r)
         self.ran = None
         self.x = []
 
@@ -483,14 +501,37 @@ class MlfqCohort:
         if self.thawing:
             for r in self.thawing:
                 s = r.aux
-                if s[FRZ] >= 0:         # (not written out)
+                f = s[FRZ]
+                if f >= 0:              # (not written out)
                     s3 = s[RUN]
                     if s3 == s3:
                         s[DONE] += s[LAST] - s3
                     s[RUN] = start
                     s[FRZ] = -1
-                    self._push_due(r)
+                    if f == _NO_ENTRY:
+                        self._push_due(r)
             self.thawing = []
+
+    def _top_due(self) -> None:
+        """Make the due heap's top a live entry at its job's due time (or empty the heap): entries of
+        jobs that left B go, bounds below a due are put back at it, and frozen jobs' entries go
+        (they get new ones when they thaw)."""
+        heap = self.heap
+        quanta = self.q.quanta
+        while heap:
+            e = heap[0]
+            s = e[3].aux
+            if s[STAMP] != e[2]:
+                heapq.heappop(heap)
+            elif s[FRZ] >= 0:
+                heapq.heappop(heap)
+                s[STAMP] += 1
+                s[FRZ] = _NO_ENTRY
+            else:
+                due = quanta[s[LVL]] - s[DONE] + s[RUN]
+                if due <= e[0]:
+                    return
+                heapq.heapreplace(heap, (due, e[1], e[2], e[3]))
 
     def _due(self, end: float) -> list[Request]:
         """B's jobs (and this step's newcomers `x`) demoted at a step ending at `end`."""
@@ -507,7 +548,14 @@ class MlfqCohort:
             s = r.aux
             if s[STAMP] != e[2]:
                 continue
-            if s[DONE] + (end - s[RUN]) > quanta[s[LVL]]:
+            if s[FRZ] >= 0:             # frozen, not running: a new entry when it thaws
+                s[STAMP] += 1
+                s[FRZ] = _NO_ENTRY
+                continue
+            due = quanta[s[LVL]] - s[DONE] + s[RUN]
+            if due > lim:               # a bound below its due (its run restarted): put back at it
+                heapq.heappush(heap, (due, e[1], e[2], r))
+            elif s[DONE] + (end - s[RUN]) > quanta[s[LVL]]:
                 out.append(r)
             else:
                 back.append(e)
@@ -583,8 +631,7 @@ class MlfqCohort:
         j = 0
         heap = self.heap
         while True:
-            while heap and heap[0][3].aux[STAMP] != heap[0][2]:
-                heapq.heappop(heap)
+            self._top_due()
             if not heap:
                 break
             nxt = bisect_left(ends_l, heap[0][0] - MARGIN, j + 1)   # the first step that may see it
@@ -615,8 +662,7 @@ class MlfqCohort:
         if not self.others and not len(q):
             return k, None
         heap = self.heap
-        while heap and heap[0][3].aux[STAMP] != heap[0][2]:
-            heapq.heappop(heap)
+        self._top_due()
         t = heap[0][0] if heap else math.inf
         last = q.levels - 1
         thaw = [r for r in self.thawing if r.aux[FRZ] >= 0] if self.thawing else ()
@@ -665,10 +711,10 @@ class _Walk:
         self.wm = mode.watermark_blocks
         self.cap = mode.max_num_seqs
         self.budget = mode.budget
-        self.bitems: dict[int, int] = {}        # B's jobs outside the cohort, by level
+        self.bitems: dict[int, list] = {}       # B's jobs outside the cohort, by level
         for r in kept.items_prev:
             if r.phase == RUNNING and r.sync < 0 and r.aux[VAL] is not None:
-                self.bitems[r.aux[LVL]] = self.bitems.get(r.aux[LVL], 0) + 1
+                self.bitems.setdefault(r.aux[LVL], []).append(r)
         # free blocks: a lower bound (every member's new block taken first), or where that leaves too
         # few (`tight`), the exact count, every member visited and given its block in rank order
         self.free = sim.cache.free - sim.cohort_crossings(self.d)
@@ -677,6 +723,7 @@ class _Walk:
             self.free = sim.cache.free
         self.taken = self.xr = self.freed = 0   # blocks taken by items, by members counted, freed by victims
         self.unc: list = []             # levels whose members were all reached, not yet counted
+        self.segs: list = []            # (order, a, b): members order[a:b] reached, not yet counted
         self.room = sim.host_blocks - sim.host_used
         self.host_full = self.preempted = False
         self.shorted = False            # a running job reached found no block (`short`)
@@ -703,6 +750,9 @@ class _Walk:
         for L in self.unc:
             self.xr += sum(1 for r in self.lv[L].values() if r.sync >= 0 and not (r.pval + d) % bs)
         self.unc.clear()
+        for order, a, b in self.segs:
+            self.xr += sum(1 for i in range(a, b) if not (order[i].pval + d) % bs)
+        self.segs.clear()
         return self.cache.free - self.taken - self.xr + self.freed
 
     def run(self) -> None:
@@ -749,7 +799,10 @@ class _Walk:
 
     def level(self, L: int) -> bool:
         """B's jobs of level L, in rank order; False where the batch filled among them."""
-        if not self.bitems.get(L) and L not in self.orders and not self.tight:
+        if not self.tight and L not in self.orders:
+            its = self.bitems.get(L)
+            if its:
+                return self.level_items(L, its)
             m = len(self.lv[L])         # members only: counted
             t = max(0, min(m, self.cap - self.selected, self.budget))
             self.selected += t
@@ -760,12 +813,54 @@ class _Walk:
                 return False
             self.unc.append(L)
             return True
+        return self.visit(L, self.order_of(L), 0)
+
+    def count(self, L: int, order: list, a: int, b: int) -> bool:
+        """Members order[a:b] take one token each as far as the batch has room (their blocks are
+        counted when an exact count is wanted); False where it filled among them."""
+        m = b - a
+        t = max(0, min(m, self.cap - self.selected, self.budget))
+        if t:
+            self.selected += t
+            self.budget -= t
+            self.pending -= t
+            self.segs.append((order, a, a + t))
+        if t < m:
+            self.cut = (L, a + t)
+            return False
+        return True
+
+    def level_items(self, L: int, its: list) -> bool:
+        """Level L with B's jobs outside the cohort `its` among its members: the members between them
+        counted, each of them taken in its place; one by one from where blocks run short or room
+        was made (`visit`)."""
         order = self.order_of(L)
+        if self.kept.sign > 0:
+            at = sorted(bisect_left(order, r.key, key=_KEY) for r in its)
+        else:
+            at = sorted(bisect_left(order, -r.key, key=_NEG_KEY) for r in its)
+        n = len(order)
+        i = 0
+        for p in at:
+            if not self.count(L, order, i, p):
+                return False
+            if self.selected >= self.cap or self.budget <= 0:
+                self.cut = (L, p)
+                return False
+            self.i = p
+            self.take_running(order[p], L + 1, L, True)
+            i = p + 1
+            if self.tight or len(order) != n:
+                return self.visit(L, order, i)
+        return self.count(L, order, i, n)
+
+    def visit(self, L: int, order: list, i: int) -> bool:
+        """B's jobs of level L in rank order from order[i], one by one; False where the batch
+        filled among them."""
         d, bs, cap = self.d, self.bs, self.cap
         # members that need no block take one token each, counted in locals; the rest are taken
         # by calls that read and write the walk's own counts (and `i`, where room is made)
         sel, bud, pend = self.selected, self.budget, self.pending
-        i = 0
         while i < len(order):           # (`make_room` may drop victims from this order's end)
             if sel >= cap or bud <= 0:
                 self.selected, self.budget, self.pending = sel, bud, pend
