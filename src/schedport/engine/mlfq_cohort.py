@@ -73,7 +73,7 @@ class MlfqCohort:
         self.q = q
         self.sim = q.sim
         n = q.levels
-        self.lv: list[dict[int, Request]] = [dict() for _ in range(n)]   # B by level
+        self.lv: list[list[Request]] = [[] for _ in range(n)]   # B by level, by value ascending
         self.lo = [0] * n
         self.hi = [0] * n
         self.sign = 1
@@ -93,7 +93,13 @@ class MlfqCohort:
     # ------------------------------------------------------------------ B's upkeep
     def _actual(self, L: int) -> list[Request]:
         """B's jobs of level L in rank order."""
-        return sorted(self.lv[L].values(), key=_KEY, reverse=self.sign < 0)
+        o = self.lv[L]
+        return o[:] if self.sign > 0 else o[::-1]
+
+    def _drop(self, r: Request) -> None:
+        """Take B's job `r` out of its level (its value, in `key`, places it)."""
+        o = self.lv[r.aux[LVL]]
+        del o[bisect_left(o, r.key, key=_KEY)]
 
     def _push_due(self, r: Request) -> None:
         a = r.aux
@@ -111,10 +117,11 @@ class MlfqCohort:
         if front == (self.sign > 0):
             self.lo[L] -= 1
             a[VAL] = r.key = self.lo[L]
+            d.insert(0, r)
         else:
             self.hi[L] += 1
             a[VAL] = r.key = self.hi[L]
-        d[r.idx] = r
+            d.append(r)
 
     def _write_out(self, order: list[Request]) -> None:
         """B's jobs `order` (one level, rank order) leave B: explicit positions, last end, runs."""
@@ -122,6 +129,7 @@ class MlfqCohort:
         end = self.last_end
         for r in reversed(order):
             a = r.aux
+            self._drop(r)
             q._front += 1
             a[POS] = -q._front
             r.key = (a[LVL], a[POS], r.idx)
@@ -133,7 +141,6 @@ class MlfqCohort:
                 a[FRZ] = -1             # frozen: its last end and run were written when it froze
             a[VAL] = None
             a[STAMP] += 1
-            del self.lv[a[LVL]][r.idx]
 
     def materialize(self) -> None:
         """Write every B job's state out, as `SkipJoinMLFQ.after_step` would have kept it, for the
@@ -162,8 +169,8 @@ class MlfqCohort:
                 a[VAL] = r.key = i
                 if a[RUN] != a[RUN]:
                     a[RUN] = end        # demoted: its next run starts with the next step
-                self.lv[L][r.idx] = r
                 self._push_due(r)
+            self.lv[L] = rs
             self.lo[L], self.hi[L] = 0, len(rs) - 1
         self.others = sorted((r for r in self.sim.running if r.aux[VAL] is None), key=_KEY)
         self.items_prev = list(batch)
@@ -184,7 +191,7 @@ class MlfqCohort:
         """A job finished (or was preempted on written-out state): it leaves B or the parked set."""
         a = r.aux
         if a[VAL] is not None:
-            del self.lv[a[LVL]][r.idx]
+            self._drop(r)
             a[VAL] = None
             a[STAMP] += 1
         else:
@@ -465,7 +472,7 @@ class MlfqCohort:
         for r in self.ran:
             a = r.aux
             if a[VAL] is not None:
-                del lv[a[LVL]][r.idx]
+                self._drop(r)
                 in_b.append(True)
             else:
                 in_b.append(False)
@@ -577,7 +584,7 @@ class MlfqCohort:
         b_dem = [r for r in demoted if r.aux[VAL] is not None]
         b_dem.sort(key=lambda r: (r.aux[LVL], sign * r.aux[VAL]))
         for r in b_dem:
-            del self.lv[r.aux[LVL]][r.idx]
+            self._drop(r)
             moved.setdefault(r.aux[LVL], []).append(r)
         for r in self.x:
             if r.idx in dem:
@@ -617,7 +624,7 @@ class MlfqCohort:
     def _batch_ids(self) -> set:
         ids = set(r.idx for r in self.x)
         for d in self.lv:
-            ids.update(d)
+            ids.update(r.idx for r in d)
         return ids
 
     def after_fast_forward(self, plan: Plan, starts, ends, k: int) -> None:
@@ -747,12 +754,18 @@ class _Walk:
     def exact_free(self) -> int:
         """Blocks free at this point of the pass, the members reached counted one by one."""
         d, bs = self.d, self.bs
+        n = 0                           # (every job counted here is a member)
         for L in self.unc:
-            self.xr += sum(1 for r in self.lv[L].values() if r.sync >= 0 and not (r.pval + d) % bs)
+            for r in self.lv[L]:
+                if not (r.pval + d) % bs:
+                    n += 1
         self.unc.clear()
         for order, a, b in self.segs:
-            self.xr += sum(1 for i in range(a, b) if not (order[i].pval + d) % bs)
+            for i in range(a, b):
+                if not (order[i].pval + d) % bs:
+                    n += 1
         self.segs.clear()
+        self.xr += n
         return self.cache.free - self.taken - self.xr + self.freed
 
     def run(self) -> None:
