@@ -243,3 +243,62 @@ def test_levels_kept_in_the_cohort_decide_most_steps_and_match_exact(monkeypatch
     for f in ("iterations", "swapped_blocks", "recomputed_tokens", "host_full_events", "stall_recomputes"):
         assert getattr(a, f) == getattr(b, f), f
     assert [(r.aux[0], r.aux[2]) for r in sim.requests] == [(r.aux[0], r.aux[2]) for r in ex.requests]
+
+
+def swing_trace(n=400, seed=7, rate=30.0):
+    """Short prompts with long outputs, and one request in seven with a prompt longer than the token
+    budget: its prefill, ranked first, takes whole steps while the decoding batch waits."""
+    rng = np.random.default_rng(seed)
+    long = rng.random(n) < 0.15
+    prompts = np.where(long, rng.integers(700, 1800, n), rng.integers(10, 60, n))
+    return Trace(np.cumsum(rng.exponential(1 / rate, n)), prompts, rng.integers(60, 400, n), None, "swing")
+
+
+@pytest.mark.parametrize("host_gib,blocks", [(16.0, 600), (0.5, 400)])
+def test_a_batch_that_sits_out_for_a_long_prefill_freezes_and_matches_exact(monkeypatch, host_gib, blocks):
+    """Where a long prefill takes the budget and most of the last batch sits out, the sitters stay
+    in it, frozen, and the cohort stands still (`MlfqCohort._freeze`): frozen again while the
+    prefill goes on, thawed when a step takes them back, written out when one leaves them out;
+    their due entries are dropped while frozen and made again when they thaw. The bits are
+    exact's, with preemptions by swap (and a full host) among the freezing steps."""
+    from schedport.engine import mlfq_cohort as mc
+    seen = {"freeze": 0, "again": 0, "dropped": 0, "victims": 0, "thawed": 0, "written": 0}
+    freeze0, start0, write0 = mc.MlfqCohort._freeze, mc.MlfqCohort._start_runs, mc.MlfqCohort._write_out
+
+    def freeze(self, sched, now, w, sit):
+        seen["freeze"] += 1
+        seen["again"] += sum(1 for r in sit if r.aux[mc.FRZ] >= 0)
+        seen["victims"] += sum(1 for a in w.acts if a[3] == mc._PREEMPT)
+        return freeze0(self, sched, now, w, sit)
+
+    def start_runs(self, start):
+        for r in self.thawing:
+            seen["thawed"] += r.aux[mc.FRZ] >= 0
+            seen["dropped"] += r.aux[mc.FRZ] == mc._NO_ENTRY
+        start0(self, start)
+
+    def write_out(self, order):
+        seen["written"] += sum(1 for r in order if r.aux[mc.FRZ] >= 0)
+        write0(self, order)
+    monkeypatch.setattr(mc.MlfqCohort, "_freeze", freeze)
+    monkeypatch.setattr(mc.MlfqCohort, "_start_runs", start_runs)
+    monkeypatch.setattr(mc.MlfqCohort, "_write_out", write_out)
+    cfg = engine_config_from_dict({
+        "engine": {"num_gpu_blocks": blocks, "max_num_seqs": 64, "max_model_len": 2400, "block_size": 16,
+                   "swap_space_gib": host_gib, "max_num_batched_tokens": 512},
+        "latency": dict(LAT), "scheduler": {"fastserve": {"starve_every": 53, "starve_limit_s": 0.5}}})
+    t = swing_trace()
+    ex = sim_for(t, "fastserve", cfg, exact=True)
+    a = ex.run()
+    sim = sim_for(t, "fastserve", cfg, exact=False)
+    b = sim.run()
+    assert seen["freeze"] >= 50 and seen["again"] and seen["thawed"] and seen["written"], seen
+    assert seen["dropped"] and seen["victims"], seen
+    if host_gib == 0.5:
+        assert b.host_full_events
+    for f in ("first_token_s", "finish_s"):
+        assert np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True), f
+    assert np.array_equal(a.preemptions, b.preemptions)
+    for f in ("iterations", "swapped_blocks", "recomputed_tokens", "host_full_events", "stall_recomputes"):
+        assert getattr(a, f) == getattr(b, f), f
+    assert [(r.aux[0], r.aux[2]) for r in sim.requests] == [(r.aux[0], r.aux[2]) for r in ex.requests]

@@ -69,6 +69,9 @@ def _ignore(req, delta) -> None:
 class MlfqCohort:
     """The lazy MLFQ state of one fast-mode run (module docstring)."""
 
+    __slots__ = ("q", "sim", "lv", "lo", "hi", "sign", "last_end", "heap", "others", "items_prev", "x",
+                 "explicit", "frz", "thawing", "ran", "frz_items")
+
     def __init__(self, q):
         self.q = q
         self.sim = q.sim
@@ -576,33 +579,69 @@ class MlfqCohort:
 
     def _advance(self, end: float, demoted: list[Request]) -> None:
         """One step's front pushes and demotions: each level's batch reversed, newcomers `x` at the
-        front, jobs demoted into a level behind its batch (in batch order: B's, then newcomers)."""
+        front, jobs demoted into a level behind its batch (in batch order: B's, then newcomers).
+        (`_place` and `_push_due` written out: this runs for every job that enters B.)"""
         q = self.q
         sign = self.sign
-        dem = {r.idx for r in demoted}
+        x = self.x
         moved: dict[int, list] = {}             # old level -> its demoted jobs, in batch order
-        b_dem = [r for r in demoted if r.aux[VAL] is not None]
-        b_dem.sort(key=lambda r: (r.aux[LVL], sign * r.aux[VAL]))
-        for r in b_dem:
-            self._drop(r)
-            moved.setdefault(r.aux[LVL], []).append(r)
-        for r in self.x:
-            if r.idx in dem:
+        if demoted:
+            dem = {r.idx for r in demoted}
+            b_dem = [r for r in demoted if r.aux[VAL] is not None]
+            b_dem.sort(key=lambda r: (r.aux[LVL], sign * r.aux[VAL]))
+            for r in b_dem:
+                self._drop(r)
                 moved.setdefault(r.aux[LVL], []).append(r)
-        self.sign = -sign
-        for r in self.x:
-            if r.idx not in dem:
-                self._place(r, r.aux[LVL], True)
-                self._push_due(r)
-        for L, rs in moved.items():
+            for r in x:
+                if r.idx in dem:
+                    moved.setdefault(r.aux[LVL], []).append(r)
+        else:
+            dem = ()
+        sign = self.sign = -sign
+        lv, lo, hi = self.lv, self.lo, self.hi
+        heap = self.heap
+        quanta = q.quanta
+        last = q.levels - 1
+        for r in x:                     # at the front of their levels, in batch order
+            if r.idx in dem:
+                continue
+            a = r.aux
+            L = a[LVL]
+            d = lv[L]
+            if not d:
+                lo[L] = hi[L] = 0
+            if sign > 0:
+                v = lo[L] = lo[L] - 1
+                d.insert(0, r)
+            else:
+                v = hi[L] = hi[L] + 1
+                d.append(r)
+            a[VAL] = r.key = v
+            a[STAMP] += 1
+            if L < last:
+                heapq.heappush(heap, (quanta[L] - a[DONE] + a[RUN], r.idx, a[STAMP], r))
+        for L, rs in moved.items():     # behind B's jobs of the next level
+            L += 1
+            d = lv[L]
+            if not d:
+                lo[L] = hi[L] = 0
             for r in reversed(rs):
-                s = r.aux
-                s[DONE] = 0.0
-                s[RUN] = end            # its next run starts with the next step
-                self._place(r, L + 1, False)
-                self._push_due(r)
-            if L + 1 > q.deepest:
-                q.deepest = L + 1
+                a = r.aux
+                a[LVL] = L
+                a[DONE] = 0.0
+                a[RUN] = end            # its next run starts with the next step
+                if sign > 0:
+                    v = hi[L] = hi[L] + 1
+                    d.append(r)
+                else:
+                    v = lo[L] = lo[L] - 1
+                    d.insert(0, r)
+                a[VAL] = r.key = v
+                a[STAMP] += 1
+                if L < last:
+                    heapq.heappush(heap, (quanta[L] - a[DONE] + a[RUN], r.idx, a[STAMP], r))
+            if L > q.deepest:
+                q.deepest = L
         self.x = []
 
     def after_step(self, plan: Plan, start: float, end: float) -> None:
@@ -704,6 +743,11 @@ class _Walk:
     running jobs not reached by swap, or finding the host full and preempting none. A preempted
     job is reached again where it ranked, as a waiting one: nothing after it starts.
     """
+
+    __slots__ = ("kept", "cache", "bs", "lv", "nlev", "others", "waiting", "d", "wm", "cap", "budget",
+                 "bitems", "free", "tight", "taken", "xr", "freed", "unc", "segs", "room", "host_full",
+                 "preempted", "shorted", "n_oth", "io", "iw", "i", "pending", "selected", "admitting",
+                 "cut", "acts", "sat", "victim", "vreq", "orders")
 
     def __init__(self, kept: "MlfqCohort", mode, waiting: list):
         sim = kept.sim
