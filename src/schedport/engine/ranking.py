@@ -36,6 +36,9 @@ class RankTracker:
     """Running requests of a `served_key_step` order, in rank order, kept up to date by the engine's
     hooks (cohort joins and leaves, admissions, preemptions, completions, served items)."""
 
+    __slots__ = ("sim", "order", "mode", "step", "members", "others", "entry", "_alone", "_moved",
+                 "_order_hook")
+
     def __init__(self, sim, order, mode):
         self.sim = sim
         self.order = order
