@@ -343,9 +343,7 @@ class MlfqCohort:
         block, the host not full) and the step is no starvation check."""
         if w.cut is None or w.shorted or w.host_full or w.sat:
             return False
-        n_b = 0
-        for d in self.lv:
-            n_b += len(d)
+        n_b = len(self.sim.running) - len(self.others)     # (every running job is in B or parked)
         return 2 * len(sit) > n_b and (self.sim.iterations + 1) % self.q.every
 
     def _freeze(self, sched, now: float, w: "_Walk", sit: list) -> Plan:
@@ -1031,7 +1029,7 @@ class _Walk:
         j = self.n_oth - 1
         io = self.io
         low = min(bmin, cur if cur is not None else self.nlev)
-        for L in range(self.nlev - 1, -1, -1):
+        for L in range(self.kept.q.deepest, -1, -1):   # (no job is below the deepest level reached)
             while j >= io and others[j].aux[LVL] == L:     # parked jobs rank after B's in a level
                 if freed >= need:
                     break
