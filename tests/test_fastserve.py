@@ -268,7 +268,7 @@ def test_a_batch_that_sits_out_for_a_long_prefill_freezes_and_matches_exact(monk
     def freeze(self, sched, now, w, sit):
         seen["freeze"] += 1
         seen["again"] += sum(1 for r in sit if r.aux[mc.FRZ] >= 0)
-        seen["victims"] += sum(1 for a in w.acts if a[3] == mc._PREEMPT)
+        seen["victims"] += sum(1 for a in w.acts if a[3] == mc.ACT_PREEMPT)
         return freeze0(self, sched, now, w, sit)
 
     def start_runs(self, start):

@@ -1,0 +1,397 @@
+"""FastServe's ranked fill over the levels kept in the decode cohort (`mlfq_cohort.MlfqCohort`),
+and the per-job fields the two read.
+
+A job's `aux` list (made by `SkipJoinMLFQ`) holds its level, explicit position, closed processing
+time, open run's start and last step's end; the kept state adds the job's value in the last
+batch B (None outside it), a stamp that tells its live due entry, and whether it sits out
+frozen. The walk (`Walk`) takes one step's batch from those levels with the full pass's rules.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from operator import attrgetter
+
+from schedport.engine.simulator import RUNNING, Request
+
+BY_KEY = attrgetter("key")
+
+
+def BY_NEG_KEY(r):
+    return -r.key
+
+
+# aux fields: level, position, closed processing time, open run's start, last step's end, value in B, stamp,
+# and whether a job of B sits out frozen (1 or 2) or not (-1)
+LVL, POS, DONE, RUN, LAST, VAL, STAMP, FRZ = range(8)
+ACT_RUN, ACT_ADMIT, ACT_PREEMPT = range(3)   # a walk's actions
+
+
+class GiveWay(Exception):
+    """The walk cannot settle this step: the full pass decides it."""
+
+
+class Walk:
+    """One step's ranked fill over `MlfqCohort`'s kept levels, in `Continuous._plan_ranked`'s order
+    and with its rules.
+
+    The order is level by level: B's jobs of the level (members counted, not visited, unless the
+    batch fills among them or jobs outside the cohort are among them), then the level's parked
+    and waiting jobs by key. Blocks are checked against a lower bound of what is free (every
+    member's new block taken first); where that fails, the exact count (the members reached so
+    far, counted one by one) decides. A request that fits only by it goes to the full pass; one
+    that does not fit makes room as `Continuous._make_room` does, preempting the worst-ranked
+    running jobs not reached by swap, or finding the host full and preempting none. A preempted
+    job is reached again where it ranked, as a waiting one: nothing after it starts.
+    """
+
+    __slots__ = ("kept", "cache", "bs", "lv", "nlev", "others", "waiting", "d", "wm", "cap", "budget",
+                 "bitems", "free", "tight", "taken", "xr", "freed", "unc", "segs", "room", "host_full",
+                 "preempted", "shorted", "n_oth", "io", "iw", "i", "pending", "selected", "admitting",
+                 "cut", "acts", "sat", "victim", "vreq", "orders")
+
+    def __init__(self, kept, mode, waiting: list):
+        sim = kept.sim
+        self.kept = kept
+        self.cache = sim.cache
+        self.bs = sim.cache.block_size
+        self.lv = kept.lv
+        self.nlev = kept.q.levels
+        self.others = kept.others
+        self.waiting = waiting
+        self.d = sim.dclock
+        self.wm = mode.watermark_blocks
+        self.cap = mode.max_num_seqs
+        self.budget = mode.budget
+        self.bitems: dict[int, list] = {}       # B's jobs outside the cohort, by level
+        for r in kept.items_prev:
+            if r.phase == RUNNING and r.sync < 0 and r.aux[VAL] is not None:
+                self.bitems.setdefault(r.aux[LVL], []).append(r)
+        # free blocks: a lower bound (every member's new block taken first), or where that leaves too
+        # few (`tight`), the exact count, every member visited and given its block in rank order
+        self.free = sim.cache.free - sim.cohort_crossings(self.d)
+        self.tight = self.free < 0
+        if self.tight:
+            self.free = sim.cache.free
+        self.taken = self.xr = self.freed = 0   # blocks taken by items, by members counted, freed by victims
+        self.unc: list = []             # levels whose members were all reached, not yet counted
+        self.segs: list = []            # (order, a, b): members order[a:b] reached, not yet counted
+        self.room = sim.host_blocks - sim.host_used
+        self.host_full = self.preempted = False
+        self.shorted = False            # a running job reached found no block (`short`)
+        self.n_oth = len(self.others)
+        self.io = self.iw = self.i = 0
+        self.pending = len(sim.running)
+        self.selected = 0
+        self.admitting = True
+        self.cut = None                 # (level, reached): the batch filled inside B's level
+        self.acts: list = []            # (request, tokens, blocks, action, in B), in the walk's order
+        self.sat: list = []             # B's jobs reached that sat out (the host full)
+        self.victim = self.vreq = None  # the best-ranked job preempted so far: its rank, itself
+        self.orders: dict[int, list] = {}   # B's levels in rank order, made when needed (less victims)
+
+    def order_of(self, L: int) -> list:
+        o = self.orders.get(L)
+        if o is None:
+            o = self.orders[L] = self.kept._actual(L)
+        return o
+
+    def exact_free(self) -> int:
+        """Blocks free at this point of the pass, the members reached counted one by one."""
+        d, bs = self.d, self.bs
+        n = 0                           # (every job counted here is a member)
+        for L in self.unc:
+            for r in self.lv[L]:
+                if not (r.pval + d) % bs:
+                    n += 1
+        self.unc.clear()
+        for order, a, b in self.segs:
+            for i in range(a, b):
+                if not (order[i].pval + d) % bs:
+                    n += 1
+        self.segs.clear()
+        self.xr += n
+        return self.cache.free - self.taken - self.xr + self.freed
+
+    def run(self) -> None:
+        """Walk the rank order until the batch is full or nothing more can start."""
+        lv, nlev = self.lv, self.nlev
+        others, waiting = self.others, self.waiting
+        L = 0
+        while True:
+            c = others[self.io] if self.io < self.n_oth else None
+            ck = None if c is None else c.key
+            if self.iw < len(waiting) and self.admitting:
+                w = waiting[self.iw]
+                if c is None or w.key < ck:
+                    c, ck = w, w.key
+            if self.victim is not None and self.admitting and (c is None or self.victim < ck):
+                c, ck = self.vreq, self.victim      # the best-ranked victim, waiting again where it ranked
+            top = ck[0] if c is not None else nlev - 1
+            vreq = self.vreq
+            while L <= top:
+                if lv[L] and not self.level(L):
+                    return                  # the batch filled inside this level
+                L += 1
+            if self.vreq is not vreq:
+                continue                    # jobs were preempted on the way (`c` among them, or after)
+            if c is None:
+                return
+            if self.selected >= self.cap or self.budget <= 0:
+                self.cut = (L, 0)
+                return
+            if not self.pending and not self.admitting:
+                return
+            if c is self.vreq:
+                # every running job left ranks before it (the victims were the worst): if it fits
+                # it would start again (the full pass decides), else nothing after it starts
+                if self.kept._readmit_need(c, self.budget, self.d) <= self.exact_free() - self.wm:
+                    raise GiveWay
+                return
+            if c.phase == RUNNING:
+                self.io += 1
+                self.take_running(c, L, None, False)
+            else:
+                self.iw += 1
+                self.take_waiting(c, L)
+
+    def level(self, L: int) -> bool:
+        """B's jobs of level L, in rank order; False where the batch filled among them."""
+        if not self.tight and L not in self.orders:
+            its = self.bitems.get(L)
+            if its:
+                return self.level_items(L, its)
+            m = len(self.lv[L])         # members only: counted
+            t = max(0, min(m, self.cap - self.selected, self.budget))
+            self.selected += t
+            self.budget -= t
+            self.pending -= t
+            if t < m:
+                self.cut = (L, t)
+                return False
+            self.unc.append(L)
+            return True
+        return self.visit(L, self.order_of(L), 0)
+
+    def count(self, L: int, order: list, a: int, b: int) -> bool:
+        """Members order[a:b] take one token each as far as the batch has room (their blocks are
+        counted when an exact count is wanted); False where it filled among them."""
+        m = b - a
+        t = max(0, min(m, self.cap - self.selected, self.budget))
+        if t:
+            self.selected += t
+            self.budget -= t
+            self.pending -= t
+            self.segs.append((order, a, a + t))
+        if t < m:
+            self.cut = (L, a + t)
+            return False
+        return True
+
+    def level_items(self, L: int, its: list) -> bool:
+        """Level L with B's jobs outside the cohort `its` among its members: the members between them
+        counted, each of them taken in its place; one by one from where blocks run short or room
+        was made (`visit`)."""
+        order = self.order_of(L)
+        if self.kept.sign > 0:
+            at = sorted(bisect_left(order, r.key, key=BY_KEY) for r in its)
+        else:
+            at = sorted(bisect_left(order, -r.key, key=BY_NEG_KEY) for r in its)
+        n = len(order)
+        i = 0
+        for p in at:
+            if not self.count(L, order, i, p):
+                return False
+            if self.selected >= self.cap or self.budget <= 0:
+                self.cut = (L, p)
+                return False
+            self.i = p
+            self.take_running(order[p], L + 1, L, True)
+            i = p + 1
+            if self.tight or len(order) != n:
+                return self.visit(L, order, i)
+        return self.count(L, order, i, n)
+
+    def visit(self, L: int, order: list, i: int) -> bool:
+        """B's jobs of level L in rank order from order[i], one by one; False where the batch
+        filled among them."""
+        d, bs, cap = self.d, self.bs, self.cap
+        # members that need no block take one token each, counted in locals; the rest are taken
+        # by calls that read and write the walk's own counts (and `i`, where room is made)
+        sel, bud, pend = self.selected, self.budget, self.pending
+        while i < len(order):           # (`make_room` may drop victims from this order's end)
+            if sel >= cap or bud <= 0:
+                self.selected, self.budget, self.pending = sel, bud, pend
+                self.cut = (L, i)
+                return False
+            r = order[i]
+            if r.sync >= 0 and (r.pval + d) % bs:
+                sel += 1
+                bud -= 1
+                pend -= 1
+            else:
+                self.selected, self.budget, self.pending, self.i = sel, bud, pend, i
+                if r.sync >= 0:
+                    self.take_member(r, L)
+                else:
+                    self.take_running(r, L + 1, L, True)
+                sel, bud, pend = self.selected, self.budget, self.pending
+            i += 1
+        self.selected, self.budget, self.pending = sel, bud, pend
+        return True
+
+    def go_tight(self) -> None:
+        """Count blocks exactly from here on: every member visited and given its block as reached."""
+        if not self.tight:
+            self.free = self.exact_free()
+            self.tight = True
+
+    def take_member(self, r: Request, L: int) -> None:
+        """A member that needs a new block this step: counted, or (`tight`) given it, room made for
+        it, or preempted itself, or it sits out (a full host)."""
+        self.pending -= 1
+        self.selected += 1
+        self.xr += 1
+        if self.tight:
+            if self.free < 1:
+                if self.pending and not self.make_room(1, L + 1, L):
+                    self.host_full = True       # (as `_make_room` marks it, whatever follows)
+                if self.free < 1:
+                    self.xr -= 1
+                    self.short(r, -(-(r.pval + self.d) // self.bs), True)
+                    return
+            self.free -= 1
+        self.budget -= 1
+
+    def short(self, r: Request, blocks: int, in_b: bool) -> None:
+        """A running job reached finds no block even after room was made: swapped out itself if
+        the host can take it, else it sits out, holding its KV (the host full)."""
+        self.selected -= 1
+        self.shorted = True
+        if self.room >= blocks:
+            self.room -= blocks
+            self.free += blocks
+            self.freed += blocks
+            self.preempted = True
+            self.acts.append((r, 0, blocks, ACT_PREEMPT, in_b))
+        else:
+            self.host_full = True
+            if in_b:
+                self.sat.append(r)
+
+    def take_running(self, r: Request, bmin: int, cur: int | None, in_b: bool) -> None:
+        """A running job outside the cohort reached: its tokens and blocks, room made for them, or
+        it is short (`short`)."""
+        self.pending -= 1
+        self.selected += 1
+        k = min(r.prompt + r.generated - r.computed, self.budget)
+        need = -(-(r.computed + k) // self.bs) - r.blocks
+        if need > self.free:
+            self.go_tight()
+            if need > self.free:
+                if self.pending and not self.make_room(need, bmin, cur):
+                    self.host_full = True
+                if need > self.free:
+                    self.short(r, r.blocks, in_b)
+                    return
+        self.free -= need
+        self.taken += need
+        self.budget -= k
+        self.acts.append((r, k, need, ACT_RUN, in_b))
+
+    def take_waiting(self, c: Request, L: int) -> None:
+        """A waiting job reached: admitted, room made for it, or admissions stop here."""
+        k = min(c.prompt + c.generated - c.computed, self.budget)
+        need = -(-(c.computed + k) // self.bs)
+        wm = self.wm
+        if need > self.free - wm:
+            self.go_tight()
+            if need > self.free - wm:
+                if self.pending and not self.make_room(need + wm, L, None):
+                    self.host_full = True
+                if need > self.free - wm:
+                    self.admitting = False  # head-of-line: nothing ranked below it starts
+                    return
+        self.free -= need
+        self.taken += need
+        self.budget -= k
+        self.selected += 1
+        self.room += c.swapped              # its KV comes back from the host
+        self.acts.append((c, k, need, ACT_ADMIT, False))
+
+    def make_room(self, need: int, bmin: int, cur: int | None) -> bool:
+        """`Continuous._make_room(need)` over the running jobs not reached — B's levels from `bmin`,
+        the rest of level `cur`'s order after the job reached, the parked jobs from `io` — worst
+        first: True if victims were preempted (by swap), False if the host cannot take the first
+        one it needs (none is preempted)."""
+        lv, others = self.lv, self.others
+        d, bs = self.d, self.bs
+        freed = self.exact_free()
+        room = self.room
+        vict = []
+        j = self.n_oth - 1
+        io = self.io
+        low = min(bmin, cur if cur is not None else self.nlev)
+        for L in range(self.kept.q.deepest, -1, -1):   # (no job is below the deepest level reached)
+            while j >= io and others[j].aux[LVL] == L:     # parked jobs rank after B's in a level
+                if freed >= need:
+                    break
+                v = others[j]
+                j -= 1
+                if v.blocks > room:
+                    return False
+                room -= v.blocks
+                freed += v.blocks
+                vict.append((v, v.blocks))
+            if L >= bmin and lv[L]:
+                order, stop = self.order_of(L), -1
+            elif L == cur:
+                order, stop = self.order_of(L), self.i
+            else:
+                order = None
+            if order is not None:
+                for n in range(len(order) - 1, stop, -1):
+                    if freed >= need:
+                        break
+                    v = order[n]
+                    vb = -(-(v.pval + d) // bs) if v.sync >= 0 else v.blocks
+                    if vb > room:
+                        return False
+                    room -= vb
+                    freed += vb
+                    vict.append((v, vb))
+            if freed >= need or (L <= low and j < io):
+                break
+        if freed < need:
+            raise GiveWay                  # every job not reached goes, and it is still short
+        best = vict[-1][0]
+        self.victim = (best.aux[LVL], -math.inf, 0) if best.aux[VAL] is not None else best.key
+        self.vreq = best
+        for v, vb in vict:
+            if v.aux[VAL] is None:
+                self.n_oth -= 1
+            else:
+                self.orders[v.aux[LVL]].pop()   # the worst of its level's kept order
+            self.free += vb
+            self.freed += vb
+            self.pending -= 1
+            self.acts.append((v, 0, vb, ACT_PREEMPT, v.aux[VAL] is not None))
+        self.room = room
+        self.preempted = True
+        return True
+
+    def sitters(self) -> list:
+        """B's jobs the batch left out (after the cut), in rank order."""
+        if self.cut is None:
+            return []
+        L0, reached = self.cut
+        sit = []
+        if reached:
+            sit.extend(self.order_of(L0)[reached:])
+        else:
+            L0 -= 1
+        for L in range(L0 + 1, self.nlev):
+            if self.lv[L]:
+                sit.extend(self.order_of(L))
+        return sit
