@@ -543,6 +543,22 @@ class MlfqCohort:
                     return
                 heapq.heapreplace(heap, (due, e[1], e[2], e[3]))
 
+    def _due_ran(self, end: float) -> list[Request]:
+        """`_due` for a freezing step: only the few jobs that ran can be demoted, so they are tested
+        (B's near their due, as the heap would pick them; newcomers all), and the heap, where the
+        frozen jobs' entries stay, is left alone."""
+        quanta = self.q.quanta
+        last = self.q.levels - 1
+        lim = end + MARGIN
+        out = []
+        for r in self.ran:
+            s = r.aux
+            L = s[LVL]
+            if L < last and (s[VAL] is None or quanta[L] - s[DONE] + s[RUN] <= lim) \
+                    and s[DONE] + (end - s[RUN]) > quanta[L]:
+                out.append(r)
+        return out
+
     def _due(self, end: float) -> list[Request]:
         """B's jobs (and this step's newcomers `x`) demoted at a step ending at `end`."""
         q = self.q
@@ -648,13 +664,15 @@ class MlfqCohort:
         """`SkipJoinMLFQ.after_step` on the lazy state."""
         q = self.q
         self._start_runs(start)
-        demoted = self._due(end)
-        self.last_end = end
         self.items_prev = [r for r, _ in plan.items]
         if self.ran is not None:
+            demoted = self._due_ran(end)
+            self.last_end = end
             self._advance_frozen(end, demoted)  # (never a starvation check: `_may_freeze`)
             self.items_prev += self.frz_items
             return
+        demoted = self._due(end)
+        self.last_end = end
         if q._check_due():
             q._promote_starved(self._batch_ids(), start)
             self.others.sort(key=BY_KEY)          # promoted parked jobs have new keys
