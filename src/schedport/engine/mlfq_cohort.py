@@ -601,20 +601,23 @@ class MlfqCohort:
         sign = self.sign
         x = self.x
         moved: dict[int, list] = {}             # old level -> its demoted jobs, in batch order
+        lv, lo, hi = self.lv, self.lo, self.hi
         if demoted:
             dem = {r.idx for r in demoted}
-            b_dem = [r for r in demoted if r.aux[VAL] is not None]
-            b_dem.sort(key=lambda r: (r.aux[LVL], sign * r.aux[VAL]))
-            for r in b_dem:
-                self._drop(r)
-                moved.setdefault(r.aux[LVL], []).append(r)
+            for r in demoted:
+                if r.aux[VAL] is not None:
+                    moved.setdefault(r.aux[LVL], []).append(r)
+            for L, rs in moved.items():     # B's: in their level's rank order, out of it
+                rs.sort(key=BY_KEY, reverse=sign < 0)
+                o = lv[L]
+                for r in rs:
+                    del o[bisect_left(o, r.key, key=BY_KEY)]
             for r in x:
                 if r.idx in dem:
                     moved.setdefault(r.aux[LVL], []).append(r)
         else:
             dem = ()
         sign = self.sign = -sign
-        lv, lo, hi = self.lv, self.lo, self.hi
         heap = self.heap
         quanta = q.quanta
         last = q.levels - 1
