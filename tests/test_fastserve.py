@@ -237,12 +237,7 @@ def test_levels_kept_in_the_cohort_decide_most_steps_and_match_exact(monkeypatch
         assert seen["host_full"]                # the walk found the host full
     if blocks == 400:
         assert seen["parked"]                   # members left out of a batch cut at max_num_seqs
-    for f in ("first_token_s", "finish_s"):
-        assert np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True), f
-    assert np.array_equal(a.preemptions, b.preemptions)
-    for f in ("iterations", "swapped_blocks", "recomputed_tokens", "host_full_events", "stall_recomputes"):
-        assert getattr(a, f) == getattr(b, f), f
-    assert [(r.aux[0], r.aux[2]) for r in sim.requests] == [(r.aux[0], r.aux[2]) for r in ex.requests]
+    assert_same_run(ex, a, sim, b)
 
 
 def swing_trace(n=400, seed=7, rate=30.0):
@@ -296,6 +291,12 @@ def test_a_batch_that_sits_out_for_a_long_prefill_freezes_and_matches_exact(monk
     assert seen["kept"] and seen["victims"], seen
     if host_gib == 0.5:
         assert b.host_full_events
+    assert_same_run(ex, a, sim, b)
+
+
+def assert_same_run(ex, a, sim, b):
+    """The fast run `sim` (output `b`) has the exact run's (`ex`, `a`) bits, and every job ends at
+    the same level with the same processing time there."""
     for f in ("first_token_s", "finish_s"):
         assert np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True), f
     assert np.array_equal(a.preemptions, b.preemptions)

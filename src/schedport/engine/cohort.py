@@ -125,6 +125,28 @@ class DecodeCohort:
                     req.heap_at = lb
         self.cohort_pval += moved
 
+    def serve_alone(self, reqs, items: list) -> None:
+        """Cohort members `reqs` take their token as items (appended to `items`) while the cohort
+        stands still: each made exact (`sync`) and given its next KV block where it needs one."""
+        cache = self.cache
+        bs = cache.block_size
+        d = self.dclock
+        alloc = self._alloc_decode
+        add = items.append
+        for r in reqs:
+            if r.sync != d:
+                lag = d - r.sync
+                r.computed += lag
+                r.generated += lag
+                r.sync = d
+                if alloc:
+                    r.blocks = -(-r.computed // bs)
+            need = -(-(r.computed + 1) // bs) - r.blocks
+            if need > 0:
+                cache.free -= need
+                r.blocks += need
+            add((r, 1))
+
     def sync_all(self) -> None:
         """Make every running request's fields true and dissolve the cohort (per-request step follows)."""
         if not self.cohort_n:

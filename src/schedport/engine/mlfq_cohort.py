@@ -54,8 +54,8 @@ import math
 from bisect import bisect_left, insort
 from itertools import chain
 
-from schedport.engine.mlfq_walk import (ACT_ADMIT, ACT_PREEMPT, ACT_RUN, BY_KEY, DONE, FRZ, LAST, LVL, POS, RUN,
-                                        STAMP, VAL, GiveWay, Walk)
+from schedport.engine.mlfq_walk import (ACT_PREEMPT, ACT_RUN, BY_KEY, DONE, FRZ, LAST, LVL, POS, RUN, STAMP, VAL,
+                                        GiveWay, Walk)
 from schedport.engine.policy import Plan
 from schedport.engine.queues import Queue
 from schedport.engine.simulator import RUNNING, Request
@@ -261,36 +261,19 @@ class MlfqCohort:
         sim.host_full_prev = False
         plan = Plan()
         plan.cohort = True
-        # B's jobs that leave it (sitters, and jobs preempted) get their positions level by level
-        # in rank order, together: one may have ranked before another of either kind
-        leave: dict[int, list] = {}
-        for r, _, _, act, in_b in acts:
-            if act == ACT_PREEMPT and in_b:
-                leave.setdefault(r.aux[LVL], []).append(r)
-        for r in sit:
-            leave.setdefault(r.aux[LVL], []).append(r)
-        for rs in leave.values():
-            rs.sort(key=BY_KEY, reverse=self.sign < 0)
-            self._write_out(rs)
+        self._leave_b(acts, sit)
         hook = None if sim._cohort_hook is _ignore else sim._cohort_hook
         sim.cohort_leave_all([r for r in sit if r.sync >= 0], hook)
         for r in sit:
             insort(self.others, r, key=BY_KEY)
         x = self.x = []
         join = []
-        swap = True
         for r, k, need, act, in_b in acts:
-            if act == ACT_PREEMPT:
-                self._unpark(r)
-                sim.preempt(r, swap)
-                plan.preempted += 1
-                continue
-            if act == ACT_ADMIT:
-                self.q.remove(r)
-                sched.admit(r, now)
-                sim.allocate(r, need)
+            if act != ACT_RUN:
+                self._preempt_or_admit(sched, now, plan, r, need, act)
+                if act == ACT_PREEMPT:
+                    continue
                 plan.add(r, k)
-                plan.admitted += 1
             else:
                 if need > 0:
                     sim.allocate(r, need)
@@ -308,6 +291,31 @@ class MlfqCohort:
         if plan.admitted or plan.preempted:
             plan.decode_only = False
         return plan
+
+    def _leave_b(self, acts: list, sit) -> None:
+        """B's jobs that leave it (sitters `sit`, and jobs the walk preempted) get their positions
+        level by level in rank order, together: one may have ranked before another of either kind."""
+        leave: dict[int, list] = {}
+        for r, _, _, act, in_b in acts:
+            if act == ACT_PREEMPT and in_b:
+                leave.setdefault(r.aux[LVL], []).append(r)
+        for r in sit:
+            leave.setdefault(r.aux[LVL], []).append(r)
+        for rs in leave.values():
+            rs.sort(key=BY_KEY, reverse=self.sign < 0)
+            self._write_out(rs)
+
+    def _preempt_or_admit(self, sched, now: float, plan: Plan, r: Request, need: int, act: int) -> None:
+        """Carry out a walk's preemption (by swap) or admission."""
+        if act == ACT_PREEMPT:
+            self._unpark(r)
+            self.sim.preempt(r, True)
+            plan.preempted += 1
+        else:
+            self.q.remove(r)
+            sched.admit(r, now)
+            self.sim.allocate(r, need)
+            plan.admitted += 1
 
     def ran_all(self, plan: Plan) -> None:
         """A step where every running job (and every waiting one the plan admitted) runs: the jobs
@@ -370,8 +378,7 @@ class MlfqCohort:
         for L in range(L0, self.q.levels):
             if lv[L]:
                 order = w.order_of(L)
-                for i in range(reached if L == L0 else 0, len(order)):
-                    r = order[i]
+                for r in (order[reached:] if L == L0 else order):
                     a = r.aux
                     if a[FRZ] >= 0:
                         break
@@ -385,26 +392,14 @@ class MlfqCohort:
                         items_out.append(r)
         # the walk's decisions in its order, as `_apply` makes them (B's jobs preempted written out
         # first; a preemption frees host room an admission may take back)
-        leave: dict[int, list] = {}
-        for r, _, _, act, in_b in w.acts:
-            if act == ACT_PREEMPT and in_b:
-                leave.setdefault(r.aux[LVL], []).append(r)
-        for rs in leave.values():
-            rs.sort(key=BY_KEY, reverse=self.sign < 0)
-            self._write_out(rs)
+        self._leave_b(w.acts, ())
         ks = {}
         outside = []
         for r, k, need, act, in_b in w.acts:
-            if act == ACT_PREEMPT:
-                self._unpark(r)
-                sim.preempt(r, True)
-                plan.preempted += 1
-                continue
-            if act == ACT_ADMIT:
-                self.q.remove(r)
-                sched.admit(r, now)
-                sim.allocate(r, need)
-                plan.admitted += 1
+            if act != ACT_RUN:
+                self._preempt_or_admit(sched, now, plan, r, need, act)
+                if act == ACT_PREEMPT:
+                    continue
             elif need > 0:
                 sim.allocate(r, need)
             ks[r.idx] = k
@@ -413,10 +408,6 @@ class MlfqCohort:
                     self._unpark(r)
                 outside.append(r)
         # the batch in rank order, level by level: B's jobs reached, then the jobs outside B
-        cache = sim.cache
-        bs = cache.block_size
-        d = sim.dclock
-        alloc = sim._alloc_decode
         items = plan.items
         ran = []
         x = self.x = []
@@ -426,23 +417,18 @@ class MlfqCohort:
                 break
             if L <= L0 and lv[L]:
                 order = w.order_of(L)
+                alone = []              # members: made exact, given their next blocks, items
                 for r in (order[:reached] if L == L0 else order):
-                    if r.sync >= 0:         # a member: made exact, given its next block, an item
-                        if r.sync != d:
-                            lag = d - r.sync
-                            r.computed += lag
-                            r.generated += lag
-                            r.sync = d
-                            if alloc:
-                                r.blocks = -(-r.computed // bs)
-                        need = -(-(r.computed + 1) // bs) - r.blocks
-                        if need > 0:
-                            cache.free -= need
-                            r.blocks += need
-                        items.append((r, 1))
+                    if r.sync >= 0:
+                        alone.append(r)
                     else:
+                        if alone:
+                            sim.serve_alone(alone, items)
+                            alone = []
                         plan.add(r, ks[r.idx])
                     ran.append(r)
+                if alone:
+                    sim.serve_alone(alone, items)
             while j < len(outside) and outside[j].aux[LVL] == L:
                 r = outside[j]
                 j += 1

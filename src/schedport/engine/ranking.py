@@ -476,27 +476,8 @@ class RankTracker:
 
     def _serve_alone(self, plan: Plan, reached: list, a: int, b: int) -> None:
         """Members `a`..`b` of those reached take their token as items while the cohort stands
-        still: each made exact (`Simulator.sync`), given its next block where it needs one."""
-        sim = self.sim
-        cache = sim.cache
-        bs = cache.block_size
-        d = sim.dclock
-        alloc = sim._alloc_decode
-        add = plan.items.append
-        for i in range(a, b):
-            r = reached[i][-1]
-            if r.sync != d:
-                lag = d - r.sync
-                r.computed += lag
-                r.generated += lag
-                r.sync = d
-                if alloc:
-                    r.blocks = -(-r.computed // bs)
-            need = -(-(r.computed + 1) // bs) - r.blocks
-            if need > 0:
-                cache.free -= need
-                r.blocks += need
-            add((r, 1))
+        still (`Simulator.serve_alone`)."""
+        self.sim.serve_alone([reached[i][-1] for i in range(a, b)], plan.items)
 
     def _take(self, sched, plan: Plan, req: Request, k: int, need: int, is_waiting: bool, now: float) -> None:
         """Give one request outside the cohort its place in the batch as an item: admit a waiting
