@@ -17,9 +17,11 @@ from schedport.engine.metrics import (
     REQUEST_COLUMNS,
     jain_index,
     percentiles,
+    request_columns,
     request_table,
     summarize,
     summary_keys,
+    table_of,
 )
 
 NAN = math.nan
@@ -346,6 +348,23 @@ def test_client_jain_needs_two_clients_and_its_completed_variant_two_served():
     assert run(make(both, ["a", "b"]), alone=alone)["client_jain_completed"] == 1.0
 
 
+def test_client_ids_that_read_the_same_as_text_are_one_client_and_nan_is_none():
+    rows = [(0.0, 2, "completed", 1.0, 2.0), (0.0, 2, "completed", 1.0, 3.0),
+            (0.0, 2, "completed", 1.0, 5.0), (0.0, 2, "completed", 1.0, 4.0)]
+    alone = np.ones(4)
+    raw = np.array([7, "7", "b", NAN], dtype=object)     # 7 and "7" are one client; NaN none
+    as_text = make(rows, ["7", "7", "b", None])
+    cols = request_columns(arrival_s=[0.0] * 4, input_tokens=[10] * 4, output_tokens=[2] * 4,
+                           client_id=raw, status=["completed"] * 4, first_token_s=[1.0] * 4,
+                           finish_s=[2.0, 3.0, 5.0, 4.0], preemptions=[0] * 4)
+    assert table_of(cols)["client_id"].tolist() == ["7", "7", "b", None]
+    want = run(as_text, alone=alone)["client_jain"]
+    # clients 7 (slowdowns 2, 3) and b (5): Jain of means 2.5, 5
+    assert want == pytest.approx(7.5 ** 2 / (2 * (2.5 ** 2 + 25)))
+    assert run(cols, alone=alone)["client_jain"] == want
+    assert run(table_of(cols), alone=alone)["client_jain"] == want
+
+
 def test_bad_arguments():
     t = make(ROWS, CLIENTS)
     for horizon in (0.0, -1.0, math.inf, NAN):
@@ -422,6 +441,20 @@ def runs(draw):
         alone.append(draw(st.floats(0.01, 5.0)))
     clients = draw(st.none() | st.lists(st.sampled_from(["x", "y", "z", None]), min_size=n, max_size=n))
     return make(rows, clients), np.array(alone), draw(st.floats(0.1, 300.0))
+
+
+@settings(max_examples=100, deadline=None)
+@given(runs())
+def test_summary_of_the_columns_equals_the_summary_of_their_table(case):
+    """A run summarizes its checked columns (no DataFrame); a stored table gives the same bits."""
+    table, alone, horizon = case
+    cols = {c: table[c].to_numpy() for c in REQUEST_COLUMNS}
+    again = request_columns(**{c: cols[c] for c in ("arrival_s", "input_tokens", "output_tokens", "client_id",
+                                                   "status", "first_token_s", "finish_s", "preemptions")})
+    pd.testing.assert_frame_equal(table_of(again), table)
+    a = summarize(table, horizon_s=horizon, slo_profiles=PROFILES, alone_s=alone, counters={"iterations": 1})
+    b = summarize(again, horizon_s=horizon, slo_profiles=PROFILES, alone_s=alone, counters={"iterations": 1})
+    assert json.dumps(a) == json.dumps(b)
 
 
 @settings(max_examples=200, deadline=None)

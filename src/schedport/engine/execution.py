@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -19,20 +18,32 @@ from schedport.common.outputs import file_mode, io_error
 from schedport.engine.config import EngineConfig
 from schedport.engine.inputs import check_metrics_horizon, served_trace
 from schedport.engine.latency import make_latency_model
-from schedport.engine.metrics import request_table, summarize
+from schedport.engine.metrics import request_columns, summarize, table_of
 from schedport.engine.schedulers import Policy, run_counters
 from schedport.engine.simulator import Simulator
 from schedport.errors import SchedportError
 from schedport.workload.trace import Trace
 
 
-@dataclass
 class SimulationResult:
-    """The outcome of one simulation: `requests` (one row per request) and `summary` (run metrics)."""
+    """The outcome of one simulation: `requests` (one row per request), `summary` (run metrics) and
+    the time `scale` the trace was brought to its load by.
 
-    requests: pd.DataFrame
-    summary: dict
-    scale: float
+    `requests` may be given as a function that builds the table: it is called on first access
+    only, so a sweep that keeps only summaries never builds a DataFrame per run.
+    """
+
+    def __init__(self, requests: pd.DataFrame | Callable[[], pd.DataFrame], summary: dict, scale: float):
+        self._requests = requests
+        self.summary = summary
+        self.scale = scale
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        """One row per request (`schedport.engine.metrics.REQUEST_COLUMNS`, then `reject_reason`)."""
+        if not isinstance(self._requests, pd.DataFrame):
+            self._requests = self._requests()
+        return self._requests
 
     def save(self, out_dir: str | Path) -> None:
         """Write `requests.parquet` and `summary.json` into `out_dir`, each atomically.
@@ -103,13 +114,10 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
         if err is None:
             raise
         raise err from None
-    cid = trace.client_id if trace.client_id is not None else np.full(len(trace), None, dtype=object)
-    table = request_table(
+    columns = request_columns(
         arrival_s=trace.arrival_s, input_tokens=trace.input_tokens, output_tokens=trace.output_tokens,
-        client_id=cid, status=out.status, first_token_s=out.first_token_s, finish_s=out.finish_s,
+        client_id=trace.client_id, status=out.status, first_token_s=out.first_token_s, finish_s=out.finish_s,
         preemptions=out.preemptions)
-    # why a request was rejected at arrival (None for every other request)
-    table["reject_reason"] = pd.Series([r or None for r in out.reject_reason], dtype=object, index=table.index)
     if span > 0:
         horizon = cfg.horizon_factor * span
     else:
@@ -117,11 +125,19 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
         horizon = cfg.horizon_factor * max(float(fin.max() - trace.arrival_s[0]) if fin.size else 1.0, 1e-9)
     if overhead:
         alone = alone + overhead
-    summary = summarize(table, horizon_s=horizon, slo_profiles=cfg.slo_profiles, alone_s=alone,
+    summary = summarize(columns, horizon_s=horizon, slo_profiles=cfg.slo_profiles, alone_s=alone,
                         counters={"preemptions": out.preemptions_total, "iterations": out.iterations,
                                   "recomputed_tokens": out.recomputed_tokens,
                                   "swapped_bytes": out.swapped_blocks * cfg.block_bytes,
                                   "load_scale": scale, **run_counters(sim),
                                   "host_swap_full_events": out.host_full_events,
                                   "stall_recomputes": out.stall_recomputes})
+    reasons = out.reject_reason
+
+    def table() -> pd.DataFrame:
+        t = table_of(columns)
+        # why a request was rejected at arrival (None for every other request)
+        t["reject_reason"] = pd.Series([r or None for r in reasons], dtype=object, index=t.index)
+        return t
+
     return SimulationResult(table, summary, scale)

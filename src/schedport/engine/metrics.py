@@ -201,7 +201,30 @@ def _int_column(name: str, values, n: int) -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
-def request_table(
+def request_table(**columns) -> pd.DataFrame:
+    """The per-request outcome table (columns `REQUEST_COLUMNS`, in that order): `request_columns`
+    as a DataFrame. Takes the same keyword arguments and raises the same errors."""
+    return table_of(request_columns(**columns))
+
+
+def table_of(columns: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """The DataFrame of `request_columns`' result (plus any further columns it was given, after
+    them): ``client_id`` as str or None, ``client_id`` and ``status`` as object columns, so the
+    table writes to Parquet unchanged."""
+    data = dict(columns)
+    data["client_id"] = pd.Series(_client_names(data["client_id"]), dtype=object)
+    data["status"] = pd.Series(data["status"], dtype=object)
+    order = list(REQUEST_COLUMNS) + [c for c in data if c not in REQUEST_COLUMNS]
+    return pd.DataFrame(data, columns=order)
+
+
+def _client_names(clients: np.ndarray) -> np.ndarray:
+    """Client ids as str, None where missing (None or NaN)."""
+    return np.array([None if (c is None or (isinstance(c, float) and math.isnan(c))) else str(c)
+                     for c in clients], dtype=object)
+
+
+def request_columns(
     *,
     arrival_s,
     input_tokens,
@@ -212,16 +235,16 @@ def request_table(
     finish_s,
     preemptions,
     extra_statuses: Sequence[str] = (),
-) -> pd.DataFrame:
-    """Build the per-request outcome table (columns `REQUEST_COLUMNS`, in that order).
+) -> dict[str, np.ndarray]:
+    """The per-request outcome columns (`REQUEST_COLUMNS`, in that order), checked: what
+    `summarize` reduces, without building a DataFrame (a sweep keeps only the summary).
 
     Inputs are equal-length arrays in trace order. ``status`` holds "completed", "rejected"
     or "unfinished" (or one of ``extra_statuses``, which follow the "unfinished" rules:
     a replay records server errors, timeouts and truncated streams this way); ``first_token_s`` / ``finish_s`` are NaN where not reached. ``client_id``
-    is None (no client column) or an array of str / None. Derived columns ``ttft_s``,
-    ``tpot_s`` and ``e2e_s`` follow the module docstring. ``request_id`` is 0..n-1 (int64),
-    ``client_id`` and ``status`` are object columns of str (None for a missing client), so
-    the table writes to Parquet unchanged.
+    is None (no client column) or an array of client ids (None or NaN where missing; `table_of`
+    writes them as str). Derived columns ``ttft_s``, ``tpot_s`` and ``e2e_s`` follow the module
+    docstring. ``request_id`` is 0..n-1 (int64).
 
     The engine's timing invariants are checked here, because a violation is an engine bug
     that would otherwise surface only as strange metrics: a completed request has
@@ -255,11 +278,6 @@ def request_table(
         clients = np.asarray(client_id, dtype=object)
         if clients.shape != (n,):
             raise ValueError(f"client_id: expected shape ({n},), got {clients.shape}")
-        clients = np.array(
-            [None if (c is None or (isinstance(c, float) and math.isnan(c))) else str(c)
-             for c in clients],
-            dtype=object,
-        )
 
     if not np.isfinite(arrival).all():
         raise ValueError("arrival_s: values must be finite")
@@ -289,23 +307,20 @@ def request_table(
     denom = np.where(multi, n_out - 1, 1).astype(np.float64)
     tpot = np.where(multi, (finish - first) / denom, np.nan)
 
-    return pd.DataFrame(
-        {
-            "request_id": np.arange(n, dtype=np.int64),
-            "client_id": pd.Series(clients, dtype=object),
-            "arrival_s": arrival,
-            "input_tokens": n_in,
-            "output_tokens": n_out,
-            "status": pd.Series(st, dtype=object),
-            "first_token_s": first,
-            "finish_s": finish,
-            "ttft_s": ttft,
-            "tpot_s": tpot,
-            "e2e_s": e2e,
-            "preemptions": n_pre,
-        },
-        columns=list(REQUEST_COLUMNS),
-    )
+    return {
+        "request_id": np.arange(n, dtype=np.int64),
+        "client_id": clients,
+        "arrival_s": arrival,
+        "input_tokens": n_in,
+        "output_tokens": n_out,
+        "status": st,
+        "first_token_s": first,
+        "finish_s": finish,
+        "ttft_s": ttft,
+        "tpot_s": tpot,
+        "e2e_s": e2e,
+        "preemptions": n_pre,
+    }
 
 
 # --------------------------------------------------------------------------- summary
@@ -388,7 +403,7 @@ def _check_profiles(slo_profiles: Mapping[str, tuple[float, float]]) -> list[tup
 
 
 def summarize(
-    table: pd.DataFrame,
+    table: pd.DataFrame | Mapping[str, np.ndarray],
     *,
     horizon_s: float,
     slo_profiles: dict[str, tuple[float, float]],
@@ -397,7 +412,8 @@ def summarize(
 ) -> dict:
     """Reduce a request table to the run's metrics: a flat, JSON-safe, ordered dict.
 
-    ``table`` is a `request_table` result (or the same table read back from Parquet).
+    ``table`` is a `request_table` result (or the same table read back from Parquet), or the
+    `request_columns` it was built from.
     ``horizon_s`` is the observation horizon measured from the first arrival (finite, > 0).
     ``slo_profiles`` maps a profile name to (ttft_slo_s, tpot_slo_s). ``alone_s[i]`` is
     request i's latency alone on an empty engine (finite and > 0 for every request: the slowdowns
@@ -410,24 +426,28 @@ def summarize(
         raise ConfigError(f"horizon_s must be finite and > 0, got {horizon_s!r}")
     profiles = _check_profiles(slo_profiles)
 
-    n = len(table)
+    def col(name: str, dtype=None) -> np.ndarray:
+        return np.asarray(table[name], dtype=dtype)
+
+    status = col("status", object)
+    n = len(status)
     alone = np.asarray(alone_s, dtype=np.float64)
     if alone.shape != (n,):
         raise ValueError(f"alone_s: expected shape ({n},), got {alone.shape}")
 
-    status = table["status"].to_numpy(dtype=object)
     completed = status == "completed"
     n_completed = int(np.count_nonzero(completed))
     n_rejected = int(np.count_nonzero(status == "rejected"))
     n_unfinished = n - n_completed - n_rejected
 
-    arrival = table["arrival_s"].to_numpy(dtype=np.float64)
-    first = table["first_token_s"].to_numpy(dtype=np.float64)
-    finish = table["finish_s"].to_numpy(dtype=np.float64)
-    n_out = table["output_tokens"].to_numpy()
-    ttft_all = table["ttft_s"].to_numpy(dtype=np.float64)
-    tpot_all = table["tpot_s"].to_numpy(dtype=np.float64)
-    e2e_all = table["e2e_s"].to_numpy(dtype=np.float64)
+    arrival = col("arrival_s", np.float64)
+    first = col("first_token_s", np.float64)
+    finish = col("finish_s", np.float64)
+    n_out = col("output_tokens")
+    ttft_all = col("ttft_s", np.float64)
+    tpot_all = col("tpot_s", np.float64)
+    e2e_all = col("e2e_s", np.float64)
+    clients = _client_codes(col("client_id", object))
 
     t0 = float(arrival.min()) if n else 0.0
     if n and not (np.isfinite(alone) & (alone > 0)).all():
@@ -439,13 +459,13 @@ def summarize(
     ttft_c, tpot_c, e2e_c = _censored(t0 + horizon, arrival, first, finish, completed, n_out,
                                       ttft_all, tpot_all, e2e_all)
     everyone = _latency_stats(ttft_c, tpot_c, e2e_c, n_out, alone)
-    client_j = _client_jain(table, np.ones(n, dtype=bool), everyone["slow"])
+    client_j = _client_jain(clients, np.ones(n, dtype=bool), everyone["slow"])
 
     # Completed requests only.
     tpot_done = tpot_all[completed & multi]
     done = _latency_stats(ttft_all[completed], tpot_done, e2e_all[completed], n_out[completed],
                           alone[completed])
-    client_jc = _client_jain(table, completed, done["slow"])
+    client_jc = _client_jain(clients, completed, done["slow"])
 
     makespan, thr, tok_thr = _throughput(finish, completed, n_out, t0, n_completed)
 
@@ -480,7 +500,7 @@ def summarize(
 
     pre = counters.get("preemptions")
     if pre is None:
-        pre = int(table["preemptions"].to_numpy().sum())
+        pre = int(col("preemptions").sum())
     out["preemptions"] = pre
     out["iterations"] = counters.get("iterations")
     for key, value in counters.items():
@@ -567,18 +587,30 @@ def _latency_stats(ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray, n_out: n
     return st
 
 
-def _client_jain(table: pd.DataFrame, completed: np.ndarray, slow: np.ndarray) -> float:
-    """Jain's index over per-client mean slowdown (see module docstring); NaN if undefined."""
-    if len(table) == 0:
-        return math.nan
-    codes, uniques = pd.factorize(table["client_id"].to_numpy(dtype=object), use_na_sentinel=True)
-    if len(uniques) < 2:
+def _client_codes(clients: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each request's client as a code 0..k-1 in order of first appearance (-1 where missing:
+    None or NaN), and k. Ids that are equal as str are one client, as `table_of` writes them."""
+    if len(clients) == 0:
+        return np.zeros(0, dtype=np.intp), 0
+    codes, uniques = pd.factorize(clients, use_na_sentinel=True)
+    names = [str(u) for u in uniques]
+    first: dict[str, int] = {}
+    remap = np.array([first.setdefault(nm, len(first)) for nm in names], dtype=codes.dtype)
+    if len(first) < len(names):
+        codes = np.where(codes >= 0, remap[codes], -1)
+    return codes, len(first)
+
+
+def _client_jain(clients: tuple[np.ndarray, int], completed: np.ndarray, slow: np.ndarray) -> float:
+    """Jain's index over per-client mean slowdown (see module docstring); NaN if undefined.
+    `clients` is `_client_codes`' result."""
+    codes, k = clients
+    if k < 2:
         return math.nan
     codes_c = codes[completed]
     keep = codes_c >= 0
     if not keep.any():
         return math.nan
-    k = len(uniques)
     counts = np.bincount(codes_c[keep], minlength=k)
     sums = np.bincount(codes_c[keep], weights=slow[keep], minlength=k)
     served = counts > 0
