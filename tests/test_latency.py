@@ -65,6 +65,26 @@ def test_decode_times_bit_identical_to_iteration_time(name, n, data):
         assert m.iteration_time((), n, int(arr[i])) == scalar
 
 
+@settings(max_examples=300, deadline=None)
+@given(name=model_names, n=st.integers(1, 512), k_max=st.integers(1, 40), data=st.data())
+def test_decode_steps_add_iteration_times_bit_for_bit(name, n, k_max, data):
+    """A run of decode steps timed at once gives the sums of one iteration_time per step, and
+    stops before the first step that would start at or after the limit."""
+    m = MODELS[name]
+    kv0 = data.draw(st.integers(n, n * 16384))
+    t0 = data.draw(st.floats(0.0, 1e6))
+    limit = data.draw(st.floats(t0, t0 + 2.0) | st.just(math.inf))
+    starts, ends = m.decode_steps(n, kv0, t0, k_max, limit)
+    t, want_s, want_e = t0, [], []
+    for j in range(k_max):
+        if j and t >= limit:
+            break
+        want_s.append(t)
+        t = t + m.iteration_time((), n, kv0 + n * j)
+        want_e.append(t)
+    assert starts == want_s and ends == want_e
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_bit_identity_at_split_and_quantum_edges(name):
     m = MODELS[name]

@@ -41,6 +41,7 @@ import numpy as np
 __all__ = [
     "LatencyModel",
     "CalibratedLatency",
+    "stepwise_decode",
     "LinearLatency",
     "make_latency_model",
     "LatencySettings",
@@ -187,6 +188,14 @@ class LatencyModel(Protocol):
         ``iteration_time((), n_decode, int(decode_kv[i]))``."""
         ...
 
+    def decode_steps(self, n_decode: int, kv0: int, t0: float, k_max: int,
+                     limit_t: float) -> tuple[list[float], list[float]]:
+        """Start and end times of consecutive decode-only steps from ``t0``, the i-th reading
+        ``kv0 + i*n_decode`` tokens: at most ``k_max`` (>= 1) of them, ending before the first that
+        would start at or after ``limit_t`` (the first always runs). The same sums, in the same
+        order, as adding ``iteration_time((), n_decode, kv)`` step by step (`stepwise_decode`)."""
+        ...
+
     def prefill_time(self, tokens: int) -> float:
         """One fresh prompt of ``tokens`` tokens prefilled alone."""
         ...
@@ -198,6 +207,23 @@ class LatencyModel(Protocol):
     def describe(self) -> dict:
         """Model name, coefficients and provenance (JSON-able)."""
         ...
+
+
+def stepwise_decode(model: LatencyModel, n_decode: int, kv0: int, t0: float, k_max: int,
+                    limit_t: float) -> tuple[list[float], list[float]]:
+    """`LatencyModel.decode_steps` by its definition: one `iteration_time` per step."""
+    step = model.iteration_time
+    t = t0
+    starts = [t]
+    t = t + step((), n_decode, kv0)
+    ends = [t]
+    for j in range(1, k_max):
+        if t >= limit_t:
+            break
+        starts.append(t)
+        t = t + step((), n_decode, kv0 + n_decode * j)
+        ends.append(t)
+    return starts, ends
 
 
 def _as_int_array(x, name: str) -> np.ndarray:
@@ -291,6 +317,11 @@ class LinearLatency:
         """Vectorised decode-only step times (bit-identical to `iteration_time`)."""
         base = self.a + self.b * 0 + self.c * n_decode
         return base + self.d * np.asarray(decode_kv)
+
+    def decode_steps(self, n_decode: int, kv0: int, t0: float, k_max: int,
+                     limit_t: float) -> tuple[list[float], list[float]]:
+        """Consecutive decode-only steps' start and end times (`LatencyModel.decode_steps`)."""
+        return stepwise_decode(self, n_decode, kv0, t0, k_max, limit_t)
 
     def prefill_time(self, tokens: int) -> float:
         """Seconds to prefill one fresh prompt of ``tokens`` tokens alone."""
@@ -417,6 +448,8 @@ class CalibratedLatency:
 
         Preconditions (not checked, for speed): c >= 1, k >= 0, n_decode >= 0,
         decode_kv >= n_decode.  An empty step costs the fixed terms only.
+        The helpers `_const` and `_lm` are written out inline (the engine calls this once per
+        step it runs): the same operations in the same order.
         """
         n_tok = n_decode
         pre = 0.0
@@ -434,9 +467,46 @@ class CalibratedLatency:
             dec = 0.0
         # Operation order mirrored exactly by decode_times (pre == 0.0 there, and
         # 0.0 + dec == dec in IEEE arithmetic).
-        t = self._const(n_tok) + (pre + dec)
+        q = self._q
+        lin = self._la + self._lb * (n_tok if n_tok <= q else -(-n_tok // q) * q)       # _const
+        if lin < self._T0:
+            lin = self._T0
+        t = (self.cpu_overhead_s + lin) + (pre + dec)
         t = t + (self._kw0 + self._kw1 * n_tok)
-        return t + self._lm(n_decode + len(prefill_chunks))
+        s = n_decode + len(prefill_chunks)
+        if not self.lm_head or s == 0:                                                  # _lm
+            return t + 0.0
+        h = self._ha + self._hb * (s if s <= q else -(-s // q) * q)
+        return t + (h if h > self._h0 else self._h0)
+
+    def decode_steps(self, n_decode: int, kv0: int, t0: float, k_max: int,
+                     limit_t: float) -> tuple[list[float], list[float]]:
+        """Consecutive decode-only steps' start and end times (`LatencyModel.decode_steps`).
+
+        A step at batch n reads ``((C + dec) + W) + H`` with C, W and H fixed by n and only
+        ``dec`` following the context, so those three are worked out once per call: the sums
+        of `stepwise_decode`, bit for bit, at a fraction of the cost.
+        """
+        n = n_decode
+        if not n:
+            return stepwise_decode(self, n, kv0, t0, k_max, limit_t)
+        const = self._const(n)
+        kw = self._kw0 + self._kw1 * n
+        lm = self._lm(n)
+        d0s, d0l, dtok, long_from = self._d0s, self._d0l, self._dtok, self._split * n
+        t = t0
+        starts = [t]
+        t = t + (((const + ((d0l if kv0 >= long_from else d0s) + dtok * kv0)) + kw) + lm)
+        ends = [t]
+        kv = kv0
+        for _ in range(1, k_max):
+            if t >= limit_t:
+                break
+            starts.append(t)
+            kv += n
+            t = t + (((const + ((d0l if kv >= long_from else d0s) + dtok * kv)) + kw) + lm)
+            ends.append(t)
+        return starts, ends
 
     def decode_times(self, n_decode: int, decode_kv: np.ndarray) -> np.ndarray:
         """Vectorised decode-only steps at batch ``n_decode`` for each total context in

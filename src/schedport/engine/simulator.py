@@ -560,17 +560,7 @@ class Simulator(DecodeCohort):
     def _step_times(self, n: int, kv0: int, k_max: int, limit_t: float):
         """`_time_steps` + `_time_limit` for a few steps in plain floats (numpy's per-call cost
         dominates short runs); the same sums in the same order, so the same bits."""
-        step = self.latency.iteration_time
-        t = self.now
-        starts = [t]
-        t = t + step((), n, kv0)
-        ends = [t]
-        for j in range(1, k_max):
-            if t >= limit_t:
-                break
-            starts.append(t)
-            t = t + step((), n, kv0 + n * j)
-            ends.append(t)
+        starts, ends = self.latency.decode_steps(n, kv0, self.now, k_max, limit_t)
         return np.array(starts), np.array(ends)
 
     def _fast_forward_cohort(self, plan) -> bool:
