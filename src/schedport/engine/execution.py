@@ -132,6 +132,7 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
                                   "load_scale": scale, **run_counters(sim),
                                   "host_swap_full_events": out.host_full_events,
                                   "stall_recomputes": out.stall_recomputes})
+    sim.release()
     reasons = out.reject_reason
 
     def table() -> pd.DataFrame:

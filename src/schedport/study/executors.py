@@ -7,6 +7,7 @@ Every executor has the same small interface -- `put` (ship an object once), `sub
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -26,6 +27,9 @@ def _worker_init(driver_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_driver, args=(driver_pid,), daemon=True, name="driver-watch").start()
     import schedport.engine.runner  # noqa: F401  (the workers' imports, before the first task)
+    # The imported modules' objects live as long as the worker: out of the cyclic collector's
+    # full passes, which would otherwise walk all of them again and again.
+    gc.freeze()
 
 
 def _watch_driver(pid: int, period: float = 1.0) -> None:
