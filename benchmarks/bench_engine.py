@@ -122,7 +122,9 @@ def time_rounds(names: list[str], window, cfg, lat, repeats: int) -> tuple[dict,
         for name in names:
             for exact in (False, True):
                 t0 = time.process_time()
-                out = Simulator(window, policies[name], cfg, lat, exact=exact).run()
+                sim = Simulator(window, policies[name], cfg, lat, exact=exact)
+                out = sim.run()
+                sim.release()       # as a sweep's run does: its objects freed here, not later
                 times[name, exact].append(time.process_time() - t0)
                 if not exact:
                     outs[name] = out
