@@ -36,7 +36,7 @@ import time
 from schedport.engine.runner import load_scale, rescale
 from schedport.engine.config import load_engine_config
 from schedport.workload.datadir import resolve_data_dir
-from schedport.engine.simulator import Simulator
+from schedport.engine.simulator import Simulator, collector_paused
 from schedport.engine.latency import make_latency_model
 from schedport.engine.schedulers import REGISTRY, get_policy
 from schedport.workload.sources import read
@@ -122,9 +122,10 @@ def time_rounds(names: list[str], window, cfg, lat, repeats: int) -> tuple[dict,
         for name in names:
             for exact in (False, True):
                 t0 = time.process_time()
-                sim = Simulator(window, policies[name], cfg, lat, exact=exact)
-                out = sim.run()
-                sim.release()       # as a sweep's run does: its objects freed here, not later
+                with collector_paused():    # as a sweep's run: its objects freed before the collector is back
+                    sim = Simulator(window, policies[name], cfg, lat, exact=exact)
+                    out = sim.run()
+                    sim.release()
                 times[name, exact].append(time.process_time() - t0)
                 if not exact:
                     outs[name] = out

@@ -20,7 +20,7 @@ from schedport.engine.inputs import check_metrics_horizon, served_trace
 from schedport.engine.latency import make_latency_model
 from schedport.engine.metrics import request_columns, summarize, table_of
 from schedport.engine.schedulers import Policy, run_counters
-from schedport.engine.simulator import Simulator
+from schedport.engine.simulator import Simulator, collector_paused
 from schedport.errors import SchedportError
 from schedport.workload.trace import Trace
 
@@ -106,14 +106,25 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
     if overhead:
         engine_trace = Trace(trace.arrival_s + overhead, trace.input_tokens, trace.output_tokens,
                              trace.client_id, trace.name)
-    sim = Simulator(engine_trace, policy, cfg, lat, seed=seed, exact=exact, horizon_s=horizon_s, progress=progress)
-    try:
-        out = sim.run()
-    except Exception as e:
-        err = policy.failure(e)
-        if err is None:
-            raise
-        raise err from None
+    # The run's objects are freed (`release`) before the cyclic collector is back, so they never
+    # add to what its next pass walks.
+    with collector_paused():
+        sim = Simulator(engine_trace, policy, cfg, lat, seed=seed, exact=exact, horizon_s=horizon_s,
+                        progress=progress)
+        try:
+            out = sim.run()
+        except Exception as e:
+            err = policy.failure(e)
+            if err is None:
+                raise
+            raise err from None
+        counters = {"preemptions": out.preemptions_total, "iterations": out.iterations,
+                    "recomputed_tokens": out.recomputed_tokens,
+                    "swapped_bytes": out.swapped_blocks * cfg.block_bytes,
+                    "load_scale": scale, **run_counters(sim),
+                    "host_swap_full_events": out.host_full_events,
+                    "stall_recomputes": out.stall_recomputes}
+        sim.release()
     columns = request_columns(
         arrival_s=trace.arrival_s, input_tokens=trace.input_tokens, output_tokens=trace.output_tokens,
         client_id=trace.client_id, status=out.status, first_token_s=out.first_token_s, finish_s=out.finish_s,
@@ -126,13 +137,7 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
     if overhead:
         alone = alone + overhead
     summary = summarize(columns, horizon_s=horizon, slo_profiles=cfg.slo_profiles, alone_s=alone,
-                        counters={"preemptions": out.preemptions_total, "iterations": out.iterations,
-                                  "recomputed_tokens": out.recomputed_tokens,
-                                  "swapped_bytes": out.swapped_blocks * cfg.block_bytes,
-                                  "load_scale": scale, **run_counters(sim),
-                                  "host_swap_full_events": out.host_full_events,
-                                  "stall_recomputes": out.stall_recomputes})
-    sim.release()
+                        counters=counters)
     reasons = out.reject_reason
 
     def table() -> pd.DataFrame:
