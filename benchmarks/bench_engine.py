@@ -9,7 +9,9 @@ and idle time counted out; the repeats are rounds of every scheduler in turn, so
 spell hits every row alike) in the default (fast-forward) mode and with --exact, their
 ratio, its cost over vllm-fcfs's in the same mode ("x fcfs"), runs/s, simulated requests per
 wall-second and iterations per wall-second, with the run's iterations and decision points (steps
-the policy had to plan). Runs on one core (a single process), so the sweep's two-core throughput
+the policy had to plan). A run is timed from building its simulator to releasing it, with the
+cyclic garbage collector paused, as a sweep's run (`schedport.engine.execution.simulate_scaled`).
+Runs on one core (a single process), so the sweep's two-core throughput
 is about twice runs/s.
 
 The engine's cost bounds: at rho 0.95 and 1.6 every policy should cost at most
