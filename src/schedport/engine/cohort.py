@@ -182,17 +182,22 @@ class DecodeCohort:
         until they come up."""
         heap = self.cohort_heap
         d = self.dclock
+        pop = heapq.heappop
         while heap and heap[0][0] <= d:
-            c, _, r = heapq.heappop(heap)
+            c, _, r = heap[0]
             if r.heap_at == c:
                 r.heap_at = -1
             if r.sync >= 0:
                 if r.done_clock == c:
+                    pop(heap)
                     self.cohort_leave(r)
                     finished.append(r)
-                elif not 0 <= r.heap_at <= r.done_clock:
-                    heapq.heappush(heap, (r.done_clock, r.idx, r))
+                    continue
+                if not 0 <= r.heap_at <= r.done_clock:      # put back at its done clock
+                    heapq.heapreplace(heap, (r.done_clock, r.idx, r))
                     r.heap_at = r.done_clock
+                    continue
+            pop(heap)
 
     def _cohort_next_done(self) -> int:
         """The earliest done clock among the cohort's members."""
@@ -201,12 +206,13 @@ class DecodeCohort:
             c, _, r = heap[0]
             if r.sync >= 0 and r.done_clock == c:
                 return c
-            heapq.heappop(heap)
             if r.heap_at == c:
                 r.heap_at = -1
-            if r.sync >= 0 and not 0 <= r.heap_at <= r.done_clock:
-                heapq.heappush(heap, (r.done_clock, r.idx, r))
+            if r.sync >= 0 and not 0 <= r.heap_at <= r.done_clock:   # put back at its done clock
+                heapq.heapreplace(heap, (r.done_clock, r.idx, r))
                 r.heap_at = r.done_clock
+            else:
+                heapq.heappop(heap)
         raise RuntimeError("internal: empty decode cohort")
 
     def _cohort_new_blocks(self, d0: int, k: int) -> int:

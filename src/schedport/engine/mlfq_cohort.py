@@ -554,20 +554,25 @@ class MlfqCohort:
         out = []
         back = []
         lim = end + MARGIN
+        pop, replace = heapq.heappop, heapq.heapreplace
         while heap and heap[0][0] <= lim:
-            e = heapq.heappop(heap)
+            e = heap[0]
             r = e[3]
             s = r.aux
             if s[STAMP] != e[2]:
+                pop(heap)
                 continue
             if s[FRZ] >= 0:             # frozen, not running: a new entry when it thaws
                 s[STAMP] += 1
                 s[FRZ] = _NO_ENTRY
+                pop(heap)
                 continue
             due = quanta[s[LVL]] - s[DONE] + s[RUN]
             if due > lim:               # a bound below its due (its run restarted): put back at it
-                heapq.heappush(heap, (due, e[1], e[2], r))
-            elif s[DONE] + (end - s[RUN]) > quanta[s[LVL]]:
+                replace(heap, (due, e[1], e[2], r))     # (entries are distinct: any heap order pops alike)
+                continue
+            pop(heap)
+            if s[DONE] + (end - s[RUN]) > quanta[s[LVL]]:
                 out.append(r)
             else:
                 back.append(e)
