@@ -54,8 +54,9 @@ def collector_paused():
 
     A run allocates many long-lived objects (its requests, their queue entries) and few cycles;
     each collector pass that the allocations trigger walks every object still young, which cost
-    about 5% of a sweep's time. Cyclic garbage made meanwhile is collected after the run, and a
-    run's own memory is bounded by its trace.
+    about 5% of a sweep's time. Cyclic garbage made meanwhile waits for the block's end: the
+    engine's own steps make none, and a policy of one's own that makes cycles at every step
+    holds their memory until its run ends.
     """
     was = gc.isenabled()
     gc.disable()
