@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from operator import attrgetter
 
 from schedport.engine.mlfq_cohort import MlfqCohort
@@ -75,7 +76,7 @@ class SkipJoinMLFQ(SortedEachStep):
         # [level, position, processing time of closed runs, open run's start, last step's end]
         if req.aux is None:
             t_init = self.lat.prefill_time(req.prompt)
-            lvl = next((i for i, q in enumerate(self.quanta) if q >= t_init), self.levels - 1)
+            lvl = min(bisect_left(self.quanta, t_init), self.levels - 1)   # the first quantum >= t_init
             self._back += 1
             last = -math.inf if self.never_run_starves else req.arrival
             req.aux = [lvl, self._back, 0.0, math.nan, last, None, 0, -1]   # (+ `MlfqCohort`'s value, stamp, freeze)
@@ -191,8 +192,10 @@ class SkipJoinMLFQ(SortedEachStep):
         self._close(self._state(req))
         super().requeue(req, now)
         if req.generated or req.swapped:
-            self.resumable.append(req)
-            self._resumable_sorted = False
+            if self._resumable_sorted:
+                insort(self.resumable, req, key=_KEY_ATTR)
+            else:
+                self.resumable.append(req)
 
     def remove(self, req):
         super().remove(req)

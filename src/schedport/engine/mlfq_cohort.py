@@ -71,7 +71,7 @@ def _ignore(req, delta) -> None:
 class MlfqCohort:
     """The lazy MLFQ state of one fast-mode run (module docstring)."""
 
-    __slots__ = ("q", "sim", "lv", "lo", "hi", "sign", "last_end", "heap", "others", "items_prev", "x",
+    __slots__ = ("q", "sim", "lv", "vk", "lo", "hi", "sign", "last_end", "heap", "others", "items_prev", "x",
                  "explicit", "frz", "thawing", "ran", "frz_items")
 
     def __init__(self, q):
@@ -79,6 +79,7 @@ class MlfqCohort:
         self.sim = q.sim
         n = q.levels
         self.lv: list[list[Request]] = [[] for _ in range(n)]   # B by level, by value ascending
+        self.vk: list[list[int]] = [[] for _ in range(n)]       # their values, to find a job by bisection
         self.lo = [0] * n
         self.hi = [0] * n
         self.sign = 1
@@ -103,30 +104,17 @@ class MlfqCohort:
 
     def _drop(self, r: Request) -> None:
         """Take B's job `r` out of its level (its value, in `key`, places it)."""
-        o = self.lv[r.aux[LVL]]
-        del o[bisect_left(o, r.key, key=BY_KEY)]
+        L = r.aux[LVL]
+        k = self.vk[L]
+        i = bisect_left(k, r.key)
+        del k[i]
+        del self.lv[L][i]
 
     def _push_due(self, r: Request) -> None:
         a = r.aux
         a[STAMP] += 1
         if a[LVL] < self.q.levels - 1:
             heapq.heappush(self.heap, (self.q.quanta[a[LVL]] - a[DONE] + a[RUN], r.idx, a[STAMP], r))
-
-    def _place(self, r: Request, L: int, front: bool) -> None:
-        """Put `r` into B's level L at the front (the next front push) or behind B's jobs."""
-        a = r.aux
-        a[LVL] = L
-        d = self.lv[L]
-        if not d:
-            self.lo[L] = self.hi[L] = 0
-        if front == (self.sign > 0):
-            self.lo[L] -= 1
-            a[VAL] = r.key = self.lo[L]
-            d.insert(0, r)
-        else:
-            self.hi[L] += 1
-            a[VAL] = r.key = self.hi[L]
-            d.append(r)
 
     def _write_out(self, order: list[Request]) -> None:
         """B's jobs `order` (one level, rank order) leave B: explicit positions, last end, runs."""
@@ -176,6 +164,7 @@ class MlfqCohort:
                     a[RUN] = end        # demoted: its next run starts with the next step
                 self._push_due(r)
             self.lv[L] = rs
+            self.vk[L] = list(range(len(rs)))
             self.lo[L], self.hi[L] = 0, len(rs) - 1
         self.others = sorted((r for r in self.sim.running if r.aux[VAL] is None), key=BY_KEY)
         self.items_prev = list(batch)
@@ -375,7 +364,7 @@ class MlfqCohort:
         # the sitters not frozen yet: in each level they rank before the frozen ones (a suffix)
         end = self.last_end
         items_out = [r for r in self.frz_items if r.aux[FRZ] >= 0]     # (frozen before)
-        for L in range(L0, self.q.levels):
+        for L in range(L0, self.q.deepest + 1):     # (no job is below the deepest level reached)
             if lv[L]:
                 order = w.order_of(L)
                 for r in (order[reached:] if L == L0 else order):
@@ -453,33 +442,55 @@ class MlfqCohort:
     def _advance_frozen(self, end: float, demoted: list[Request]) -> None:
         """A freezing step's front pushes: each job of its batch, in batch order, goes to the front of
         its level (the next one if demoted), ahead of the frozen jobs; the order does not flip.
-        B's jobs that stay in their level keep their due entries."""
+        B's jobs that ran lead their levels' rank order (`_freeze`), so each level's are cut off
+        together; those that stay in their level keep their due entries."""
         q = self.q
-        dem = {r.idx for r in demoted}
-        lv = self.lv
-        in_b = []
-        for r in self.ran:
+        lv, vk, lo, hi = self.lv, self.vk, self.lo, self.hi
+        ran = self.ran
+        counts: dict[int, int] = {}
+        for r in ran:
             a = r.aux
             if a[VAL] is not None:
-                self._drop(r)
-                in_b.append(True)
+                L = a[LVL]
+                counts[L] = counts.get(L, 0) + 1
+        at_low = self.sign > 0          # rank order ascends with the list: the front is its start
+        for L, n in counts.items():
+            if at_low:
+                del lv[L][:n], vk[L][:n]
             else:
-                in_b.append(False)
-        for r, was_b in zip(self.ran, in_b):
+                del lv[L][-n:], vk[L][-n:]
+        dem = {r.idx for r in demoted} if demoted else ()
+        heap = self.heap
+        quanta = q.quanta
+        last = q.levels - 1
+        for r in ran:
             a = r.aux
             L = a[LVL]
+            fresh = a[VAL] is None      # outside B: a new due entry
             if r.idx in dem:
                 a[DONE] = 0.0
                 a[RUN] = end            # its next run starts with the next step
                 L += 1
+                a[LVL] = L
                 if L > q.deepest:
                     q.deepest = L
-                self._place(r, L, True)
-                self._push_due(r)
+                fresh = True
+            d = lv[L]
+            if not d:
+                lo[L] = hi[L] = 0
+            if at_low:
+                v = lo[L] = lo[L] - 1
+                d.insert(0, r)
+                vk[L].insert(0, v)
             else:
-                self._place(r, L, True)
-                if not was_b:
-                    self._push_due(r)
+                v = hi[L] = hi[L] + 1
+                d.append(r)
+                vk[L].append(v)
+            a[VAL] = r.key = v
+            if fresh:
+                a[STAMP] += 1
+                if L < last:
+                    heapq.heappush(heap, (quanta[L] - a[DONE] + a[RUN], r.idx, a[STAMP], r))
         self.ran = None
         self.x = []
 
@@ -571,10 +582,17 @@ class MlfqCohort:
             if due > lim:               # a bound below its due (its run restarted): put back at it
                 replace(heap, (due, e[1], e[2], r))     # (entries are distinct: any heap order pops alike)
                 continue
-            pop(heap)
-            if s[DONE] + (end - s[RUN]) > quanta[s[LVL]]:
+            L = s[LVL]
+            if s[DONE] + (end - s[RUN]) > quanta[L]:
                 out.append(r)
+                # its entry at the next level, as `_advance` will set it: done 0, its run from `end`
+                s[STAMP] += 1
+                if L + 1 < last:
+                    replace(heap, (quanta[L + 1] + end, e[1], s[STAMP], r))
+                else:
+                    pop(heap)
             else:
+                pop(heap)
                 back.append(e)
         for e in back:
             heapq.heappush(heap, e)
@@ -587,12 +605,12 @@ class MlfqCohort:
     def _advance(self, end: float, demoted: list[Request]) -> None:
         """One step's front pushes and demotions: each level's batch reversed, newcomers `x` at the
         front, jobs demoted into a level behind its batch (in batch order: B's, then newcomers).
-        (`_place` and `_push_due` written out: this runs for every job that enters B.)"""
+        (`_push_due` written out: this runs for every job that enters B.)"""
         q = self.q
         sign = self.sign
         x = self.x
         moved: dict[int, list] = {}             # old level -> its demoted jobs, in batch order
-        lv, lo, hi = self.lv, self.lo, self.hi
+        lv, vk, lo, hi = self.lv, self.vk, self.lo, self.hi
         if demoted:
             dem = {r.idx for r in demoted}
             for r in demoted:
@@ -600,9 +618,10 @@ class MlfqCohort:
                     moved.setdefault(r.aux[LVL], []).append(r)
             for L, rs in moved.items():     # B's: in their level's rank order, out of it
                 rs.sort(key=BY_KEY, reverse=sign < 0)
-                o = lv[L]
+                o, k = lv[L], vk[L]
                 for r in rs:
-                    del o[bisect_left(o, r.key, key=BY_KEY)]
+                    i = bisect_left(k, r.key)
+                    del o[i], k[i]
             for r in x:
                 if r.idx in dem:
                     moved.setdefault(r.aux[LVL], []).append(r)
@@ -623,33 +642,39 @@ class MlfqCohort:
             if sign > 0:
                 v = lo[L] = lo[L] - 1
                 d.insert(0, r)
+                vk[L].insert(0, v)
             else:
                 v = hi[L] = hi[L] + 1
                 d.append(r)
+                vk[L].append(v)
             a[VAL] = r.key = v
             a[STAMP] += 1
             if L < last:
                 heapq.heappush(heap, (quanta[L] - a[DONE] + a[RUN], r.idx, a[STAMP], r))
         for L, rs in moved.items():     # behind B's jobs of the next level
             L += 1
-            d = lv[L]
+            d, k = lv[L], vk[L]
             if not d:
                 lo[L] = hi[L] = 0
             for r in reversed(rs):
                 a = r.aux
+                fresh = a[VAL] is None  # a newcomer (B's demoted jobs got their entries in `_due`)
                 a[LVL] = L
                 a[DONE] = 0.0
                 a[RUN] = end            # its next run starts with the next step
                 if sign > 0:
                     v = hi[L] = hi[L] + 1
                     d.append(r)
+                    k.append(v)
                 else:
                     v = lo[L] = lo[L] - 1
                     d.insert(0, r)
+                    k.insert(0, v)
                 a[VAL] = r.key = v
-                a[STAMP] += 1
-                if L < last:
-                    heapq.heappush(heap, (quanta[L] - a[DONE] + a[RUN], r.idx, a[STAMP], r))
+                if fresh:
+                    a[STAMP] += 1
+                    if L < last:
+                        heapq.heappush(heap, (quanta[L] - a[DONE] + a[RUN], r.idx, a[STAMP], r))
             if L > q.deepest:
                 q.deepest = L
         self.x = []

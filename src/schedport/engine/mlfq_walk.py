@@ -391,7 +391,7 @@ class Walk:
             sit.extend(self.order_of(L0)[reached:])
         else:
             L0 -= 1
-        for L in range(L0 + 1, self.nlev):
+        for L in range(L0 + 1, self.kept.q.deepest + 1):     # (no job is below the deepest level reached)
             if self.lv[L]:
                 sit.extend(self.order_of(L))
         return sit
