@@ -566,8 +566,10 @@ class MlfqCohort:
         back = []
         lim = end + MARGIN
         pop, replace = heapq.heappop, heapq.heapreplace
-        while heap and heap[0][0] <= lim:
+        while heap:
             e = heap[0]
+            if e[0] > lim:
+                break
             r = e[3]
             s = r.aux
             if s[STAMP] != e[2]:
@@ -578,11 +580,11 @@ class MlfqCohort:
                 s[FRZ] = _NO_ENTRY
                 pop(heap)
                 continue
-            due = quanta[s[LVL]] - s[DONE] + s[RUN]
+            L = s[LVL]
+            due = quanta[L] - s[DONE] + s[RUN]
             if due > lim:               # a bound below its due (its run restarted): put back at it
                 replace(heap, (due, e[1], e[2], r))     # (entries are distinct: any heap order pops alike)
                 continue
-            L = s[LVL]
             if s[DONE] + (end - s[RUN]) > quanta[L]:
                 out.append(r)
                 # its entry at the next level, as `_advance` will set it: done 0, its run from `end`
