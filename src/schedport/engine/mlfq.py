@@ -137,6 +137,8 @@ class SkipJoinMLFQ(SortedEachStep):
             s = r.aux
             self._close(s)
             s[0] = 0
+            if s[6] & 1:                # the fast mode's due entry (`MlfqCohort`) no longer bounds its due
+                s[6] += 1
             self._to_front(r, s)
         self.promotions += len(due)
         self._sorted_at = None          # waiting keys changed: re-sort

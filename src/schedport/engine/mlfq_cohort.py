@@ -111,9 +111,10 @@ class MlfqCohort:
         del self.lv[L][i]
 
     def _push_due(self, r: Request) -> None:
+        """Give B's job `r` a due entry if it has none (one it has lies below its due)."""
         a = r.aux
-        a[STAMP] += 1
-        if a[LVL] < self.q.levels - 1:
+        if not a[STAMP] & 1 and a[LVL] < self.q.levels - 1:
+            a[STAMP] += 1
             heapq.heappush(self.heap, (self.q.quanta[a[LVL]] - a[DONE] + a[RUN], r.idx, a[STAMP], r))
 
     def _write_out(self, order: list[Request]) -> None:
@@ -132,8 +133,7 @@ class MlfqCohort:
                     a[RUN] = math.nan
             else:
                 a[FRZ] = -1             # frozen: its last end and run were written when it froze
-            a[VAL] = None
-            a[STAMP] += 1
+            a[VAL] = None               # (its due entry stays: a bound below its due when it rejoins)
 
     def materialize(self) -> None:
         """Write every B job's state out, as `SkipJoinMLFQ.after_step` would have kept it, for the
@@ -141,6 +141,10 @@ class MlfqCohort:
         for L in range(self.q.levels):
             if self.lv[L]:
                 self._write_out(self._actual(L))
+        for e in self.heap:             # no job keeps an entry
+            a = e[3].aux
+            if a[STAMP] == e[2]:
+                a[STAMP] += 1
         self.heap = []
         self.others = []
         self.frz, self.thawing, self.frz_items, self.ran = [], [], [], None
@@ -187,7 +191,6 @@ class MlfqCohort:
         if a[VAL] is not None:
             self._drop(r)
             a[VAL] = None
-            a[STAMP] += 1
         else:
             self._unpark(r)
 
@@ -466,7 +469,7 @@ class MlfqCohort:
         for r in ran:
             a = r.aux
             L = a[LVL]
-            fresh = a[VAL] is None      # outside B: a new due entry
+            fresh = a[VAL] is None      # outside B: a due entry, if it kept none
             if r.idx in dem:
                 a[DONE] = 0.0
                 a[RUN] = end            # its next run starts with the next step
@@ -487,9 +490,12 @@ class MlfqCohort:
                 d.append(r)
                 vk[L].append(v)
             a[VAL] = r.key = v
-            if fresh:
-                a[STAMP] += 1
-                if L < last:
+            if fresh:                   # (an entry it kept lies below its due; none at the last level)
+                if L == last:
+                    if a[STAMP] & 1:
+                        a[STAMP] += 1
+                elif not a[STAMP] & 1:
+                    a[STAMP] += 1
                     heapq.heappush(heap, (quanta[L] - a[DONE] + a[RUN], r.idx, a[STAMP], r))
         self.ran = None
         self.x = []
@@ -530,6 +536,9 @@ class MlfqCohort:
             s = e[3].aux
             if s[STAMP] != e[2]:
                 heapq.heappop(heap)
+            elif s[VAL] is None:        # out of B: a new entry if it rejoins
+                heapq.heappop(heap)
+                s[STAMP] += 1
             elif s[FRZ] >= 0:
                 heapq.heappop(heap)
                 s[STAMP] += 1
@@ -575,6 +584,10 @@ class MlfqCohort:
             if s[STAMP] != e[2]:
                 pop(heap)
                 continue
+            if s[VAL] is None:          # out of B (parked, waiting or done): a new entry if it rejoins
+                s[STAMP] += 1
+                pop(heap)
+                continue
             if s[FRZ] >= 0:             # frozen, not running: a new entry when it thaws
                 s[STAMP] += 1
                 s[FRZ] = _NO_ENTRY
@@ -588,10 +601,10 @@ class MlfqCohort:
             if s[DONE] + (end - s[RUN]) > quanta[L]:
                 out.append(r)
                 # its entry at the next level, as `_advance` will set it: done 0, its run from `end`
-                s[STAMP] += 1
                 if L + 1 < last:
-                    replace(heap, (quanta[L + 1] + end, e[1], s[STAMP], r))
+                    replace(heap, (quanta[L + 1] + end, e[1], e[2], r))
                 else:
+                    s[STAMP] += 1
                     pop(heap)
             else:
                 pop(heap)
@@ -650,8 +663,8 @@ class MlfqCohort:
                 d.append(r)
                 vk[L].append(v)
             a[VAL] = r.key = v
-            a[STAMP] += 1
-            if L < last:
+            if not a[STAMP] & 1 and L < last:   # (an entry it kept lies below its due)
+                a[STAMP] += 1
                 heapq.heappush(heap, (quanta[L] - a[DONE] + a[RUN], r.idx, a[STAMP], r))
         for L, rs in moved.items():     # behind B's jobs of the next level
             L += 1
@@ -660,7 +673,7 @@ class MlfqCohort:
                 lo[L] = hi[L] = 0
             for r in reversed(rs):
                 a = r.aux
-                fresh = a[VAL] is None  # a newcomer (B's demoted jobs got their entries in `_due`)
+                fresh = a[VAL] is None  # a newcomer (B's demoted jobs had their entries moved in `_due`)
                 a[LVL] = L
                 a[DONE] = 0.0
                 a[RUN] = end            # its next run starts with the next step
@@ -673,9 +686,12 @@ class MlfqCohort:
                     d.insert(0, r)
                     k.insert(0, v)
                 a[VAL] = r.key = v
-                if fresh:
-                    a[STAMP] += 1
-                    if L < last:
+                if fresh:               # (an entry it kept lies below its due; none at the last level)
+                    if L == last:
+                        if a[STAMP] & 1:
+                            a[STAMP] += 1
+                    elif not a[STAMP] & 1:
+                        a[STAMP] += 1
                         heapq.heappush(heap, (quanta[L] - a[DONE] + a[RUN], r.idx, a[STAMP], r))
             if L > q.deepest:
                 q.deepest = L
