@@ -216,10 +216,10 @@ def test_levels_kept_in_the_cohort_decide_most_steps_and_match_exact(monkeypatch
             seen["host_full"] += 1
         return plan
 
-    def apply(self, sched, now, acts, sit):
+    def apply(self, sched, now, acts, sit, preempted):
         seen["parked"] += len(sit)
         seen["victims"] += sum(1 for a in acts if a[3] == 2)
-        return apply0(self, sched, now, acts, sit)
+        return apply0(self, sched, now, acts, sit, preempted)
     monkeypatch.setattr(MlfqCohort, "walk", walk)
     monkeypatch.setattr(MlfqCohort, "_apply", apply)
     fs = {"starve_every": 37, "starve_limit_s": 0.3}

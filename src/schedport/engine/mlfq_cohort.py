@@ -227,7 +227,7 @@ class MlfqCohort:
         sit = w.sat + w.sitters()
         if self._may_freeze(w, sit):
             return self._freeze(sched, now, w, sit)
-        plan = self._apply(sched, now, w.acts, sit)
+        plan = self._apply(sched, now, w.acts, sit, w.preempted)
         if w.host_full:
             plan.host_full = True
             plan.decode_only = False
@@ -245,7 +245,7 @@ class MlfqCohort:
         k = min(r.prompt + generated - computed, budget)
         return -(-(computed + k) // self.sim.cache.block_size)
 
-    def _apply(self, sched, now: float, acts: list, sit: list) -> Plan:
+    def _apply(self, sched, now: float, acts: list, sit: list, preempted: bool) -> Plan:
         """Carry out a walk's decisions in its order: B's jobs that sat out leave B (parked), then
         the preemptions, admissions and running jobs taken; members' new blocks are taken once
         the members are known, and parked decoders join the cohort after."""
@@ -253,11 +253,13 @@ class MlfqCohort:
         sim.host_full_prev = False
         plan = Plan()
         plan.cohort = True
-        self._leave_b(acts, sit)
         hook = None if sim._cohort_hook is _ignore else sim._cohort_hook
-        sim.cohort_leave_all([r for r in sit if r.sync >= 0], hook)
-        for r in sit:
-            insort(self.others, r, key=BY_KEY)
+        if sit or preempted:
+            self._leave_b(acts, sit)
+        if sit:
+            sim.cohort_leave_all([r for r in sit if r.sync >= 0], hook)
+            for r in sit:
+                insort(self.others, r, key=BY_KEY)
         x = self.x = []
         join = []
         for r, k, need, act, in_b in acts:
