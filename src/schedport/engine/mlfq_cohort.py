@@ -194,6 +194,17 @@ class MlfqCohort:
         else:
             self._unpark(r)
 
+    def _unpark_all(self, rs: list[Request]) -> None:
+        """The parked jobs `rs` (in rank order) leave the parked set: where they are its first ones,
+        as when the walk took every parked job it reached, in one cut."""
+        o = self.others
+        n = len(rs)
+        if n <= len(o) and all(a is b for a, b in zip(rs, o)):
+            del o[:n]
+        else:
+            for r in rs:
+                self._unpark(r)
+
     def _unpark(self, r: Request) -> None:
         """`r` leaves the parked jobs, if it is one."""
         o = self.others
@@ -262,6 +273,7 @@ class MlfqCohort:
                 insort(self.others, r, key=BY_KEY)
         x = self.x = []
         join = []
+        unparked = []
         for r, k, need, act, in_b in acts:
             if act != ACT_RUN:
                 self._preempt_or_admit(sched, now, plan, r, need, act)
@@ -277,8 +289,10 @@ class MlfqCohort:
                     plan.add(r, k)
             if not in_b:
                 if act == ACT_RUN:
-                    self._unpark(r)
+                    unparked.append(r)
                 x.append(r)
+        if unparked:
+            self._unpark_all(unparked)
         sim.cache.free -= sim.cohort_crossings(sim.dclock)
         sim.cohort_join_all(join, hook)
         plan.parked = len(sim.running) - sim.cohort_n - sum(1 for r, _ in plan.items if r.sync < 0)
