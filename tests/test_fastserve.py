@@ -240,6 +240,54 @@ def test_levels_kept_in_the_cohort_decide_most_steps_and_match_exact(monkeypatch
     assert_same_run(ex, a, sim, b)
 
 
+@pytest.mark.parametrize("trace", ["overload", "swing"])
+def test_every_job_of_the_last_batch_has_one_due_entry_below_its_due(monkeypatch, trace):
+    """The fast mode finds demotions from a heap of due entries (`MlfqCohort._due`). After every
+    step: each job of the last batch above the last level, unless frozen, has exactly one live
+    entry, at or below its due; a job that sits out or leaves keeps its entry only while that still
+    bounds its due (a live entry is one whose stamp its job carries, and only odd stamps have
+    one); and no entry is kept at the last level, where nothing is demoted."""
+    from schedport.engine.mlfq_cohort import MARGIN, MlfqCohort
+    from schedport.engine.mlfq_walk import DONE, FRZ, LVL, RUN, STAMP
+    checked = {"steps": 0, "jobs": 0}
+
+    def check(kept):
+        if kept.explicit:
+            return
+        q = kept.q
+        last = q.levels - 1
+        live = {}
+        for e in kept.heap:
+            a = e[3].aux
+            if a[STAMP] == e[2]:
+                assert e[3].idx not in live and a[STAMP] % 2 == 1 and a[LVL] < last
+                live[e[3].idx] = e[0]
+        for r in list(kept.sim.running) + list(q.items):
+            assert (r.aux[STAMP] % 2 == 1) == (r.idx in live)
+        for L, jobs in enumerate(kept.lv):
+            for r in jobs:
+                a = r.aux
+                if L < last and a[FRZ] < 0:
+                    assert live[r.idx] <= q.quanta[L] - a[DONE] + a[RUN] + MARGIN
+                    checked["jobs"] += 1
+        checked["steps"] += 1
+
+    for name in ("after_step", "after_fast_forward"):
+        hook0 = getattr(MlfqCohort, name)
+
+        def hooked(self, *args, _hook0=hook0):
+            _hook0(self, *args)
+            check(self)
+        monkeypatch.setattr(MlfqCohort, name, hooked)
+    fs = {"starve_every": 37, "starve_limit_s": 0.3}
+    if trace == "overload":
+        cfg, t = engine(blocks=400, seqs=32, fastserve=fs), long_prompt_overload(n=300, seed=5, rate=40.0)
+    else:
+        cfg, t = engine(blocks=600, seqs=64, max_model_len=2400, fastserve=fs), swing_trace()
+    sim_for(t, "fastserve", cfg).run()
+    assert checked["steps"] > 100 and checked["jobs"] > 1000
+
+
 def swing_trace(n=400, seed=7, rate=30.0):
     """Short prompts with long outputs, and one request in seven with a prompt longer than the token
     budget: its prefill, ranked first, takes whole steps while the decoding batch waits."""
