@@ -111,9 +111,13 @@ class MlfqCohort:
         del self.lv[L][i]
 
     def _push_due(self, r: Request) -> None:
-        """Give B's job `r` a due entry if it has none (one it has lies below its due)."""
+        """Give B's job `r` a due entry if it has none (one it kept lies below its due), or at the
+        last level, where nothing is demoted, let go of the one it has."""
         a = r.aux
-        if not a[STAMP] & 1 and a[LVL] < self.q.levels - 1:
+        if a[LVL] == self.q.levels - 1:
+            if a[STAMP] & 1:
+                a[STAMP] += 1
+        elif not a[STAMP] & 1:
             a[STAMP] += 1
             heapq.heappush(self.heap, (self.q.quanta[a[LVL]] - a[DONE] + a[RUN], r.idx, a[STAMP], r))
 
@@ -479,9 +483,6 @@ class MlfqCohort:
             else:
                 del lv[L][-n:], vk[L][-n:]
         dem = {r.idx for r in demoted} if demoted else ()
-        heap = self.heap
-        quanta = q.quanta
-        last = q.levels - 1
         for r in ran:
             a = r.aux
             L = a[LVL]
@@ -506,13 +507,8 @@ class MlfqCohort:
                 d.append(r)
                 vk[L].append(v)
             a[VAL] = r.key = v
-            if fresh:                   # (an entry it kept lies below its due; none at the last level)
-                if L == last:
-                    if a[STAMP] & 1:
-                        a[STAMP] += 1
-                elif not a[STAMP] & 1:
-                    a[STAMP] += 1
-                    heapq.heappush(heap, (quanta[L] - a[DONE] + a[RUN], r.idx, a[STAMP], r))
+            if fresh:
+                self._push_due(r)
         self.ran = None
         self.x = []
 
@@ -702,13 +698,8 @@ class MlfqCohort:
                     d.insert(0, r)
                     k.insert(0, v)
                 a[VAL] = r.key = v
-                if fresh:               # (an entry it kept lies below its due; none at the last level)
-                    if L == last:
-                        if a[STAMP] & 1:
-                            a[STAMP] += 1
-                    elif not a[STAMP] & 1:
-                        a[STAMP] += 1
-                        heapq.heappush(heap, (quanta[L] - a[DONE] + a[RUN], r.idx, a[STAMP], r))
+                if fresh:
+                    self._push_due(r)
             if L > q.deepest:
                 q.deepest = L
         self.x = []
