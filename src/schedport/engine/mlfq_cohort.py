@@ -20,7 +20,11 @@ for the fast mode (the decode cohort):
   `last_end` and an open run; it is demoted at the first step end where ``s2 + (end - s3) >
   quantum``. That test is monotone in the end, so a heap holds each job's due time and the exact
   test is made only near it. An entry may lie below its job's due (a run that restarted later
-  only moves the due later): when it comes up early it is put back at the due. A fast-forward
+  only moves the due later): when it comes up early it is put back at the due. So a job keeps its
+  entry while it sits out of B and when it comes back, and a demoted one keeps it too; the entry
+  goes when it comes up while its job is out of B, when a starvation check lifts the job (its due
+  may then come earlier), or at the last level. A job has one live entry at most: the one that
+  carries its stamp, which is odd while it has one. A fast-forward
   stops at the step where a job is next due, unless every running job is in the batch and
   nothing waits: then the order cannot change the batch and the demotions are made inside the
   run, at the steps the heap names.
