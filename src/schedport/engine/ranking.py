@@ -224,7 +224,8 @@ class RankTracker:
             elif nxt is None:
                 j = n_mem
             else:
-                j = bisect_left(members, [nxt[0] - shift, *nxt[1:]])
+                # (members[:im] rank before every request reached so far, so before this one)
+                j = bisect_left(members, [nxt[0] - shift, *nxt[1:]] if shift else nxt, im)
             if j > im:
                 room = min(cap - selected, budget)
                 if room <= 0:
@@ -254,8 +255,10 @@ class RankTracker:
             if not pending and not admitting:
                 break
             req = nxt[-1]
-            hi = min(im, cross)                     # member blocks taken so far: at most
-            lo = max(0, cross - (n_mem - im))       # and at least
+            hi = im if im < cross else cross        # member blocks taken so far: at most
+            lo = cross - (n_mem - im)               # and at least
+            if lo < 0:
+                lo = 0
             if nxt is vkey:
                 # the full pass now reaches the best-ranked victim, waiting again (every running
                 # request left ranks before it): if its blocks do not fit, admissions stop and
