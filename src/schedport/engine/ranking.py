@@ -223,8 +223,7 @@ class RankTracker:
                 j = n_mem
             elif nxt is None:
                 j = n_mem
-            else:
-                # (members[:im] rank before every request reached so far, so before this one)
+            else:                                   # (members[:im] rank before every request reached)
                 j = bisect_left(members, [nxt[0] - shift, *nxt[1:]] if shift else nxt, im)
             if j > im:
                 room = min(cap - selected, budget)
@@ -256,9 +255,7 @@ class RankTracker:
                 break
             req = nxt[-1]
             hi = im if im < cross else cross        # member blocks taken so far: at most
-            lo = cross - (n_mem - im)               # and at least
-            if lo < 0:
-                lo = 0
+            lo = cross - n_mem + im if cross > n_mem - im else 0    # and at least
             if nxt is vkey:
                 # the full pass now reaches the best-ranked victim, waiting again (every running
                 # request left ranks before it): if its blocks do not fit, admissions stop and
