@@ -18,13 +18,7 @@ for the fast mode (the decode cohort):
   reversed one.)
 * **Processing time is summed lazily.** A job that ran in the last step has its last step's end
   `last_end` and an open run; it is demoted at the first step end where ``s2 + (end - s3) >
-  quantum``. That test is monotone in the end, so a heap holds each job's due time and the exact
-  test is made only near it. An entry may lie below its job's due (a run that restarted later
-  only moves the due later): when it comes up early it is put back at the due. So a job keeps its
-  entry while it sits out of B and when it comes back, and a demoted one keeps it too; the entry
-  goes when it comes up while its job is out of B, when a starvation check lifts the job (its due
-  may then come earlier), or at the last level. A job has one live entry at most: the one that
-  carries its stamp, which is odd while it has one. A fast-forward
+  quantum``, found from a heap of due times (`schedport.engine.mlfq_due`). A fast-forward
   stops at the step where a job is next due, unless every running job is in the batch and
   nothing waits: then the order cannot change the batch and the demotions are made inside the
   run, at the steps the heap names.
@@ -58,25 +52,24 @@ import math
 from bisect import bisect_left, insort
 from itertools import chain
 
+from schedport.engine.mlfq_due import FROZEN, MARGIN, NO_ENTRY, DueTimes
 from schedport.engine.mlfq_walk import (ACT_PREEMPT, ACT_RUN, BY_KEY, DONE, FRZ, LAST, LVL, POS, RUN, STAMP, VAL,
                                         GiveWay, Walk)
 from schedport.engine.policy import Plan
 from schedport.engine.queues import Queue
 from schedport.engine.simulator import RUNNING, Request
 
-MARGIN = 1e-6       # seconds: due times are compared with this slack, then tested exactly
-_FROZEN, _NO_ENTRY = 1, 2   # a frozen job's FRZ: its due entry kept (a bound below its due), or none
 
 
 def _ignore(req, delta) -> None:
     pass
 
 
-class MlfqCohort:
+class MlfqCohort(DueTimes):
     """The lazy MLFQ state of one fast-mode run (module docstring)."""
 
     __slots__ = ("q", "sim", "lv", "vk", "lo", "hi", "sign", "last_end", "heap", "others", "items_prev", "x",
-                 "explicit", "frz", "thawing", "ran", "frz_items")
+                 "explicit", "frz", "thawing", "ran", "ran_b", "frz_items", "held", "refix")
 
     def __init__(self, q):
         self.q = q
@@ -88,7 +81,9 @@ class MlfqCohort:
         self.hi = [0] * n
         self.sign = 1
         self.last_end = -math.inf
-        self.heap: list = []            # (due, idx, stamp, request) of B's jobs
+        self.heap: list = []            # (due - held, idx, stamp, request) of B's jobs
+        self.held = 0.0                 # the freezing steps' summed durations: the heap's time is wall time less this
+        self.refix: list[Request] = []  # the jobs that ran in freezing steps since the heap was last read
         self.others: list[Request] = []         # running jobs outside B (parked), by key
         self.items_prev: list[Request] = []     # last step's items (B's jobs outside the cohort)
         self.x: list[Request] = []      # jobs outside B this step's batch took, in rank order
@@ -96,6 +91,7 @@ class MlfqCohort:
         self.frz: list[Request] = []    # B's jobs frozen at the last step (they sat out, the cohort stood still)
         self.thawing: list[Request] = []    # the jobs frozen before this step: those in its batch thaw
         self.ran: list[Request] | None = None   # a freezing step's batch, in rank order
+        self.ran_b: list = []           # and how many of B's jobs lead each level in it
         self.frz_items: list[Request] = []  # the frozen jobs outside the cohort
         if getattr(q.cohort_changed, "__func__", None) is Queue.cohort_changed:
             self.sim._cohort_hook = _ignore     # nothing listens to cohort joins and leaves
@@ -113,17 +109,6 @@ class MlfqCohort:
         i = bisect_left(k, r.key)
         del k[i]
         del self.lv[L][i]
-
-    def _push_due(self, r: Request) -> None:
-        """Give B's job `r` a due entry if it has none (one it kept lies below its due), or at the
-        last level, where nothing is demoted, let go of the one it has."""
-        a = r.aux
-        if a[LVL] == self.q.levels - 1:
-            if a[STAMP] & 1:
-                a[STAMP] += 1
-        elif not a[STAMP] & 1:
-            a[STAMP] += 1
-            heapq.heappush(self.heap, (self.q.quanta[a[LVL]] - a[DONE] + a[RUN], r.idx, a[STAMP], r))
 
     def _write_out(self, order: list[Request]) -> None:
         """B's jobs `order` (one level, rank order) leave B: explicit positions, last end, runs."""
@@ -154,6 +139,7 @@ class MlfqCohort:
             if a[STAMP] == e[2]:
                 a[STAMP] += 1
         self.heap = []
+        self.refix = []
         self.others = []
         self.frz, self.thawing, self.frz_items, self.ran = [], [], [], None
         self.explicit = True
@@ -398,10 +384,8 @@ class MlfqCohort:
                     a = r.aux
                     if a[FRZ] >= 0:
                         break
-                    a[FRZ] = _FROZEN
-                    a[LAST] = end
-                    if a[RUN] == end:   # demoted at its last step: no run open yet
-                        a[RUN] = math.nan
+                    a[FRZ] = FROZEN
+                    a[LAST] = end       # (one demoted at its last step has a run [end, end]: it adds 0.0)
                     # (its due entry stays: a bound below its due once it thaws, as its run
                     # restarts later)
                     if r.sync < 0:
@@ -426,6 +410,7 @@ class MlfqCohort:
         # the batch in rank order, level by level: B's jobs reached, then the jobs outside B
         items = plan.items
         ran = []
+        cut = self.ran_b = []           # (level, how many of B's lead it in the batch)
         x = self.x = []
         j = 0
         for L in range(self.q.levels):
@@ -433,8 +418,11 @@ class MlfqCohort:
                 break
             if L <= L0 and lv[L]:
                 order = w.order_of(L)
+                if L == L0:
+                    order = order[:reached]
+                cut.append((L, len(order)))
                 alone = []              # members: made exact, given their next blocks, items
-                for r in (order[:reached] if L == L0 else order):
+                for r in order:
                     if r.sync >= 0:
                         alone.append(r)
                     else:
@@ -474,45 +462,54 @@ class MlfqCohort:
         q = self.q
         lv, vk, lo, hi = self.lv, self.vk, self.lo, self.hi
         ran = self.ran
-        counts: dict[int, int] = {}
-        for r in ran:
-            a = r.aux
-            if a[VAL] is not None:
-                L = a[LVL]
-                counts[L] = counts.get(L, 0) + 1
         at_low = self.sign > 0          # rank order ascends with the list: the front is its start
-        for L, n in counts.items():
-            if at_low:
-                del lv[L][:n], vk[L][:n]
-            else:
-                del lv[L][-n:], vk[L][-n:]
-        dem = {r.idx for r in demoted} if demoted else ()
-        for r in ran:
-            a = r.aux
-            L = a[LVL]
-            fresh = a[VAL] is None      # outside B: a due entry, if it kept none
-            if r.idx in dem:
-                a[DONE] = 0.0
-                a[RUN] = end            # its next run starts with the next step
-                L += 1
-                a[LVL] = L
-                if L > q.deepest:
-                    q.deepest = L
-                fresh = True
-            d = lv[L]
+        for L, n in self.ran_b:
+            if n:
+                if at_low:
+                    del lv[L][:n], vk[L][:n]
+                else:
+                    del lv[L][-n:], vk[L][-n:]
+        # the pushes by level, in batch order (levels ascend in it: one demoted into a level is
+        # pushed before that level's own jobs)
+        to: dict[int, list] = {}
+        if demoted:
+            dem = {r.idx for r in demoted}
+            for r in ran:
+                a = r.aux
+                L = a[LVL]
+                if r.idx in dem:
+                    a[DONE] = 0.0
+                    a[RUN] = end        # its next run starts with the next step
+                    L += 1
+                    a[LVL] = L
+                    if L > q.deepest:
+                        q.deepest = L
+                to.setdefault(L, []).append(r)
+        else:
+            for r in ran:
+                to.setdefault(r.aux[LVL], []).append(r)
+        for L, rs in to.items():
+            d, k = lv[L], vk[L]
             if not d:
                 lo[L] = hi[L] = 0
-            if at_low:
-                v = lo[L] = lo[L] - 1
-                d.insert(0, r)
-                vk[L].insert(0, v)
+            n = len(rs)
+            if at_low:                  # each to the front in turn: the last pushed leads
+                v = lo[L]
+                lo[L] = v - n
+                d[0:0] = rs[::-1]
+                k[0:0] = range(v - n, v)
+                for r in rs:
+                    v -= 1
+                    r.aux[VAL] = r.key = v
             else:
-                v = hi[L] = hi[L] + 1
-                d.append(r)
-                vk[L].append(v)
-            a[VAL] = r.key = v
-            if fresh:
-                self._push_due(r)
+                v = hi[L]
+                hi[L] = v + n
+                d.extend(rs)
+                k.extend(range(v + 1, v + n + 1))
+                for r in rs:
+                    v += 1
+                    r.aux[VAL] = r.key = v
+        self.refix += ran               # (their due entries are made when the heap is next read: `_settle`)
         self.ran = None
         self.x = []
 
@@ -537,101 +534,9 @@ class MlfqCohort:
                         s[DONE] += s[LAST] - s3
                     s[RUN] = start
                     s[FRZ] = -1
-                    if f == _NO_ENTRY:
+                    if f == NO_ENTRY:
                         self._push_due(r)
             self.thawing = []
-
-    def _top_due(self) -> None:
-        """Make the due heap's top a live entry at its job's due time (or empty the heap): entries of
-        jobs that left B go, bounds below a due are put back at it, and frozen jobs' entries go
-        (they get new ones when they thaw)."""
-        heap = self.heap
-        quanta = self.q.quanta
-        while heap:
-            e = heap[0]
-            s = e[3].aux
-            if s[STAMP] != e[2]:
-                heapq.heappop(heap)
-            elif s[VAL] is None:        # out of B: a new entry if it rejoins
-                heapq.heappop(heap)
-                s[STAMP] += 1
-            elif s[FRZ] >= 0:
-                heapq.heappop(heap)
-                s[STAMP] += 1
-                s[FRZ] = _NO_ENTRY
-            else:
-                due = quanta[s[LVL]] - s[DONE] + s[RUN]
-                if due <= e[0]:
-                    return
-                heapq.heapreplace(heap, (due, e[1], e[2], e[3]))
-
-    def _due_ran(self, end: float) -> list[Request]:
-        """`_due` for a freezing step: only the few jobs that ran can be demoted, so they are tested
-        (B's near their due, as the heap would pick them; newcomers all), and the heap, where the
-        frozen jobs' entries stay, is left alone."""
-        quanta = self.q.quanta
-        last = self.q.levels - 1
-        lim = end + MARGIN
-        out = []
-        for r in self.ran:
-            s = r.aux
-            L = s[LVL]
-            if L < last and (s[VAL] is None or quanta[L] - s[DONE] + s[RUN] <= lim) \
-                    and s[DONE] + (end - s[RUN]) > quanta[L]:
-                out.append(r)
-        return out
-
-    def _due(self, end: float) -> list[Request]:
-        """B's jobs (and this step's newcomers `x`) demoted at a step ending at `end`."""
-        q = self.q
-        quanta = q.quanta
-        last = q.levels - 1
-        heap = self.heap
-        out = []
-        back = []
-        lim = end + MARGIN
-        pop, replace = heapq.heappop, heapq.heapreplace
-        while heap:
-            e = heap[0]
-            if e[0] > lim:
-                break
-            r = e[3]
-            s = r.aux
-            if s[STAMP] != e[2]:
-                pop(heap)
-                continue
-            if s[VAL] is None:          # out of B (parked, waiting or done): a new entry if it rejoins
-                s[STAMP] += 1
-                pop(heap)
-                continue
-            if s[FRZ] >= 0:             # frozen, not running: a new entry when it thaws
-                s[STAMP] += 1
-                s[FRZ] = _NO_ENTRY
-                pop(heap)
-                continue
-            L = s[LVL]
-            due = quanta[L] - s[DONE] + s[RUN]
-            if due > lim:               # a bound below its due (its run restarted): put back at it
-                replace(heap, (due, e[1], e[2], r))     # (entries are distinct: any heap order pops alike)
-                continue
-            if s[DONE] + (end - s[RUN]) > quanta[L]:
-                out.append(r)
-                # its entry at the next level, as `_advance` will set it: done 0, its run from `end`
-                if L + 1 < last:
-                    replace(heap, (quanta[L + 1] + end, e[1], e[2], r))
-                else:
-                    s[STAMP] += 1
-                    pop(heap)
-            else:
-                pop(heap)
-                back.append(e)
-        for e in back:
-            heapq.heappush(heap, e)
-        for r in self.x:
-            s = r.aux
-            if s[LVL] < last and s[DONE] + (end - s[RUN]) > quanta[s[LVL]]:
-                out.append(r)
-        return out
 
     def _advance(self, end: float, demoted: list[Request]) -> None:
         """One step's front pushes and demotions: each level's batch reversed, newcomers `x` at the
@@ -650,9 +555,15 @@ class MlfqCohort:
             for L, rs in moved.items():     # B's: in their level's rank order, out of it
                 rs.sort(key=BY_KEY, reverse=sign < 0)
                 o, k = lv[L], vk[L]
-                for r in rs:
-                    i = bisect_left(k, r.key)
-                    del o[i], k[i]
+                n = len(rs)
+                v0, v1 = (rs[0].key, rs[-1].key) if sign > 0 else (rs[-1].key, rs[0].key)
+                i = bisect_left(k, v0)
+                if k[i + n - 1] == v1:      # side by side in their level (demoted together): one cut
+                    del o[i:i + n], k[i:i + n]
+                else:
+                    for r in rs:
+                        i = bisect_left(k, r.key)
+                        del o[i], k[i]
             for r in x:
                 if r.idx in dem:
                     moved.setdefault(r.aux[LVL], []).append(r)
@@ -660,6 +571,7 @@ class MlfqCohort:
             dem = ()
         sign = self.sign = -sign
         heap = self.heap
+        held = self.held
         quanta = q.quanta
         last = q.levels - 1
         for r in x:                     # at the front of their levels, in batch order
@@ -681,26 +593,33 @@ class MlfqCohort:
             a[VAL] = r.key = v
             if not a[STAMP] & 1 and L < last:   # (an entry it kept lies below its due)
                 a[STAMP] += 1
-                heapq.heappush(heap, (quanta[L] - a[DONE] + a[RUN], r.idx, a[STAMP], r))
+                heapq.heappush(heap, (quanta[L] - a[DONE] + a[RUN] - held, r.idx, a[STAMP], r))
         for L, rs in moved.items():     # behind B's jobs of the next level
             L += 1
             d, k = lv[L], vk[L]
             if not d:
                 lo[L] = hi[L] = 0
+            n = len(rs)
+            # pushed to the front one by one in batch order: the level's rank order ends with `rs`
+            if sign > 0:
+                v = hi[L]
+                hi[L] = v + n
+                d.extend(reversed(rs))
+                k.extend(range(v + 1, v + n + 1))
+                step = 1
+            else:
+                v = lo[L]
+                lo[L] = v - n
+                d[0:0] = rs
+                k[0:0] = range(v - n, v)
+                step = -1
             for r in reversed(rs):
+                v += step
                 a = r.aux
                 fresh = a[VAL] is None  # a newcomer (B's demoted jobs had their entries moved in `_due`)
                 a[LVL] = L
                 a[DONE] = 0.0
                 a[RUN] = end            # its next run starts with the next step
-                if sign > 0:
-                    v = hi[L] = hi[L] + 1
-                    d.append(r)
-                    k.append(v)
-                else:
-                    v = lo[L] = lo[L] - 1
-                    d.insert(0, r)
-                    k.insert(0, v)
                 a[VAL] = r.key = v
                 if fresh:
                     self._push_due(r)
@@ -715,6 +634,7 @@ class MlfqCohort:
         self.items_prev = [r for r, _ in plan.items]
         if self.ran is not None:
             demoted = self._due_ran(end)
+            self.held += end - start    # the heap's time stands still (`_settle`)
             self.last_end = end
             self._advance_frozen(end, demoted)  # (never a starvation check: `_may_freeze`)
             self.items_prev += self.frz_items
@@ -742,11 +662,12 @@ class MlfqCohort:
         self._advance(ends_l[0], self._due(ends_l[0]))
         j = 0
         heap = self.heap
+        held = self.held                # (no freezing step inside the run)
         while True:
             self._top_due()
             if not heap:
                 break
-            nxt = bisect_left(ends_l, heap[0][0] - MARGIN, j + 1)   # the first step that may see it
+            nxt = bisect_left(ends_l, heap[0][0] + held - MARGIN, j + 1)    # the first step that may see it
             if nxt >= k - 1:
                 break
             if (nxt - j - 1) % 2:
@@ -775,7 +696,7 @@ class MlfqCohort:
             return k, None
         heap = self.heap
         self._top_due()
-        t = heap[0][0] if heap else math.inf
+        t = heap[0][0] + self.held if heap else math.inf
         last = q.levels - 1
         thaw = [r for r in self.thawing if r.aux[FRZ] >= 0] if self.thawing else ()
         for r in chain(self.x, thaw):

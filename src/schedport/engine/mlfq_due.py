@@ -1,0 +1,170 @@
+"""FastServe's demotions in the fast mode: which of the last batch's jobs a step's end demotes,
+found from a heap of due times (`DueTimes`, the part of `schedport.engine.mlfq_cohort.MlfqCohort`
+that keeps them).
+
+A job that ran in the last step has an open run and is demoted at the first step end where its
+processing time in its level, ``done + (end - run start)``, exceeds the level's quantum. That
+test is monotone in the end, so each job of the last batch has an entry at its due time, and the
+exact test is made only near it. An entry is a bound below its job's due: a run that restarted
+later only moves the due later, so an entry that comes up early is put back at the due, and a job
+keeps its entry while it sits out of the batch and when it comes back. The heap's clock stands
+still in freezing steps (`MlfqCohort._freeze`): it keeps each due less `held`, the freezing steps'
+summed time, so that the jobs frozen through them, whose dues move on by as much, keep their
+entries untouched; the few jobs that ran in them get new entries when the heap is next read
+(`DueTimes._settle`). A job has one live entry at most, the one that carries its stamp (odd while
+it has one).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from schedport.engine.mlfq_walk import DONE, FRZ, LAST, LVL, RUN, STAMP, VAL
+from schedport.engine.simulator import Request
+
+MARGIN = 1e-6       # seconds: due times are compared with this slack, then tested exactly
+FROZEN, NO_ENTRY = 1, 2     # a frozen job's FRZ: its due entry kept (a bound below its due), or none
+
+
+class DueTimes:
+    """The due heap's upkeep, on the state `MlfqCohort` holds (`heap`, `held`, `refix`, the step's
+    newcomers `x` and a freezing step's batch `ran`)."""
+
+    __slots__ = ()
+
+    def _push_due(self, r: Request) -> None:
+        """Give B's job `r` a due entry if it has none (one it kept lies below its due), or at the
+        last level, where nothing is demoted, let go of the one it has."""
+        a = r.aux
+        if a[LVL] == self.q.levels - 1:
+            if a[STAMP] & 1:
+                a[STAMP] += 1
+        elif not a[STAMP] & 1:
+            a[STAMP] += 1
+            heapq.heappush(self.heap, (self.q.quanta[a[LVL]] - a[DONE] + a[RUN] - self.held, r.idx, a[STAMP], r))
+
+    def _top_due(self) -> None:
+        """Make the due heap's top a live entry at its job's due time (or empty the heap): entries of
+        jobs that left B go, bounds below a due are put back at it, and frozen jobs' entries go
+        (they get new ones when they thaw)."""
+        if self.refix:
+            self._settle()
+        heap = self.heap
+        quanta = self.q.quanta
+        held = self.held
+        while heap:
+            e = heap[0]
+            s = e[3].aux
+            if s[STAMP] != e[2]:
+                heapq.heappop(heap)
+            elif s[VAL] is None:        # out of B: a new entry if it rejoins
+                heapq.heappop(heap)
+                s[STAMP] += 1
+            elif s[FRZ] >= 0:
+                heapq.heappop(heap)
+                s[STAMP] += 1
+                s[FRZ] = NO_ENTRY
+            else:
+                due = quanta[s[LVL]] - s[DONE] + s[RUN] - held
+                if due <= e[0]:
+                    return
+                heapq.heapreplace(heap, (due, e[1], e[2], e[3]))
+
+    def _settle(self) -> None:
+        """Due entries for the jobs that ran in freezing steps since the heap was last read.
+
+        The heap keeps due times less `held`, the summed durations of the freezing steps: a job
+        frozen through them sees its due move on by as much (its run restarts that much later), so
+        its entry stays a bound below its due without being touched. The few jobs that ran in them
+        moved on in their dues by less: each gets a new entry (a frozen one's as if it thawed now,
+        a bound below its due), or, out of B or at the last level, loses the one it had."""
+        quanta = self.q.quanta
+        last = self.q.levels - 1
+        held = self.held
+        now = self.last_end
+        heap = self.heap
+        for r in dict.fromkeys(self.refix):
+            a = r.aux
+            if a[VAL] is None or a[LVL] == last:
+                if a[STAMP] & 1:
+                    a[STAMP] += 1
+                continue
+            done, s3 = a[DONE], a[RUN]
+            if a[FRZ] >= 0:             # its run closed at its last step's end; the next opens no earlier than now
+                if s3 == s3:
+                    done = done + (a[LAST] - s3)
+                s3 = now
+            a[STAMP] += 2 if a[STAMP] & 1 else 1
+            heapq.heappush(heap, (quanta[a[LVL]] - done + s3 - held, r.idx, a[STAMP], r))
+        self.refix = []
+
+    def _due_ran(self, end: float) -> list[Request]:
+        """`_due` for a freezing step: only the few jobs that ran can be demoted, so they are tested
+        (B's near their due, as the heap would pick them; newcomers all), and the heap, where the
+        frozen jobs' entries stay, is left alone."""
+        quanta = self.q.quanta
+        last = self.q.levels - 1
+        lim = end + MARGIN
+        out = []
+        for r in self.ran:
+            s = r.aux
+            L = s[LVL]
+            if L < last and (s[VAL] is None or quanta[L] - s[DONE] + s[RUN] <= lim) \
+                    and s[DONE] + (end - s[RUN]) > quanta[L]:
+                out.append(r)
+        return out
+
+    def _due(self, end: float) -> list[Request]:
+        """B's jobs (and this step's newcomers `x`) demoted at a step ending at `end`."""
+        if self.refix:
+            self._settle()
+        q = self.q
+        quanta = q.quanta
+        last = q.levels - 1
+        heap = self.heap
+        out = []
+        back = []
+        held = self.held
+        lim = end + MARGIN - held
+        pop, replace = heapq.heappop, heapq.heapreplace
+        while heap:
+            e = heap[0]
+            if e[0] > lim:
+                break
+            r = e[3]
+            s = r.aux
+            if s[STAMP] != e[2]:
+                pop(heap)
+                continue
+            if s[VAL] is None:          # out of B (parked, waiting or done): a new entry if it rejoins
+                s[STAMP] += 1
+                pop(heap)
+                continue
+            if s[FRZ] >= 0:             # frozen, not running: a new entry when it thaws
+                s[STAMP] += 1
+                s[FRZ] = NO_ENTRY
+                pop(heap)
+                continue
+            L = s[LVL]
+            due = quanta[L] - s[DONE] + s[RUN] - held
+            if due > lim:               # a bound below its due (its run restarted): put back at it
+                replace(heap, (due, e[1], e[2], r))     # (entries are distinct: any heap order pops alike)
+                continue
+            if s[DONE] + (end - s[RUN]) > quanta[L]:
+                out.append(r)
+                # its entry at the next level, as `_advance` will set it: done 0, its run from `end`
+                if L + 1 < last:
+                    replace(heap, (quanta[L + 1] + end - held, e[1], e[2], r))
+                else:
+                    s[STAMP] += 1
+                    pop(heap)
+            else:
+                pop(heap)
+                back.append(e)
+        for e in back:
+            heapq.heappush(heap, e)
+        for r in self.x:
+            s = r.aux
+            if s[LVL] < last and s[DONE] + (end - s[RUN]) > quanta[s[LVL]]:
+                out.append(r)
+        return out
