@@ -528,10 +528,8 @@ class MlfqCohort(DueTimes):
             for r in self.thawing:
                 s = r.aux
                 f = s[FRZ]
-                if f >= 0:              # (not written out)
-                    s3 = s[RUN]
-                    if s3 == s3:
-                        s[DONE] += s[LAST] - s3
+                if f >= 0:              # (not written out; a job of B has a run open, `_freeze`)
+                    s[DONE] += s[LAST] - s[RUN]
                     s[RUN] = start
                     s[FRZ] = -1
                     if f == NO_ENTRY:
@@ -631,7 +629,7 @@ class MlfqCohort(DueTimes):
         """`SkipJoinMLFQ.after_step` on the lazy state."""
         q = self.q
         self._start_runs(start)
-        self.items_prev = [r for r, _ in plan.items]
+        self.items_prev = [r for r, _ in plan.items if r.sync < 0]    # (no member leaves the cohort until the next plan)
         if self.ran is not None:
             demoted = self._due_ran(end)
             self.held += end - start    # the heap's time stands still (`_settle`)
