@@ -217,29 +217,36 @@ class Walk:
         """B's jobs of level L in rank order from order[i], one by one; False where the batch
         filled among them."""
         d, bs, cap = self.d, self.bs, self.cap
-        # members that need no block take one token each, counted in locals; the rest are taken
-        # by calls that read and write the walk's own counts (and `i`, where room is made)
-        sel, bud, pend = self.selected, self.budget, self.pending
-        while i < len(order):           # (`make_room` may drop victims from this order's end)
-            if sel >= cap or bud <= 0:
-                self.selected, self.budget, self.pending = sel, bud, pend
+        # members that need no block take one token each: skipped over as far as the batch has
+        # room, and counted together; the rest are taken by calls that read and write the walk's
+        # own counts (and `i`, where room is made)
+        while True:
+            n = len(order)              # (`make_room` may drop victims from this order's end)
+            room = min(cap - self.selected, self.budget)
+            stop = min(n, i + room) if room > 0 else i
+            j = i
+            while j < stop:
+                r = order[j]
+                if r.sync < 0 or not (r.pval + d) % bs:
+                    break
+                j += 1
+            if j > i:
+                t = j - i
+                self.selected += t
+                self.budget -= t
+                self.pending -= t
+                i = j
+            if i == n:
+                return True
+            if j == stop:               # the batch is full before order[i]
                 self.cut = (L, i)
                 return False
-            r = order[i]
-            if r.sync >= 0 and (r.pval + d) % bs:
-                sel += 1
-                bud -= 1
-                pend -= 1
+            self.i = i
+            if r.sync >= 0:
+                self.take_member(r, L)
             else:
-                self.selected, self.budget, self.pending, self.i = sel, bud, pend, i
-                if r.sync >= 0:
-                    self.take_member(r, L)
-                else:
-                    self.take_running(r, L + 1, L, True)
-                sel, bud, pend = self.selected, self.budget, self.pending
+                self.take_running(r, L + 1, L, True)
             i += 1
-        self.selected, self.budget, self.pending = sel, bud, pend
-        return True
 
     def go_tight(self) -> None:
         """Count blocks exactly from here on: every member visited and given its block as reached."""
