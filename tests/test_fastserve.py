@@ -247,8 +247,8 @@ def test_every_job_of_the_last_batch_has_one_due_entry_below_its_due(monkeypatch
     since the heap was last read (`MlfqCohort._settle`), has exactly one live entry, at or below its
     due (entries are kept less the freezing steps' time, `held`); a job that sits out or leaves
     keeps its entry only while that still bounds its due (a live entry is one whose stamp its job
-    carries, and only odd stamps have one); and no entry is kept at the last level, where nothing
-    is demoted."""
+    carries, and only odd stamps have one); no entry is kept at the last level, where nothing
+    is demoted; and the heap holds each due time that has entries once."""
     from schedport.engine.mlfq_cohort import MARGIN, MlfqCohort
     from schedport.engine.mlfq_walk import DONE, FRZ, LVL, RUN, STAMP
     checked = {"steps": 0, "jobs": 0}
@@ -259,11 +259,14 @@ def test_every_job_of_the_last_batch_has_one_due_entry_below_its_due(monkeypatch
         q = kept.q
         last = q.levels - 1
         live = {}
-        for e in kept.heap:
-            a = e[3].aux
-            if a[STAMP] == e[2]:
-                assert e[3].idx not in live and a[STAMP] % 2 == 1 and a[LVL] < last
-                live[e[3].idx] = e[0]
+        assert sorted(kept.heap) == sorted(kept.at) and len(set(kept.heap)) == len(kept.heap)
+        for due, entries in kept.at.items():
+            assert entries
+            for stamp, r in entries:
+                a = r.aux
+                if a[STAMP] == stamp:
+                    assert r.idx not in live and a[STAMP] % 2 == 1 and a[LVL] < last
+                    live[r.idx] = due
         for r in list(kept.sim.running) + list(q.items):
             assert (r.aux[STAMP] % 2 == 1) == (r.idx in live)
         pending = {r.idx for r in kept.refix}   # ran in freezing steps: entries made when the heap is read

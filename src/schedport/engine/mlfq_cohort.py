@@ -47,7 +47,6 @@ as written, and the two agree bit for bit.
 
 from __future__ import annotations
 
-import heapq
 import math
 from bisect import bisect_left, insort
 from itertools import chain
@@ -68,7 +67,7 @@ def _ignore(req, delta) -> None:
 class MlfqCohort(DueTimes):
     """The lazy MLFQ state of one fast-mode run (module docstring)."""
 
-    __slots__ = ("q", "sim", "lv", "vk", "lo", "hi", "sign", "last_end", "heap", "others", "items_prev", "x",
+    __slots__ = ("q", "sim", "lv", "vk", "lo", "hi", "sign", "last_end", "heap", "at", "others", "items_prev", "x",
                  "explicit", "frz", "thawing", "ran", "ran_b", "frz_items", "held", "refix")
 
     def __init__(self, q):
@@ -81,7 +80,8 @@ class MlfqCohort(DueTimes):
         self.hi = [0] * n
         self.sign = 1
         self.last_end = -math.inf
-        self.heap: list = []            # (due - held, idx, stamp, request) of B's jobs
+        self.heap: list[float] = []     # due times (less held) of B's jobs, each once (`schedport.engine.mlfq_due`)
+        self.at: dict[float, list] = {}     # the entries at each: (stamp, request)
         self.held = 0.0                 # the freezing steps' summed durations: the heap's time is wall time less this
         self.refix: list[Request] = []  # the jobs that ran in freezing steps since the heap was last read
         self.others: list[Request] = []         # running jobs outside B (parked), by key
@@ -134,12 +134,7 @@ class MlfqCohort(DueTimes):
         for L in range(self.q.levels):
             if self.lv[L]:
                 self._write_out(self._actual(L))
-        for e in self.heap:             # no job keeps an entry
-            a = e[3].aux
-            if a[STAMP] == e[2]:
-                a[STAMP] += 1
-        self.heap = []
-        self.refix = []
+        self._drop_all()
         self.others = []
         self.frz, self.thawing, self.frz_items, self.ran = [], [], [], None
         self.explicit = True
@@ -568,7 +563,7 @@ class MlfqCohort(DueTimes):
         else:
             dem = ()
         sign = self.sign = -sign
-        heap = self.heap
+        enter = self._enter
         held = self.held
         quanta = q.quanta
         last = q.levels - 1
@@ -591,7 +586,7 @@ class MlfqCohort(DueTimes):
             a[VAL] = r.key = v
             if not a[STAMP] & 1 and L < last:   # (an entry it kept lies below its due)
                 a[STAMP] += 1
-                heapq.heappush(heap, (quanta[L] - a[DONE] + a[RUN] - held, r.idx, a[STAMP], r))
+                enter(quanta[L] - a[DONE] + a[RUN] - held, a[STAMP], r)
         for L, rs in moved.items():     # behind B's jobs of the next level
             L += 1
             d, k = lv[L], vk[L]
@@ -665,7 +660,7 @@ class MlfqCohort(DueTimes):
             self._top_due()
             if not heap:
                 break
-            nxt = bisect_left(ends_l, heap[0][0] + held - MARGIN, j + 1)    # the first step that may see it
+            nxt = bisect_left(ends_l, heap[0] + held - MARGIN, j + 1)   # the first step that may see it
             if nxt >= k - 1:
                 break
             if (nxt - j - 1) % 2:
@@ -694,7 +689,7 @@ class MlfqCohort(DueTimes):
             return k, None
         heap = self.heap
         self._top_due()
-        t = heap[0][0] + self.held if heap else math.inf
+        t = heap[0] + self.held if heap else math.inf
         last = q.levels - 1
         thaw = [r for r in self.thawing if r.aux[FRZ] >= 0] if self.thawing else ()
         for r in chain(self.x, thaw):
