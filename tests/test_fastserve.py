@@ -314,11 +314,15 @@ def test_a_batch_that_sits_out_for_a_long_prefill_freezes_and_matches_exact(monk
     seen = {"freeze": 0, "again": 0, "kept": 0, "victims": 0, "thawed": 0, "written": 0}
     freeze0, start0, write0 = mc.MlfqCohort._freeze, mc.MlfqCohort._start_runs, mc.MlfqCohort._write_out
 
-    def freeze(self, sched, now, w, sit):
+    def freeze(self, sched, now, w):
+        sit = w.sitters()
+        assert len(sit) == w.n_sitters()
         seen["freeze"] += 1
         seen["again"] += sum(1 for r in sit if r.aux[mc.FRZ] >= 0)
         seen["victims"] += sum(1 for a in w.acts if a[3] == mc.ACT_PREEMPT)
-        return freeze0(self, sched, now, w, sit)
+        plan = freeze0(self, sched, now, w)
+        assert all(r.aux[mc.FRZ] >= 0 for r in sit if r.aux[mc.VAL] is not None)   # every sitter left in B is frozen
+        return plan
 
     def start_runs(self, start):
         for r in self.thawing:

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from itertools import chain
+from itertools import chain, islice
 
 from schedport.engine.mlfq_due import FROZEN, MARGIN, NO_ENTRY, DueTimes
 from schedport.engine.mlfq_walk import (ACT_PREEMPT, ACT_RUN, BY_KEY, DONE, FRZ, LAST, LVL, POS, RUN, STAMP, VAL,
@@ -224,9 +224,9 @@ class MlfqCohort(DueTimes):
             return None
         if w.host_full and not w.selected and not w.preempted:
             return None                     # nothing runs: the full pass breaks the stall
+        if self._may_freeze(w):
+            return self._freeze(sched, now, w)
         sit = w.sat + w.sitters()
-        if self._may_freeze(w, sit):
-            return self._freeze(sched, now, w, sit)
         plan = self._apply(sched, now, w.acts, sit, w.preempted)
         if w.host_full:
             plan.host_full = True
@@ -344,16 +344,16 @@ class MlfqCohort(DueTimes):
         self.thawing = self.frz
         self.frz = []
 
-    def _may_freeze(self, w: "Walk", sit: list) -> bool:
-        """Can B's sitters `sit` stay in B, frozen, while the cohort stands still this step? Where
-        more of B sits out than runs, the batch cut clean (no job of B reached was short of a
-        block, the host not full) and the step is no starvation check."""
+    def _may_freeze(self, w: "Walk") -> bool:
+        """Can the walk's sitters (B's jobs after its cut) stay in B, frozen, while the cohort stands
+        still this step? Where more of B sits out than runs, the batch cut clean (no job of B
+        reached was short of a block, the host not full) and the step is no starvation check."""
         if w.cut is None or w.shorted or w.host_full or w.sat:
             return False
         n_b = len(self.sim.running) - len(self.others)     # (every running job is in B or parked)
-        return 2 * len(sit) > n_b and (self.sim.iterations + 1) % self.q.every
+        return 2 * w.n_sitters() > n_b and (self.sim.iterations + 1) % self.q.every
 
-    def _freeze(self, sched, now: float, w: "Walk", sit: list) -> Plan:
+    def _freeze(self, sched, now: float, w: "Walk") -> Plan:
         """A step where most of B sits out (a long prefill ranked first took the budget): the cohort
         stands still and B's sitters stay in B, frozen, where the front pushes of the few jobs that
         run leave them (`_advance_frozen`); the jobs that run take their tokens as items.
@@ -369,22 +369,33 @@ class MlfqCohort(DueTimes):
         plan = Plan()
         lv = self.lv
         L0, reached = w.cut
-        # the sitters not frozen yet: in each level they rank before the frozen ones (a suffix)
+        # the sitters not frozen yet: in each level they rank before the frozen ones (a suffix, so
+        # a level whose first job is frozen is frozen whole). B's jobs the walk preempted rank last
+        # and are written out below: one frozen first is written out alike.
         end = self.last_end
         items_out = [r for r in self.frz_items if r.aux[FRZ] >= 0]     # (frozen before)
+        frz = self.thawing              # the jobs frozen before this step (`_thaw_next`): some thaw in it
+        at_low = self.sign > 0
         for L in range(L0, self.q.deepest + 1):     # (no job is below the deepest level reached)
-            if lv[L]:
-                order = w.order_of(L)
-                for r in (order[reached:] if L == L0 else order):
-                    a = r.aux
-                    if a[FRZ] >= 0:
-                        break
-                    a[FRZ] = FROZEN
-                    a[LAST] = end       # (one demoted at its last step has a run [end, end]: it adds 0.0)
-                    # (its due entry stays: a bound below its due once it thaws, as its run
-                    # restarts later)
-                    if r.sync < 0:
-                        items_out.append(r)
+            d = lv[L]
+            if not d:
+                continue
+            if L == L0 and reached:
+                seq = islice(d if at_low else reversed(d), reached, None)
+            elif (d[0] if at_low else d[-1]).aux[FRZ] >= 0:
+                continue
+            else:
+                seq = d if at_low else reversed(d)
+            for r in seq:
+                a = r.aux
+                if a[FRZ] >= 0:
+                    break
+                a[FRZ] = FROZEN
+                a[LAST] = end           # (one demoted at its last step has a run [end, end]: it adds 0.0)
+                # (its due entry stays: a bound below its due once it thaws, as its run restarts later)
+                frz.append(r)
+                if r.sync < 0:
+                    items_out.append(r)
         # the walk's decisions in its order, as `_apply` makes them (B's jobs preempted written out
         # first; a preemption frees host room an admission may take back)
         self._leave_b(w.acts, ())
@@ -439,7 +450,7 @@ class MlfqCohort(DueTimes):
         self.ran = ran
         # every frozen job sits this step; those the batch took thaw (`_start_runs`)
         self.thawing = [r for r in ran if r.aux[FRZ] >= 0]
-        self.frz = sit
+        self.frz = frz                  # (those that thaw, or leave B, are passed over later)
         # B's sitters outside the cohort are visited by the next walk, as B's items of this step are
         if self.thawing and items_out:
             thawed = {r.idx for r in self.thawing}

@@ -388,6 +388,19 @@ class Walk:
         self.preempted = True
         return True
 
+    def n_sitters(self) -> int:
+        """How many of B's jobs a batch that cut clean (no job reached short of a block, the host not
+        full) left out, as `sitters` lists them: those after the cut, less B's jobs the walk
+        preempted (all of them after it)."""
+        if self.cut is None:
+            return 0
+        L0, reached = self.cut
+        lv = self.lv
+        n = -reached - sum(1 for a in self.acts if a[3] == ACT_PREEMPT and a[4])
+        for L in range(L0, self.kept.q.deepest + 1):
+            n += len(lv[L])
+        return n
+
     def sitters(self) -> list:
         """B's jobs the batch left out (after the cut), in rank order."""
         if self.cut is None:
