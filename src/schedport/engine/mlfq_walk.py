@@ -395,10 +395,9 @@ class Walk:
         if self.cut is None:
             return 0
         L0, reached = self.cut
-        lv = self.lv
-        n = -reached - sum(1 for a in self.acts if a[3] == ACT_PREEMPT and a[4])
-        for L in range(L0, self.kept.q.deepest + 1):
-            n += len(lv[L])
+        n = sum(map(len, self.lv[L0:self.kept.q.deepest + 1])) - reached
+        if self.preempted:
+            n -= sum(1 for a in self.acts if a[3] == ACT_PREEMPT and a[4])
         return n
 
     def sitters(self) -> list:
