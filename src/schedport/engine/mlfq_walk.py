@@ -18,10 +18,6 @@ from schedport.engine.simulator import RUNNING, Request
 BY_KEY = attrgetter("key")
 
 
-def BY_NEG_KEY(r):
-    return -r.key
-
-
 # aux fields: level, position, closed processing time, open run's start, last step's end, value in B, stamp,
 # and whether a job of B sits out frozen (1 or 2) or not (-1)
 LVL, POS, DONE, RUN, LAST, VAL, STAMP, FRZ = range(8)
@@ -194,10 +190,12 @@ class Walk:
         counted, each of them taken in its place; one by one from where blocks run short or room
         was made (`visit`)."""
         order = self.order_of(L)
+        k = self.kept.vk[L]             # the level's values, ascending: its rank order, or reversed
         if self.kept.sign > 0:
-            at = sorted(bisect_left(order, r.key, key=BY_KEY) for r in its)
+            at = sorted([bisect_left(k, r.key) for r in its])
         else:
-            at = sorted(bisect_left(order, -r.key, key=BY_NEG_KEY) for r in its)
+            m = len(k) - 1
+            at = sorted([m - bisect_left(k, r.key) for r in its])
         n = len(order)
         i = 0
         for p in at:
