@@ -419,6 +419,7 @@ class MlfqCohort(DueTimes):
         cut = self.ran_b = []           # (level, how many of B's lead it in the batch)
         x = self.x = []
         j = 0
+        outside_cohort = len(outside)   # the batch's items outside the cohort, counted
         for L in range(self.q.levels):
             if L > L0 and j == len(outside):
                 break
@@ -427,18 +428,22 @@ class MlfqCohort(DueTimes):
                 if L == L0:
                     order = order[:reached]
                 cut.append((L, len(order)))
-                alone = []              # members: made exact, given their next blocks, items
-                for r in order:
-                    if r.sync >= 0:
-                        alone.append(r)
-                    else:
-                        if alone:
-                            sim.serve_alone(alone, items)
-                            alone = []
-                        plan.add(r, ks[r.idx])
-                    ran.append(r)
-                if alone:
-                    sim.serve_alone(alone, items)
+                if not w.bitems.get(L):     # members only: made exact, given their next blocks, items
+                    sim.serve_alone(order, items)
+                else:
+                    alone = []
+                    for r in order:
+                        if r.sync >= 0:
+                            alone.append(r)
+                        else:
+                            if alone:
+                                sim.serve_alone(alone, items)
+                                alone = []
+                            plan.add(r, ks[r.idx])
+                            outside_cohort += 1
+                    if alone:
+                        sim.serve_alone(alone, items)
+                ran += order
             while j < len(outside) and outside[j].aux[LVL] == L:
                 r = outside[j]
                 j += 1
@@ -456,7 +461,7 @@ class MlfqCohort(DueTimes):
             thawed = {r.idx for r in self.thawing}
             items_out = [r for r in items_out if r.idx not in thawed]
         self.frz_items = items_out
-        plan.parked = len(sim.running) - sim.cohort_n - sum(1 for r, _ in items if r.sync < 0)
+        plan.parked = len(sim.running) - sim.cohort_n - outside_cohort
         plan.decode_only = False
         return plan
 
