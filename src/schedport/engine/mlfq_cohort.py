@@ -284,7 +284,8 @@ class MlfqCohort(DueTimes):
             self._unpark_all(unparked)
         sim.cache.free -= sim.cohort_crossings(sim.dclock)
         sim.cohort_join_all(join, hook)
-        plan.parked = len(sim.running) - sim.cohort_n - sum(1 for r, _ in plan.items if r.sync < 0)
+        # (the items are prefills and admissions: none is a member)
+        plan.parked = len(sim.running) - sim.cohort_n - len(plan.items)
         if plan.admitted or plan.preempted:
             plan.decode_only = False
         return plan
