@@ -155,11 +155,13 @@ class DueTimes:
         enter = self._enter
         out = []
         back = []
+        down: dict[int, list] = {}      # the entries of the jobs demoted from each level
         held = self.held
         lim = end + MARGIN - held
         while heap and heap[0] <= lim:
             key = heapq.heappop(heap)
-            for stamp, r in at.pop(key):
+            for e in at.pop(key):
+                stamp, r = e
                 s = r.aux
                 if s[STAMP] != stamp:
                     continue
@@ -176,14 +178,26 @@ class DueTimes:
                     enter(due, stamp, r)
                 elif s[DONE] + (end - s[RUN]) > quanta[L]:
                     out.append(r)
-                    # its entry at the next level, as `_advance` will set it: done 0, its run from
-                    # `end` (those demoted into a level together share it)
                     if L + 1 < last:
-                        enter(quanta[L + 1] + end - held, stamp, r)
+                        g = down.get(L)
+                        if g is None:
+                            down[L] = [e]
+                        else:
+                            g.append(e)
                     else:
                         s[STAMP] += 1
                 else:
                     back.append((key, stamp, r))
+        # the demoted jobs' entries at the next level, as `_advance` will set them: done 0, the run
+        # from `end` (those demoted into a level together share their due)
+        for L, es in down.items():
+            key = quanta[L + 1] + end - held
+            g = at.get(key)
+            if g is None:
+                at[key] = es
+                heapq.heappush(heap, key)
+            else:
+                g += es
         for e in back:
             enter(*e)
         for r in self.x:
