@@ -48,7 +48,7 @@ as written, and the two agree bit for bit.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from itertools import chain, islice
 
 from schedport.engine.mlfq_due import FROZEN, MARGIN, NO_ENTRY, DueTimes
@@ -114,9 +114,18 @@ class MlfqCohort(DueTimes):
         """B's jobs `order` (one level, rank order) leave B: explicit positions, last end, runs."""
         q = self.q
         end = self.last_end
+        L = order[0].aux[LVL]
+        o, k = self.lv[L], self.vk[L]
+        n = len(order)
+        v0, v1 = (order[0].key, order[-1].key) if self.sign > 0 else (order[-1].key, order[0].key)
+        i = bisect_left(k, v0)
+        if k[i + n - 1] == v1:          # side by side in their level (the batch's cut): one cut
+            del o[i:i + n], k[i:i + n]
+        else:
+            for r in order:
+                self._drop(r)
         for r in reversed(order):
             a = r.aux
-            self._drop(r)
             q._front += 1
             a[POS] = -q._front
             r.key = (a[LVL], a[POS], r.idx)
@@ -258,8 +267,7 @@ class MlfqCohort(DueTimes):
             self._leave_b(acts, sit)
         if sit:
             sim.cohort_leave_all([r for r in sit if r.sync >= 0], hook)
-            for r in sit:
-                insort(self.others, r, key=BY_KEY)
+            self._park(sit)
         x = self.x = []
         join = []
         unparked = []
@@ -289,6 +297,21 @@ class MlfqCohort(DueTimes):
         if plan.admitted or plan.preempted:
             plan.decode_only = False
         return plan
+
+    def _park(self, rs: list[Request]) -> None:
+        """Jobs just written out of B join the parked ones: their fresh front positions rank them
+        before every parked job of their level, so each level's go in as one block."""
+        o = self.others
+        new = sorted(rs, key=BY_KEY)
+        i, n = 0, len(new)
+        while i < n:
+            L = new[i].aux[LVL]
+            j = i + 1
+            while j < n and new[j].aux[LVL] == L:
+                j += 1
+            p = bisect_left(o, (L,), key=BY_KEY)
+            o[p:p] = new[i:j]
+            i = j
 
     def _leave_b(self, acts: list, sit) -> None:
         """B's jobs that leave it (sitters `sit`, and jobs the walk preempted) get their positions
