@@ -571,7 +571,7 @@ class MlfqCohort(DueTimes):
                         self._push_due(r)
             self.thawing = []
 
-    def _advance(self, end: float, demoted: list[Request]) -> None:
+    def _advance(self, end: float, demoted: tuple[dict, list]) -> None:
         """One step's front pushes and demotions: each level's batch reversed, newcomers `x` at the
         front, jobs demoted into a level behind its batch (in batch order: B's, then newcomers).
         (`_push_due` written out: this runs for every job that enters B.)"""
@@ -580,12 +580,11 @@ class MlfqCohort(DueTimes):
         x = self.x
         moved: dict[int, list] = {}             # old level -> its demoted jobs, in batch order
         lv, vk, lo, hi = self.lv, self.vk, self.lo, self.hi
-        if demoted:
-            dem = {r.idx for r in demoted}
-            for r in demoted:
-                if r.aux[VAL] is not None:
-                    moved.setdefault(r.aux[LVL], []).append(r)
-            for L, rs in moved.items():     # B's: in their level's rank order, out of it
+        down, xs = demoted              # (`_due`: B's by the level they leave, as due entries; newcomers)
+        if down or xs:
+            dem = {r.idx for r in xs} if xs else ()
+            for L, es in down.items():  # B's: in their level's rank order, out of it
+                rs = moved[L] = [e[1] for e in es]
                 rs.sort(key=BY_KEY, reverse=sign < 0)
                 o, k = lv[L], vk[L]
                 n = len(rs)

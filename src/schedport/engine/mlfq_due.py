@@ -144,8 +144,9 @@ class DueTimes:
                 out.append(r)
         return out
 
-    def _due(self, end: float) -> list[Request]:
-        """B's jobs (and this step's newcomers `x`) demoted at a step ending at `end`."""
+    def _due(self, end: float) -> tuple[dict, list]:
+        """The jobs demoted at a step ending at `end`: B's, as their entries by the level they leave,
+        and this step's newcomers `x`."""
         if self.refix:
             self._settle()
         q = self.q
@@ -153,7 +154,6 @@ class DueTimes:
         last = q.levels - 1
         heap, at = self.heap, self.at
         enter = self._enter
-        out = []
         back = []
         down: dict[int, list] = {}      # the entries of the jobs demoted from each level
         held = self.held
@@ -177,31 +177,28 @@ class DueTimes:
                 if due > lim:           # a bound below its due (its run restarted): put back at it
                     enter(due, stamp, r)
                 elif s[DONE] + (end - s[RUN]) > quanta[L]:
-                    out.append(r)
-                    if L + 1 < last:
-                        g = down.get(L)
-                        if g is None:
-                            down[L] = [e]
-                        else:
-                            g.append(e)
+                    g = down.get(L)
+                    if g is None:
+                        down[L] = [e]
                     else:
-                        s[STAMP] += 1
+                        g.append(e)
                 else:
                     back.append((key, stamp, r))
         # the demoted jobs' entries at the next level, as `_advance` will set them: done 0, the run
         # from `end` (those demoted into a level together share their due)
         for L, es in down.items():
+            if L + 1 == last:           # nothing is demoted from the last level: no entry kept there
+                for stamp, r in es:
+                    r.aux[STAMP] += 1
+                continue
             key = quanta[L + 1] + end - held
             g = at.get(key)
             if g is None:
-                at[key] = es
+                at[key] = es[:]
                 heapq.heappush(heap, key)
             else:
                 g += es
         for e in back:
             enter(*e)
-        for r in self.x:
-            s = r.aux
-            if s[LVL] < last and s[DONE] + (end - s[RUN]) > quanta[s[LVL]]:
-                out.append(r)
-        return out
+        xs = [r for r in self.x if r.aux[LVL] < last and r.aux[DONE] + (end - r.aux[RUN]) > quanta[r.aux[LVL]]]
+        return down, xs
