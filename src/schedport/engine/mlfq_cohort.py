@@ -59,7 +59,6 @@ from schedport.engine.queues import Queue
 from schedport.engine.simulator import RUNNING, Request
 
 
-
 def _ignore(req, delta) -> None:
     pass
 
@@ -493,7 +492,8 @@ class MlfqCohort(DueTimes):
         """A freezing step's front pushes: each job of its batch, in batch order, goes to the front of
         its level (the next one if demoted), ahead of the frozen jobs; the order does not flip.
         B's jobs that ran lead their levels' rank order (`_freeze`), so each level's are cut off
-        together; those that stay in their level keep their due entries."""
+        together, and each level's pushes go in as one block. Every job that ran gets its due entry
+        when the heap is next read (`DueTimes._settle`)."""
         q = self.q
         lv, vk, lo, hi = self.lv, self.vk, self.lo, self.hi
         ran = self.ran

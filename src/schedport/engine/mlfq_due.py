@@ -7,14 +7,16 @@ processing time in its level, ``done + (end - run start)``, exceeds the level's 
 test is monotone in the end, so each job of the last batch has an entry at its due time, and the
 exact test is made only near it. An entry is a bound below its job's due: a run that restarted
 later only moves the due later, so an entry that comes up early is put back at the due, and a job
-keeps its entry while it sits out of the batch and when it comes back. The heap's clock stands
+keeps its entry while it sits out of the batch and when it comes back. The entry goes when it comes
+up while its job is out of the batch, when a starvation check lifts the job (its due may then come
+earlier), or at the last level, where nothing is demoted. The heap's clock stands
 still in freezing steps (`MlfqCohort._freeze`): it keeps each due less `held`, the freezing steps'
 summed time, so that the jobs frozen through them, whose dues move on by as much, keep their
 entries untouched; the few jobs that ran in them get new entries when the heap is next read
 (`DueTimes._settle`). A job has one live entry at most, the one that carries its stamp (odd while
 it has one). Entries are grouped by due time: jobs demoted together into a level share their next
 due (on the bench window at rho 1.6, 5,266 demotions a run come in 832 such groups), so the heap
-holds each due time once (`heap`, plain floats) and a table the entries at it (`at`).
+holds each due time once (`heap`, plain floats) and a table of the entries at it (`at`).
 """
 
 from __future__ import annotations
