@@ -650,6 +650,21 @@ def test_fastserve_demotions_between_fast_forwards_match_exact(blocks, seqs):
     assert sim.sched.order.deepest == ex.sched.order.deepest
 
 
+def test_fastserve_member_short_of_a_block_makes_room_for_one_block_as_exact():
+    """A decode-cohort member that reaches a full cache needs one block: the fast walk preempts
+    the worst-ranked jobs until that one is free, as the full pass does, not one block more (here
+    one job preempted, not two; the schedules agree either way, the preemption counts did not)."""
+    t = Trace(np.array([0.196016, 0.229715, 0.258487, 0.385012, 0.53727, 0.810264, 1.267996, 1.752027]),
+              np.array([97, 221, 7, 253, 52, 146, 206, 204]), np.array([199, 47, 35, 23, 178, 145, 107, 104]))
+    cfg = small_engine(blocks=40, seqs=1)
+    _, out = run(t, "fastserve", cfg, exact=True)
+    _, fast = run(t, "fastserve", cfg, exact=False)
+    assert out.preemptions_total > 0 and fast.steps_fast_forwarded > 0
+    assert np.array_equal(fast.preemptions, out.preemptions)
+    assert np.array_equal(fast.finish_s, out.finish_s, equal_nan=True)
+    assert fast.swapped_blocks == out.swapped_blocks
+
+
 def test_recompute_preemption_replays_prompt_and_generated_tokens():
     cfg = small_engine(blocks=40, seqs=4)       # 640 tokens of KV for 4 x 300: forces preemption
     t = Trace(np.zeros(4), np.array([200, 200, 200, 200]), np.array([100, 100, 100, 100]))

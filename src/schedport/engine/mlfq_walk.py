@@ -257,16 +257,16 @@ class Walk:
         it, or preempted itself, or it sits out (a full host)."""
         self.pending -= 1
         self.selected += 1
-        self.xr += 1
         if self.tight:
             if self.free < 1:
+                # (its block is not counted yet: `make_room` finds the same free blocks as `free`)
                 if self.pending and not self.make_room(1, L + 1, L):
                     self.host_full = True       # (as `_make_room` marks it, whatever follows)
                 if self.free < 1:
-                    self.xr -= 1
                     self.short(r, -(-(r.pval + self.d) // self.bs), True)
                     return
             self.free -= 1
+        self.xr += 1
         self.budget -= 1
 
     def short(self, r: Request, blocks: int, in_b: bool) -> None:
