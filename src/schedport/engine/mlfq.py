@@ -91,7 +91,11 @@ class SkipJoinMLFQ(SortedEachStep):
 
     def push(self, req, now):
         self._state(req)
-        super().push(req, now)
+        # `SortedEachStep.push` for static, cached keys, written out (once per arrival and preemption)
+        if self._sorted_at is not None:
+            insort(self.items, req, key=_KEY_ATTR)
+        else:
+            self.items.append(req)
 
     def _to_front(self, req, s) -> None:
         self._front += 1
@@ -191,8 +195,15 @@ class SkipJoinMLFQ(SortedEachStep):
 
     def requeue(self, req, now):
         # swapped or recomputed out of the batch's way: its place in its queue is kept
-        self._close(self._state(req))
-        super().requeue(req, now)
+        s = self._state(req)
+        s3 = s[3]
+        if s3 == s3:                    # (`_close`: a run is open)
+            s[2] += s[4] - s3
+            s[3] = math.nan
+        if self._sorted_at is not None:
+            insort(self.items, req, key=_KEY_ATTR)
+        else:
+            self.items.append(req)
         if req.generated or req.swapped:
             if self._resumable_sorted:
                 insort(self.resumable, req, key=_KEY_ATTR)
@@ -200,12 +211,12 @@ class SkipJoinMLFQ(SortedEachStep):
                 self.resumable.append(req)
 
     def remove(self, req):
-        super().remove(req)
+        self.items.remove(req)
         if req.generated or req.swapped:
             self.resumable.remove(req)
 
     def pop_head(self):
-        req = super().pop_head()
+        req = self.items.pop(0)
         if req.generated or req.swapped:
             self.resumable.remove(req)
         return req
