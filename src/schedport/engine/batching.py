@@ -515,16 +515,21 @@ class Continuous(BatchingMode):
         if sim.cohort_n:
             tokens = sim.cohort_n
             blocks = sim.cohort_crossings(sim.dclock)
+        budget = self.budget
+        room = cache.free - self.watermark_blocks
+        # (both sums only grow: the first request past the budget or the free blocks settles it)
+        for r in waiting:
+            tokens += r.prompt + r.generated - r.computed
+            blocks += -(-(r.prompt + r.generated) // bs)
+            if tokens > budget or blocks > room:
+                return None
         for r in sim.running:
             if r.sync < 0:
                 k = r.prompt + r.generated - r.computed
                 tokens += k
                 blocks += -(-(r.computed + k) // bs) - r.blocks
-        for r in waiting:
-            tokens += r.prompt + r.generated - r.computed
-            blocks += -(-(r.prompt + r.generated) // bs)
-        if tokens > self.budget or blocks > cache.free - self.watermark_blocks:
-            return None
+                if tokens > budget or blocks > room:
+                    return None
         if sim.bulk:
             plan = self._plan_cohort(sim, self.budget, in_order=False)
         else:

@@ -396,8 +396,8 @@ class MlfqCohort(DueTimes):
         # a level whose first job is frozen is frozen whole). B's jobs the walk preempted rank last
         # and are written out below: one frozen first is written out alike.
         end = self.last_end
-        items_out = [r for r in self.frz_items if r.aux[FRZ] >= 0]     # (frozen before)
         frz = self.thawing              # the jobs frozen before this step (`_thaw_next`): some thaw in it
+        add = frz.append
         at_low = self.sign > 0
         for L in range(L0, self.q.deepest + 1):     # (no job is below the deepest level reached)
             d = lv[L]
@@ -416,9 +416,9 @@ class MlfqCohort(DueTimes):
                 a[FRZ] = FROZEN
                 a[LAST] = end           # (one demoted at its last step has a run [end, end]: it adds 0.0)
                 # (its due entry stays: a bound below its due once it thaws, as its run restarts later)
-                frz.append(r)
-                if r.sync < 0:
-                    items_out.append(r)
+                add(r)
+        # the frozen jobs outside the cohort (before or now): B's jobs outside it are the walk's `bitems`
+        items_out = [r for its in w.bitems.values() for r in its if r.aux[FRZ] >= 0]
         # the walk's decisions in its order, as `_apply` makes them (B's jobs preempted written out
         # first; a preemption frees host room an admission may take back)
         self._leave_b(w.acts, ())

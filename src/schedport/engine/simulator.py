@@ -607,11 +607,18 @@ class Simulator(DecodeCohort):
         """Fast-forward when every running request is a cohort member: O(k) numpy, no per-request work."""
         n = self.cohort_n
         d0 = self.dclock
-        k_pol, t_pol = self.sched.fast_forward_limit(plan, self.now)
-        limit_t = self._limit_time(t_pol)
+        # the engine's own limits first: the policy's (the costlier to find) only if they leave a run
+        k_max = self._cohort_next_done() - d0
+        if k_max < 2:
+            return False
+        limit_t = self._limit_time(None)
         if self._too_close(limit_t):
             return False
-        k_max = self._cohort_next_done() - d0
+        k_pol, t_pol = self.sched.fast_forward_limit(plan, self.now)
+        if t_pol is not None and t_pol < limit_t:
+            limit_t = t_pol
+            if self._too_close(limit_t):
+                return False
         if k_pol is not None:
             k_max = min(k_max, k_pol)
         cap = self._time_cap(limit_t, n, self.cohort_pval + n * (d0 + 1))
