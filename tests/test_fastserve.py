@@ -203,11 +203,19 @@ def test_levels_kept_in_the_cohort_decide_most_steps_and_match_exact(monkeypatch
     """Fast mode keeps the MLFQ in the decode cohort (`engine.mlfq_cohort`): its walk decides most
     planned steps itself — batches cut at `max_num_seqs` (members parked and brought back),
     preemptions by swap of the worst-ranked jobs not reached, a full host that preempts nothing —
-    and writes the state out for the full pass only where it cannot settle a step. Either way
-    the bits are exact's."""
+    and writes the state out for the full pass only where it cannot settle a step; a walk that
+    counted blocks one by one goes back to counting levels once room is made for every member
+    not reached. Either way the bits are exact's."""
     from schedport.engine.mlfq_cohort import MlfqCohort
-    seen = {"walk": 0, "full": 0, "parked": 0, "victims": 0, "host_full": 0}
-    walk0, apply0 = MlfqCohort.walk, MlfqCohort._apply
+    from schedport.engine.mlfq_walk import Walk
+    seen = {"walk": 0, "full": 0, "parked": 0, "victims": 0, "host_full": 0, "untight": 0}
+    walk0, apply0, level0 = MlfqCohort.walk, MlfqCohort._apply, Walk.level
+
+    def level(self, L):
+        tight = self.tight
+        fits = level0(self, L)
+        seen["untight"] += tight and not self.tight
+        return fits
 
     def walk(self, mode, sched, now, gated, host_was_full):
         plan = walk0(self, mode, sched, now, gated, host_was_full)
@@ -222,6 +230,7 @@ def test_levels_kept_in_the_cohort_decide_most_steps_and_match_exact(monkeypatch
         return apply0(self, sched, now, acts, sit, preempted)
     monkeypatch.setattr(MlfqCohort, "walk", walk)
     monkeypatch.setattr(MlfqCohort, "_apply", apply)
+    monkeypatch.setattr(Walk, "level", level)
     fs = {"starve_every": 37, "starve_limit_s": 0.3}
     cfg = engine(blocks=blocks, seqs=seqs, host_gib=host_gib, fastserve=fs)
     t = long_prompt_overload(n=300, seed=5, rate=40.0)
@@ -231,6 +240,7 @@ def test_levels_kept_in_the_cohort_decide_most_steps_and_match_exact(monkeypatch
     b = sim.run()
     assert sim.sched.order.levels_kept is not None
     assert seen["walk"] > 10 * seen["full"]
+    assert seen["untight"]                      # blocks counted by bound again after room was made
     if host_gib == 16.0:
         assert seen["victims"]                  # the walk preempted by swap
     else:

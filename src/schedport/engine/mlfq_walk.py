@@ -36,14 +36,15 @@ class Walk:
     batch fills among them or jobs outside the cohort are among them), then the level's parked
     and waiting jobs by key. Blocks are checked against a lower bound of what is free (every
     member's new block taken first); where that fails, the exact count (the members reached so
-    far, counted one by one) decides. A request that fits only by it goes to the full pass; one
+    far, counted one by one) decides, until the blocks free cover every member not reached yet
+    (room was made): then the bound again. A request that fits only by it goes to the full pass; one
     that does not fit makes room as `Continuous._make_room` does, preempting the worst-ranked
     running jobs not reached by swap, or finding the host full and preempting none. A preempted
     job is reached again where it ranked, as a waiting one: nothing after it starts.
     """
 
     __slots__ = ("kept", "cache", "bs", "lv", "nlev", "others", "waiting", "d", "wm", "cap", "budget",
-                 "bitems", "free", "tight", "taken", "xr", "freed", "unc", "segs", "room", "host_full",
+                 "bitems", "free", "cross", "tight", "taken", "lost", "xr", "freed", "unc", "segs", "room", "host_full",
                  "preempted", "shorted", "n_oth", "io", "iw", "i", "pending", "selected", "admitting",
                  "cut", "acts", "sat", "victim", "vreq", "orders")
 
@@ -66,11 +67,13 @@ class Walk:
                 self.bitems.setdefault(r.aux[LVL], []).append(r)
         # free blocks: a lower bound (every member's new block taken first), or where that leaves too
         # few (`tight`), the exact count, every member visited and given its block in rank order
-        self.free = sim.cache.free - sim.cohort_crossings(self.d)
+        self.cross = sim.cohort_crossings(self.d)   # members that need a new block this step
+        self.free = sim.cache.free - self.cross
         self.tight = self.free < 0
         if self.tight:
             self.free = sim.cache.free
         self.taken = self.xr = self.freed = 0   # blocks taken by items, by members counted, freed by victims
+        self.lost = 0                   # members that needed a block and will not take one (preempted, short)
         self.unc: list = []             # levels whose members were all reached, not yet counted
         self.segs: list = []            # (order, a, b): members order[a:b] reached, not yet counted
         self.room = sim.host_blocks - sim.host_used
@@ -154,6 +157,12 @@ class Walk:
 
     def level(self, L: int) -> bool:
         """B's jobs of level L, in rank order; False where the batch filled among them."""
+        if self.tight:
+            # room made may cover every member not reached yet: blocks are counted by bound again
+            free = self.free - (self.cross - self.xr - self.lost)
+            if free >= 0:
+                self.free = free
+                self.tight = False
         if not self.tight and L not in self.orders:
             its = self.bitems.get(L)
             if its:
@@ -263,6 +272,7 @@ class Walk:
                 if self.pending and not self.make_room(1, L + 1, L):
                     self.host_full = True       # (as `_make_room` marks it, whatever follows)
                 if self.free < 1:
+                    self.lost += 1
                     self.short(r, -(-(r.pval + self.d) // self.bs), True)
                     return
             self.free -= 1
@@ -335,6 +345,7 @@ class Walk:
         freed = self.exact_free()
         room = self.room
         vict = []
+        lost = 0
         j = self.n_oth - 1
         io = self.io
         low = min(bmin, cur if cur is not None else self.nlev)
@@ -361,6 +372,8 @@ class Walk:
                         break
                     v = order[n]
                     vb = -(-(v.pval + d) // bs) if v.sync >= 0 else v.blocks
+                    if v.sync >= 0 and not (v.pval + d) % bs:
+                        lost += 1       # (counted once it is preempted)
                     if vb > room:
                         return False
                     room -= vb
@@ -383,6 +396,7 @@ class Walk:
             self.pending -= 1
             self.acts.append((v, 0, vb, ACT_PREEMPT, v.aux[VAL] is not None))
         self.room = room
+        self.lost += lost
         self.preempted = True
         return True
 
