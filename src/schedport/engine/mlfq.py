@@ -58,6 +58,7 @@ class SkipJoinMLFQ(SortedEachStep):
         self.every = int(params["starve_every"])
         self.never_run_starves = bool(params["never_run_starves"])
         self.lat = sim.latency
+        self._joins: dict[int, int] = {}    # prompt length -> the level a job of it joins (skip-join)
         self._front = 0                 # positions handed out by pushes to the front (negated)
         self._back = 0                  # and by pushes to the back
         self.promotions = 0             # starvation promotions, for the run summary
@@ -75,8 +76,11 @@ class SkipJoinMLFQ(SortedEachStep):
     def _state(self, req):
         # [level, position, processing time of closed runs, open run's start, last step's end]
         if req.aux is None:
-            t_init = self.lat.prefill_time(req.prompt)
-            lvl = min(bisect_left(self.quanta, t_init), self.levels - 1)   # the first quantum >= t_init
+            lvl = self._joins.get(req.prompt)
+            if lvl is None:
+                t_init = self.lat.prefill_time(req.prompt)
+                lvl = min(bisect_left(self.quanta, t_init), self.levels - 1)   # the first quantum >= t_init
+                self._joins[req.prompt] = lvl
             self._back += 1
             last = -math.inf if self.never_run_starves else req.arrival
             req.aux = [lvl, self._back, 0.0, math.nan, last, None, 0, -1]   # (+ `MlfqCohort`'s value, stamp, freeze)

@@ -131,18 +131,16 @@ class DueTimes:
         self.refix = []
 
     def _due_ran(self, end: float) -> list[Request]:
-        """`_due` for a freezing step: only the few jobs that ran can be demoted, so they are tested
-        (B's near their due, as the heap would pick them; newcomers all), and the heap, where the
-        frozen jobs' entries stay, is left alone."""
+        """`_due` for a freezing step: only the few jobs that ran can be demoted, so each is tested
+        exactly (one that passes is within the heap's margin of its due, where the heap would pick
+        it), and the heap, where the frozen jobs' entries stay, is left alone."""
         quanta = self.q.quanta
         last = self.q.levels - 1
-        lim = end + MARGIN
         out = []
         for r in self.ran:
             s = r.aux
             L = s[LVL]
-            if L < last and (s[VAL] is None or quanta[L] - s[DONE] + s[RUN] <= lim) \
-                    and s[DONE] + (end - s[RUN]) > quanta[L]:
+            if L < last and s[DONE] + (end - s[RUN]) > quanta[L]:
                 out.append(r)
         return out
 
@@ -175,15 +173,16 @@ class DueTimes:
                     s[FRZ] = NO_ENTRY
                     continue
                 L = s[LVL]
-                due = quanta[L] - s[DONE] + s[RUN] - held
-                if due > lim:           # a bound below its due (its run restarted): put back at it
-                    enter(due, stamp, r)
-                elif s[DONE] + (end - s[RUN]) > quanta[L]:
+                if s[DONE] + (end - s[RUN]) > quanta[L]:    # (then its due is not past `lim`)
                     g = down.get(L)
                     if g is None:
                         down[L] = [e]
                     else:
                         g.append(e)
+                    continue
+                due = quanta[L] - s[DONE] + s[RUN] - held
+                if due > lim:           # a bound below its due (its run restarted): put back at it
+                    enter(due, stamp, r)
                 else:
                     back.append((key, stamp, r))
         # the demoted jobs' entries at the next level, as `_advance` will set them: done 0, the run
