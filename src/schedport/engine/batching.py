@@ -510,13 +510,10 @@ class Continuous(BatchingMode):
         bs = cache.block_size
         order = sched.order
         waiting = list(order.ordered(now))
-        tokens = 0
-        blocks = 0
+        tokens = blocks = 0
         if sim.cohort_n:
-            tokens = sim.cohort_n
-            blocks = sim.cohort_crossings(sim.dclock)
-        budget = self.budget
-        room = cache.free - self.watermark_blocks
+            tokens, blocks = sim.cohort_n, sim.cohort_crossings(sim.dclock)
+        budget, room = self.budget, cache.free - self.watermark_blocks
         # (both sums only grow: the first request past the budget or the free blocks settles it)
         for r in waiting:
             tokens += r.prompt + r.generated - r.computed
