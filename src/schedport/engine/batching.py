@@ -332,7 +332,8 @@ class Continuous(BatchingMode):
         if members_sit:
             self._settle_cohort(plan, members_run, members_sit)
         if cached:
-            self._rank_hint = ranked
+            # (a job preempted in this pass and started again later in it is in `ranked` twice)
+            self._rank_hint = list(dict.fromkeys(ranked)) if plan.preempted else ranked
         if plan.host_full:
             self._host_full_step(plan, host_was_full, key, now, cached)
         plan.ranked = True                          # items are in rank order
