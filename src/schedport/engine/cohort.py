@@ -19,8 +19,9 @@ _ALONE_SLACK = 16   # clocks: how far below its done clock a member served alone
 
 class DecodeCohort:
     """The simulator's decode-cohort bookkeeping (module docstring). The simulator sets up its
-    state (`dclock`, `cohort_n`, `cohort_pval`, `cohort_buckets`, `cohort_heap`, `_cohort_hook`) and
-    owns what it reads here: `cache`, `running`, `_alloc_decode`."""
+    state (`dclock`, `cohort_n`, `cohort_pval`, `cohort_buckets`, `cohort_heap`, `_cohort_hook`: the
+    policy's hook for joins and leaves, None where nothing listens) and owns what it reads here:
+    `cache`, `running`, `_alloc_decode`."""
 
     def cohort_join(self, req) -> None:
         """Start advancing `req` with the cohort (its fields are true now)."""
@@ -35,12 +36,14 @@ class DecodeCohort:
         if not 0 <= req.heap_at <= c:
             heapq.heappush(self.cohort_heap, (c, req.idx, req))
             req.heap_at = c
-        self._cohort_hook(req, 1)
+        if self._cohort_hook is not None:
+            self._cohort_hook(req, 1)
 
     def cohort_leave(self, req) -> None:
         """Make `req`'s fields true and stop advancing it with the cohort."""
         self.sync(req)
-        self._cohort_hook(req, -1)
+        if self._cohort_hook is not None:
+            self._cohort_hook(req, -1)
         req.sync = -1
         self.cohort_n -= 1
         self.cohort_pval -= req.pval
@@ -120,7 +123,11 @@ class DecodeCohort:
                 req.done_clock = c = req.sync + (req.output - req.generated)
                 if not 0 <= req.heap_at <= c:
                     # a bound below its done clock: served alone again, it needs no new entry
-                    lb = max(c - _ALONE_SLACK, min(c, self.dclock + 1))
+                    lb = self.dclock + 1        # max(c - slack, min(c, dclock + 1)), written out
+                    if c < lb:
+                        lb = c
+                    if lb < c - _ALONE_SLACK:
+                        lb = c - _ALONE_SLACK
                     heapq.heappush(heap, (lb, req.idx, req))
                     req.heap_at = lb
         self.cohort_pval += moved
@@ -154,7 +161,8 @@ class DecodeCohort:
         for r in self.running:
             if r.sync >= 0:
                 self.sync(r)
-                self._cohort_hook(r, -1)
+                if self._cohort_hook is not None:
+                    self._cohort_hook(r, -1)
                 r.sync = -1
         self.cohort_n = 0
         self.cohort_pval = 0

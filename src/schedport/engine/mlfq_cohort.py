@@ -59,10 +59,6 @@ from schedport.engine.queues import Queue
 from schedport.engine.simulator import RUNNING, Request
 
 
-def _ignore(req, delta) -> None:
-    pass
-
-
 class MlfqCohort(DueTimes):
     """The lazy MLFQ state of one fast-mode run (module docstring)."""
 
@@ -93,7 +89,7 @@ class MlfqCohort(DueTimes):
         self.ran_b: list = []           # and how many of B's jobs lead each level in it
         self.frz_items: list[Request] = []  # the frozen jobs outside the cohort
         if getattr(q.cohort_changed, "__func__", None) is Queue.cohort_changed:
-            self.sim._cohort_hook = _ignore     # nothing listens to cohort joins and leaves
+            self.sim._cohort_hook = None    # nothing listens to cohort joins and leaves
 
     # ------------------------------------------------------------------ B's upkeep
     def _actual(self, L: int) -> list[Request]:
@@ -196,7 +192,7 @@ class MlfqCohort(DueTimes):
         as when the walk took every parked job it reached, in one cut."""
         o = self.others
         n = len(rs)
-        if n <= len(o) and all(a is b for a, b in zip(rs, o)):
+        if o[:n] == rs:                 # (the same jobs: a request compares by identity)
             del o[:n]
         else:
             for r in rs:
@@ -261,7 +257,7 @@ class MlfqCohort(DueTimes):
         sim.host_full_prev = False
         plan = Plan()
         plan.cohort = True
-        hook = None if sim._cohort_hook is _ignore else sim._cohort_hook
+        hook = sim._cohort_hook
         if sit or preempted:
             self._leave_b(acts, sit)
         if sit:
@@ -663,7 +659,7 @@ class MlfqCohort(DueTimes):
         """`SkipJoinMLFQ.after_step` on the lazy state."""
         q = self.q
         self._start_runs(start)
-        self.items_prev = [r for r, _ in plan.items if r.sync < 0]    # (no member leaves the cohort until the next plan)
+        self.items_prev = [r for r, _ in plan.items if r.sync < 0] if plan.items else []   # (no member leaves the cohort until the next plan)
         if self.ran is not None:
             demoted = self._due_ran(end)
             self.held += end - start    # the heap's time stands still (`_settle`)

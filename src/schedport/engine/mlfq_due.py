@@ -201,5 +201,7 @@ class DueTimes:
                 g += es
         for e in back:
             enter(*e)
+        if not self.x:
+            return down, []
         xs = [r for r in self.x if r.aux[LVL] < last and r.aux[DONE] + (end - r.aux[RUN]) > quanta[r.aux[LVL]]]
         return down, xs

@@ -24,6 +24,17 @@ LVL, POS, DONE, RUN, LAST, VAL, STAMP, FRZ = range(8)
 ACT_RUN, ACT_ADMIT, ACT_PREEMPT = range(3)   # a walk's actions
 
 
+def _room(m: int, seats: int, budget: int) -> int:
+    """How many of m one-token jobs the batch takes: at most its seats and its token budget left,
+    none if either is spent. (Comparisons written out: the `min` and `max` builtins cost several
+    times as much per call, and the walk asks this at every level.)"""
+    if seats < m:
+        m = seats
+    if budget < m:
+        m = budget
+    return m if m > 0 else 0
+
+
 class GiveWay(Exception):
     """The walk cannot settle this step: the full pass decides it."""
 
@@ -67,7 +78,7 @@ class Walk:
                 self.bitems.setdefault(r.aux[LVL], []).append(r)
         # free blocks: a lower bound (every member's new block taken first), or where that leaves too
         # few (`tight`), the exact count, every member visited and given its block in rank order
-        self.cross = sim.cohort_crossings(self.d)   # members that need a new block this step
+        self.cross = sim.cohort_buckets[(-self.d) % self.bs]    # members that need a new block this step
         self.free = sim.cache.free - self.cross
         self.tight = self.free < 0
         if self.tight:
@@ -92,8 +103,9 @@ class Walk:
 
     def order_of(self, L: int) -> list:
         o = self.orders.get(L)
-        if o is None:
-            o = self.orders[L] = self.kept._actual(L)
+        if o is None:                   # (`MlfqCohort._actual`, written out)
+            o = self.lv[L]
+            o = self.orders[L] = o[:] if self.kept.sign > 0 else o[::-1]
         return o
 
     def exact_free(self) -> int:
@@ -167,8 +179,14 @@ class Walk:
             its = self.bitems.get(L)
             if its:
                 return self.level_items(L, its)
-            m = len(self.lv[L])         # members only: counted
-            t = max(0, min(m, self.cap - self.selected, self.budget))
+            m = len(self.lv[L])         # members only: counted (`_room`, written out)
+            t = self.cap - self.selected
+            if m < t:
+                t = m
+            if self.budget < t:
+                t = self.budget
+            if t < 0:
+                t = 0
             self.selected += t
             self.budget -= t
             self.pending -= t
@@ -183,7 +201,7 @@ class Walk:
         """Members order[a:b] take one token each as far as the batch has room (their blocks are
         counted when an exact count is wanted); False where it filled among them."""
         m = b - a
-        t = max(0, min(m, self.cap - self.selected, self.budget))
+        t = _room(m, self.cap - self.selected, self.budget)
         if t:
             self.selected += t
             self.budget -= t
@@ -229,8 +247,8 @@ class Walk:
         # own counts (and `i`, where room is made)
         while True:
             n = len(order)              # (`make_room` may drop victims from this order's end)
-            room = min(cap - self.selected, self.budget)
-            stop = min(n, i + room) if room > 0 else i
+            room = _room(n - i, cap - self.selected, self.budget)
+            stop = i + room
             j = i
             while j < stop:
                 r = order[j]
@@ -300,7 +318,9 @@ class Walk:
         it is short (`short`)."""
         self.pending -= 1
         self.selected += 1
-        k = min(r.prompt + r.generated - r.computed, self.budget)
+        k = r.prompt + r.generated - r.computed
+        if k > self.budget:
+            k = self.budget
         need = -(-(r.computed + k) // self.bs) - r.blocks
         if need > self.free:
             self.go_tight()
@@ -317,7 +337,9 @@ class Walk:
 
     def take_waiting(self, c: Request, L: int) -> None:
         """A waiting job reached: admitted, room made for it, or admissions stop here."""
-        k = min(c.prompt + c.generated - c.computed, self.budget)
+        k = c.prompt + c.generated - c.computed
+        if k > self.budget:
+            k = self.budget
         need = -(-(c.computed + k) // self.bs)
         wm = self.wm
         if need > self.free - wm:
@@ -348,7 +370,7 @@ class Walk:
         lost = 0
         j = self.n_oth - 1
         io = self.io
-        low = min(bmin, cur if cur is not None else self.nlev)
+        low = bmin if cur is None or bmin < cur else cur     # (bmin <= the level count)
         for L in range(self.kept.q.deepest, -1, -1):   # (no job is below the deepest level reached)
             while j >= io and others[j].aux[LVL] == L:     # parked jobs rank after B's in a level
                 if freed >= need:
