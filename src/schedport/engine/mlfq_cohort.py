@@ -212,7 +212,7 @@ class MlfqCohort(DueTimes):
         if not mode.swap:
             return None
         sim = self.sim
-        self._thaw_next()
+        self.thawing, self.frz = self.frz, []   # (`_thaw_next`)
         waiting = self.q.ordered(now)
         if not waiting:
             for r in self.others:
@@ -414,7 +414,7 @@ class MlfqCohort(DueTimes):
                 # (its due entry stays: a bound below its due once it thaws, as its run restarts later)
                 add(r)
         # the frozen jobs outside the cohort (before or now): B's jobs outside it are the walk's `bitems`
-        items_out = [r for its in w.bitems.values() for r in its if r.aux[FRZ] >= 0]
+        items_out = [r for its in w.bitems.values() for r in its if r.aux[FRZ] >= 0] if w.bitems else []
         # the walk's decisions in its order, as `_apply` makes them (B's jobs preempted written out
         # first; a preemption frees host room an admission may take back)
         self._leave_b(w.acts, ())
@@ -458,7 +458,7 @@ class MlfqCohort(DueTimes):
                             if alone:
                                 sim.serve_alone(alone, items)
                                 alone = []
-                            plan.add(r, ks[r.idx])
+                            items.append((r, ks[r.idx]))     # (`Plan.add`: the step is not decode-only)
                             outside_cohort += 1
                     if alone:
                         sim.serve_alone(alone, items)
@@ -466,7 +466,7 @@ class MlfqCohort(DueTimes):
             while j < len(outside) and outside[j].aux[LVL] == L:
                 r = outside[j]
                 j += 1
-                plan.add(r, ks[r.idx])
+                items.append((r, ks[r.idx]))     # (`Plan.add`: the step is not decode-only)
                 x.append(r)
                 ran.append(r)
         if j < len(outside):
@@ -669,7 +669,7 @@ class MlfqCohort(DueTimes):
             return
         demoted = self._due(end)
         self.last_end = end
-        if q._check_due():
+        if not self.sim.iterations % q.every:   # (`_check_due`)
             q._promote_starved(self._batch_ids(), start)
             self.others.sort(key=BY_KEY)          # promoted parked jobs have new keys
         self._advance(end, demoted)

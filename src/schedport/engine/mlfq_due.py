@@ -115,6 +115,7 @@ class DueTimes:
         last = self.q.levels - 1
         held = self.held
         now = self.last_end
+        at, heap = self.at, self.heap
         for r in dict.fromkeys(self.refix):
             a = r.aux
             if a[VAL] is None or a[LVL] == last:
@@ -127,7 +128,13 @@ class DueTimes:
                     done = done + (a[LAST] - s3)
                 s3 = now
             a[STAMP] += 2 if a[STAMP] & 1 else 1
-            self._enter(quanta[a[LVL]] - done + s3 - held, a[STAMP], r)
+            due = quanta[a[LVL]] - done + s3 - held     # (`_enter`, written out)
+            g = at.get(due)
+            if g is None:
+                at[due] = [(a[STAMP], r)]
+                heapq.heappush(heap, due)
+            else:
+                g.append((a[STAMP], r))
         self.refix = []
 
     def _due_ran(self, end: float) -> list[Request]:

@@ -24,17 +24,6 @@ LVL, POS, DONE, RUN, LAST, VAL, STAMP, FRZ = range(8)
 ACT_RUN, ACT_ADMIT, ACT_PREEMPT = range(3)   # a walk's actions
 
 
-def _room(m: int, seats: int, budget: int) -> int:
-    """How many of m one-token jobs the batch takes: at most its seats and its token budget left,
-    none if either is spent. (Comparisons written out: the `min` and `max` builtins cost several
-    times as much per call, and the walk asks this at every level.)"""
-    if seats < m:
-        m = seats
-    if budget < m:
-        m = budget
-    return m if m > 0 else 0
-
-
 class GiveWay(Exception):
     """The walk cannot settle this step: the full pass decides it."""
 
@@ -179,7 +168,7 @@ class Walk:
             its = self.bitems.get(L)
             if its:
                 return self.level_items(L, its)
-            m = len(self.lv[L])         # members only: counted (`_room`, written out)
+            m = len(self.lv[L])         # members only: counted (min and max written out: the builtins cost several times as much)
             t = self.cap - self.selected
             if m < t:
                 t = m
@@ -201,7 +190,13 @@ class Walk:
         """Members order[a:b] take one token each as far as the batch has room (their blocks are
         counted when an exact count is wanted); False where it filled among them."""
         m = b - a
-        t = _room(m, self.cap - self.selected, self.budget)
+        t = self.cap - self.selected    # (min and max written out: the builtins cost several times as much)
+        if m < t:
+            t = m
+        if self.budget < t:
+            t = self.budget
+        if t < 0:
+            t = 0
         if t:
             self.selected += t
             self.budget -= t
@@ -247,8 +242,12 @@ class Walk:
         # own counts (and `i`, where room is made)
         while True:
             n = len(order)              # (`make_room` may drop victims from this order's end)
-            room = _room(n - i, cap - self.selected, self.budget)
-            stop = i + room
+            stop = cap - self.selected  # (min and max written out: the builtins cost several times as much)
+            if n - i < stop:
+                stop = n - i
+            if self.budget < stop:
+                stop = self.budget
+            stop = i + stop if stop > 0 else i
             j = i
             while j < stop:
                 r = order[j]
