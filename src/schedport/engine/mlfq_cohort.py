@@ -438,9 +438,9 @@ class MlfqCohort(DueTimes):
         cut = self.ran_b = []           # (level, how many of B's lead it in the batch)
         x = self.x = []
         j = 0
-        outside_cohort = len(outside)   # the batch's items outside the cohort, counted
+        n_out = outside_cohort = len(outside)   # the batch's items outside the cohort, counted
         for L in range(self.q.levels):
-            if L > L0 and j == len(outside):
+            if L > L0 and j == n_out:
                 break
             if L <= L0 and lv[L]:
                 order = w.order_of(L)
@@ -463,13 +463,13 @@ class MlfqCohort(DueTimes):
                     if alone:
                         sim.serve_alone(alone, items)
                 ran += order
-            while j < len(outside) and outside[j].aux[LVL] == L:
+            while j < n_out and outside[j].aux[LVL] == L:
                 r = outside[j]
                 j += 1
                 items.append((r, ks[r.idx]))     # (`Plan.add`: the step is not decode-only)
                 x.append(r)
                 ran.append(r)
-        if j < len(outside):
+        if j < n_out:
             raise RuntimeError("internal: a frozen step's batch is not in level order")
         self.ran = ran
         # every frozen job sits this step; those the batch took thaw (`_start_runs`)
