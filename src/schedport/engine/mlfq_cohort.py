@@ -659,7 +659,8 @@ class MlfqCohort(DueTimes):
         """`SkipJoinMLFQ.after_step` on the lazy state."""
         q = self.q
         self._start_runs(start)
-        self.items_prev = [r for r, _ in plan.items if r.sync < 0] if plan.items else []   # (no member leaves the cohort until the next plan)
+        # (no member leaves the cohort until the next plan)
+        self.items_prev = [r for r, _ in plan.items if r.sync < 0] if plan.items else []
         if self.ran is not None:
             demoted = self._due_ran(end)
             self.held += end - start    # the heap's time stands still (`_settle`)

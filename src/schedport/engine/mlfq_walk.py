@@ -168,8 +168,8 @@ class Walk:
             its = self.bitems.get(L)
             if its:
                 return self.level_items(L, its)
-            m = len(self.lv[L])         # members only: counted (min and max written out: the builtins cost several times as much)
-            t = self.cap - self.selected
+            m = len(self.lv[L])         # members only: counted
+            t = self.cap - self.selected    # (min and max written out: the builtins cost several times as much)
             if m < t:
                 t = m
             if self.budget < t:
