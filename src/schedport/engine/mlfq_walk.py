@@ -169,16 +169,7 @@ class Walk:
             if its:
                 return self.level_items(L, its)
             m = len(self.lv[L])         # members only: counted
-            t = self.cap - self.selected    # (min and max written out: the builtins cost several times as much)
-            if m < t:
-                t = m
-            if self.budget < t:
-                t = self.budget
-            if t < 0:
-                t = 0
-            self.selected += t
-            self.budget -= t
-            self.pending -= t
+            t = self.seat(m)
             if t < m:
                 self.cut = (L, t)
                 return False
@@ -186,21 +177,28 @@ class Walk:
             return True
         return self.visit(L, self.order_of(L), 0)
 
-    def count(self, L: int, order: list, a: int, b: int) -> bool:
-        """Members order[a:b] take one token each as far as the batch has room (their blocks are
-        counted when an exact count is wanted); False where it filled among them."""
-        m = b - a
-        t = self.cap - self.selected    # (min and max written out: the builtins cost several times as much)
+    def seat(self, m: int) -> int:
+        """Seat up to m members (one token each) as far as the batch's seats and token budget
+        allow; how many were seated. (min and max written out: in CPython 3.11 the builtins
+        parse their arguments on every call and cost several times the comparisons.)"""
+        t = self.cap - self.selected
         if m < t:
             t = m
         if self.budget < t:
             t = self.budget
         if t < 0:
             t = 0
+        self.selected += t
+        self.budget -= t
+        self.pending -= t
+        return t
+
+    def count(self, L: int, order: list, a: int, b: int) -> bool:
+        """Members order[a:b] take one token each as far as the batch has room (their blocks are
+        counted when an exact count is wanted); False where it filled among them."""
+        m = b - a
+        t = self.seat(m)
         if t:
-            self.selected += t
-            self.budget -= t
-            self.pending -= t
             self.segs.append((order, a, a + t))
         if t < m:
             self.cut = (L, a + t)
