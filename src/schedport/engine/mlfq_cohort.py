@@ -63,7 +63,7 @@ class MlfqCohort(DueTimes):
     """The lazy MLFQ state of one fast-mode run (module docstring)."""
 
     __slots__ = ("q", "sim", "lv", "vk", "lo", "hi", "sign", "last_end", "heap", "at", "others", "items_prev", "x",
-                 "explicit", "frz", "thawing", "ran", "ran_b", "frz_items", "held", "refix")
+                 "explicit", "frz", "thawing", "ran", "ran_b", "ran_out", "frz_items", "held", "refix")
 
     def __init__(self, q):
         self.q = q
@@ -87,6 +87,7 @@ class MlfqCohort(DueTimes):
         self.thawing: list[Request] = []    # the jobs frozen before this step: those in its batch thaw
         self.ran: list[Request] | None = None   # a freezing step's batch, in rank order
         self.ran_b: list = []           # and how many of B's jobs lead each level in it
+        self.ran_out: list[Request] = []    # and its items outside the cohort
         self.frz_items: list[Request] = []  # the frozen jobs outside the cohort
         if getattr(q.cohort_changed, "__func__", None) is Queue.cohort_changed:
             self.sim._cohort_hook = None    # nothing listens to cohort joins and leaves
@@ -230,7 +231,9 @@ class MlfqCohort(DueTimes):
             return None                     # nothing runs: the full pass breaks the stall
         if self._may_freeze(w):
             return self._freeze(sched, now, w)
-        sit = w.sat + w.sitters()
+        sit = w.sitters()
+        if w.sat:
+            sit = w.sat + sit
         plan = self._apply(sched, now, w.acts, sit, w.preempted)
         if w.host_full:
             plan.host_full = True
@@ -286,7 +289,8 @@ class MlfqCohort(DueTimes):
         if unparked:
             self._unpark_all(unparked)
         sim.cache.free -= sim.cohort_crossings(sim.dclock)
-        sim.cohort_join_all(join, hook)
+        if join:
+            sim.cohort_join_all(join, hook)
         # (the items are prefills and admissions: none is a member)
         plan.parked = len(sim.running) - sim.cohort_n - len(plan.items)
         if plan.admitted or plan.preempted:
@@ -437,15 +441,19 @@ class MlfqCohort(DueTimes):
         ran = []
         cut = self.ran_b = []           # (level, how many of B's lead it in the batch)
         x = self.x = []
+        out = self.ran_out = []         # the batch's items outside the cohort, in its order
         j = 0
         n_out = outside_cohort = len(outside)   # the batch's items outside the cohort, counted
         for L in range(self.q.levels):
             if L > L0 and j == n_out:
                 break
             if L <= L0 and lv[L]:
-                order = w.order_of(L)
-                if L == L0:
-                    order = order[:reached]
+                if L < L0 or L in w.orders:
+                    order = w.order_of(L)
+                    if L == L0:
+                        order = order[:reached]
+                else:                   # (its first `reached` only, in rank order: no copy of the level)
+                    order = lv[L][:reached] if at_low else lv[L][:-reached - 1:-1]
                 cut.append((L, len(order)))
                 if not w.bitems.get(L):     # members only: made exact, given their next blocks, items
                     sim.serve_alone(order, items)
@@ -459,6 +467,7 @@ class MlfqCohort(DueTimes):
                                 sim.serve_alone(alone, items)
                                 alone = []
                             items.append((r, ks[r.idx]))     # (`Plan.add`: the step is not decode-only)
+                            out.append(r)
                             outside_cohort += 1
                     if alone:
                         sim.serve_alone(alone, items)
@@ -467,6 +476,7 @@ class MlfqCohort(DueTimes):
                 r = outside[j]
                 j += 1
                 items.append((r, ks[r.idx]))     # (`Plan.add`: the step is not decode-only)
+                out.append(r)
                 x.append(r)
                 ran.append(r)
         if j < n_out:
@@ -484,12 +494,12 @@ class MlfqCohort(DueTimes):
         plan.decode_only = False
         return plan
 
-    def _advance_frozen(self, end: float, demoted: list[Request]) -> None:
-        """A freezing step's front pushes: each job of its batch, in batch order, goes to the front of
-        its level (the next one if demoted), ahead of the frozen jobs; the order does not flip.
-        B's jobs that ran lead their levels' rank order (`_freeze`), so each level's are cut off
-        together, and each level's pushes go in as one block. Every job that ran gets its due entry
-        when the heap is next read (`DueTimes._settle`)."""
+    def _advance_frozen(self, end: float) -> None:
+        """A freezing step's demotions and front pushes: each job of its batch, in batch order, goes
+        to the front of its level (the next one if demoted), ahead of the frozen jobs; the order does
+        not flip. B's jobs that ran lead their levels' rank order (`_freeze`), so each level's are
+        cut off together, and each level's pushes go in as one block. Every job that ran gets its
+        due entry when the heap is next read (`DueTimes._settle`)."""
         q = self.q
         lv, vk, lo, hi = self.lv, self.vk, self.lo, self.hi
         ran = self.ran
@@ -501,24 +511,27 @@ class MlfqCohort(DueTimes):
                 else:
                     del lv[L][-n:], vk[L][-n:]
         # the pushes by level, in batch order (levels ascend in it: one demoted into a level is
-        # pushed before that level's own jobs)
+        # pushed before that level's own jobs). Only the jobs that ran can be demoted, so each is
+        # tested exactly (one that passes is within the heap's margin of its due, where the heap
+        # would pick it), and the heap, where the frozen jobs' entries stay, is left alone.
         to: dict[int, list] = {}
-        if demoted:
-            dem = {r.idx for r in demoted}
-            for r in ran:
-                a = r.aux
-                L = a[LVL]
-                if r.idx in dem:
-                    a[DONE] = 0.0
-                    a[RUN] = end        # its next run starts with the next step
-                    L += 1
-                    a[LVL] = L
-                    if L > q.deepest:
-                        q.deepest = L
-                to.setdefault(L, []).append(r)
-        else:
-            for r in ran:
-                to.setdefault(r.aux[LVL], []).append(r)
+        quanta = q.quanta
+        last = q.levels - 1
+        for r in ran:
+            a = r.aux
+            L = a[LVL]
+            if L < last and a[DONE] + (end - a[RUN]) > quanta[L]:
+                a[DONE] = 0.0
+                a[RUN] = end            # its next run starts with the next step
+                L += 1
+                a[LVL] = L
+                if L > q.deepest:
+                    q.deepest = L
+            g = to.get(L)
+            if g is None:
+                to[L] = [r]
+            else:
+                g.append(r)
         for L, rs in to.items():
             d, k = lv[L], vk[L]
             if not d:
@@ -571,12 +584,15 @@ class MlfqCohort(DueTimes):
         """One step's front pushes and demotions: each level's batch reversed, newcomers `x` at the
         front, jobs demoted into a level behind its batch (in batch order: B's, then newcomers).
         (`_push_due` written out: this runs for every job that enters B.)"""
+        x = self.x
+        down, xs = demoted              # (`_due`: B's by the level they leave, as due entries; newcomers)
+        if not x and not down:          # (then no newcomer is demoted either) the order flips, no more
+            self.sign = -self.sign
+            return
         q = self.q
         sign = self.sign
-        x = self.x
         moved: dict[int, list] = {}             # old level -> its demoted jobs, in batch order
         lv, vk, lo, hi = self.lv, self.vk, self.lo, self.hi
-        down, xs = demoted              # (`_due`: B's by the level they leave, as due entries; newcomers)
         if down or xs:
             dem = {r.idx for r in xs} if xs else ()
             for L, es in down.items():  # B's: in their level's rank order, out of it
@@ -660,14 +676,13 @@ class MlfqCohort(DueTimes):
         q = self.q
         self._start_runs(start)
         # (no member leaves the cohort until the next plan)
-        self.items_prev = [r for r, _ in plan.items if r.sync < 0] if plan.items else []
         if self.ran is not None:
-            demoted = self._due_ran(end)
+            self.items_prev = [r for r in self.ran_out if r.sync < 0] + self.frz_items
             self.held += end - start    # the heap's time stands still (`_settle`)
             self.last_end = end
-            self._advance_frozen(end, demoted)  # (never a starvation check: `_may_freeze`)
-            self.items_prev += self.frz_items
+            self._advance_frozen(end)   # (never a starvation check: `_may_freeze`)
             return
+        self.items_prev = [r for r, _ in plan.items if r.sync < 0] if plan.items else []
         demoted = self._due(end)
         self.last_end = end
         if not self.sim.iterations % q.every:   # (`_check_due`)

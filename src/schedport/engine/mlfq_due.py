@@ -31,8 +31,9 @@ FROZEN, NO_ENTRY = 1, 2     # a frozen job's FRZ: its due entry kept (a bound be
 
 
 class DueTimes:
-    """The due heap's upkeep, on the state `MlfqCohort` holds (`heap` and `at`, `held`, `refix`, the
-    step's newcomers `x` and a freezing step's batch `ran`)."""
+    """The due heap's upkeep, on the state `MlfqCohort` holds (`heap` and `at`, `held`, `refix` and
+    the step's newcomers `x`). A freezing step's demotions are found where its jobs are pushed
+    (`MlfqCohort._advance_frozen`): only the few that ran can be demoted."""
 
     __slots__ = ()
 
@@ -137,34 +138,23 @@ class DueTimes:
                 g.append((a[STAMP], r))
         self.refix = []
 
-    def _due_ran(self, end: float) -> list[Request]:
-        """`_due` for a freezing step: only the few jobs that ran can be demoted, so each is tested
-        exactly (one that passes is within the heap's margin of its due, where the heap would pick
-        it), and the heap, where the frozen jobs' entries stay, is left alone."""
-        quanta = self.q.quanta
-        last = self.q.levels - 1
-        out = []
-        for r in self.ran:
-            s = r.aux
-            L = s[LVL]
-            if L < last and s[DONE] + (end - s[RUN]) > quanta[L]:
-                out.append(r)
-        return out
-
     def _due(self, end: float) -> tuple[dict, list]:
         """The jobs demoted at a step ending at `end`: B's, as their entries by the level they leave,
         and this step's newcomers `x`."""
         if self.refix:
             self._settle()
+        heap = self.heap
+        held = self.held
+        lim = end + MARGIN - held
+        if not self.x and (not heap or heap[0] > lim):
+            return {}, []               # (no entry comes up and no job joined the batch)
         q = self.q
         quanta = q.quanta
         last = q.levels - 1
-        heap, at = self.heap, self.at
+        at = self.at
         enter = self._enter
         back = []
         down: dict[int, list] = {}      # the entries of the jobs demoted from each level
-        held = self.held
-        lim = end + MARGIN - held
         while heap and heap[0] <= lim:
             key = heapq.heappop(heap)
             for e in at.pop(key):
