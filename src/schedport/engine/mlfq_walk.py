@@ -45,7 +45,7 @@ class Walk:
 
     __slots__ = ("kept", "cache", "bs", "lv", "nlev", "others", "waiting", "d", "wm", "cap", "budget",
                  "bitems", "free", "cross", "tight", "taken", "lost", "xr", "freed", "unc", "segs", "room", "host_full",
-                 "preempted", "shorted", "n_oth", "io", "iw", "i", "pending", "selected", "admitting",
+                 "preempted", "shorted", "n_oth", "io", "i", "pending", "selected", "admitting",
                  "cut", "acts", "sat", "victim", "vreq", "orders")
 
     def __init__(self, kept, mode, waiting: list):
@@ -80,7 +80,7 @@ class Walk:
         self.host_full = self.preempted = False
         self.shorted = False            # a running job reached found no block (`short`)
         self.n_oth = len(self.others)
-        self.io = self.iw = self.i = 0
+        self.io = self.i = 0
         self.pending = len(sim.running)
         self.selected = 0
         self.admitting = True
@@ -118,16 +118,23 @@ class Walk:
         """Walk the rank order until the batch is full or nothing more can start."""
         lv, nlev = self.lv, self.nlev
         others, waiting = self.others, self.waiting
+        nw = len(waiting)
+        iw = 0                          # the next waiting job (`io`, the next parked one, `make_room` reads)
         L = 0
         while True:
-            c = others[self.io] if self.io < self.n_oth else None
-            ck = None if c is None else c.key
-            if self.iw < len(waiting) and self.admitting:
-                w = waiting[self.iw]
-                if c is None or w.key < ck:
-                    c, ck = w, w.key
-            if self.victim is not None and self.admitting and (c is None or self.victim < ck):
-                c, ck = self.vreq, self.victim      # the best-ranked victim, waiting again where it ranked
+            io = self.io
+            if io < self.n_oth:
+                c = others[io]
+                ck = c.key
+            else:
+                c = ck = None
+            if self.admitting:
+                if iw < nw:
+                    w = waiting[iw]
+                    if c is None or w.key < ck:
+                        c, ck = w, w.key
+                if self.victim is not None and (c is None or self.victim < ck):
+                    c, ck = self.vreq, self.victim      # the best-ranked victim, waiting again where it ranked
             top = ck[0] if c is not None else nlev - 1
             vreq = self.vreq
             while L <= top:
@@ -150,10 +157,10 @@ class Walk:
                     raise GiveWay
                 return
             if c.phase == RUNNING:
-                self.io += 1
+                self.io = io + 1
                 self.take_running(c, L, None, False)
             else:
-                self.iw += 1
+                iw += 1
                 self.take_waiting(c, L)
 
     def level(self, L: int) -> bool:

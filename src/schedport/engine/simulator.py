@@ -452,7 +452,7 @@ class Simulator(DecodeCohort):
             self._cohort_served(items)
             if plan.parked:             # requests parked out of the cohort stay out
                 for req, _ in items:
-                    if req.decoding and req.sync < 0 and req.generated < req.output:
+                    if req.sync < 0 and req.decoding and req.generated < req.output:
                         self.cohort_join(req)
             else:
                 self.rebuild_cohort()
