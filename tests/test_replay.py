@@ -55,6 +55,7 @@ class Received:
     body: dict
     first_sent: float = math.nan    # when the first / last token chunk was written
     last_sent: float = math.nan
+    peer: tuple | None = None       # the client's (host, port): one per TCP connection
 
     @property
     def prompt(self) -> tuple[int, ...]:
@@ -131,7 +132,7 @@ class FakeServer:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         t = time.perf_counter()
         body = await request.json()
-        rec = Received(t, body)
+        rec = Received(t, body, peer=request.transport.get_extra_info("peername"))
         self.records.append(rec)
         if self.hold_until:
             if self.all_in is None:
@@ -424,6 +425,15 @@ def test_replay_sends_each_request_exactly_as_sized(clean_run):
         assert b["ignore_eos"] is True and b["stream"] is True and b["model"] == "fake"
         assert b["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
         assert "priority" not in b                   # vllm-fcfs: the server's own order
+
+
+def test_replay_opens_a_connection_per_request(clean_run):
+    """No request reuses an idle connection: one that does races the server's keep-alive timeout
+    and can be lost to "Server disconnected" (vLLM's API server closes idle connections after
+    5 s, and a starved machine overruns its timers). The trace's requests are spaced so that
+    most start after earlier ones finished, where a pooling client would reuse their connections."""
+    _, _, records = clean_run
+    assert len({r.peer for r in records}) == len(records)
 
 
 def test_replay_is_open_loop(fake):

@@ -390,12 +390,14 @@ async def _send(session, url: str, body: dict, want: int, t_zero: float, timeout
 
 
 def client_connector():
-    """The HTTP connection pool for probing the server: unbounded, and a fresh connection for
-    every probe. Reusing an idle connection races the server's keep-alive timeout (vLLM's API
-    server: 5 s, VLLM_HTTP_TIMEOUT_KEEP_ALIVE): aiohttp's default 15 s lost a request now and then
-    to "Server disconnected", and even a 2 s client timeout did under load, when a starved client
-    or server overruns its timers (a calibration failed so in `make test` with both cores busy).
-    A loopback connect costs well under a millisecond, below the probes' resolution."""
+    """The HTTP connection pool for a replay and for probing the server: unbounded, and a fresh
+    connection for every request. Reusing an idle connection races the server's keep-alive
+    timeout (vLLM's API server: 5 s, VLLM_HTTP_TIMEOUT_KEEP_ALIVE): aiohttp's default 15 s lost a
+    request now and then to "Server disconnected", and even a 2 s client timeout did under load,
+    when a starved client or server overruns its timers (a calibration failed so in `make test`
+    with both cores busy, and a replay's burst in `make test` with two busy loops). A loopback
+    connect costs well under a millisecond, below the probes' resolution, and every replayed
+    request pays it alike."""
     aiohttp = need_aiohttp()
     return aiohttp.TCPConnector(limit=0, force_close=True)
 
@@ -403,7 +405,7 @@ def client_connector():
 async def _replay_async(trace: Trace, base: str, model: str | None, priorities, salt: int,
                         token_range, timeout_s: float, on_progress) -> tuple[list[_Outcome], ServerInfo, float]:
     aiohttp = need_aiohttp()
-    connector = aiohttp.TCPConnector(limit=0)     # one connection per in-flight request
+    connector = client_connector()      # a connection per request, none reused
     # No session-wide deadline: aiohttp's default (5 min total) would cut long requests short
     # and report them as timeouts; request_timeout_s is the only deadline on a request.
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout()) as session:
