@@ -443,14 +443,15 @@ def test_kept_rank_order_decides_most_steps_and_matches_exact(monkeypatch, name,
         seen["back"] += sum(1 for r, _, _, waiting in picked if not waiting and r.decoding)
         seen["victims"] += len(victims)
         return orig_apply(self, sched, now, reached, sit, picked, victims)
-    orig_served = Simulator._cohort_served
+    orig_execute = Simulator._execute
 
-    def spy_served(self, req):
-        seen["alone"] = seen.get("alone", 0) + 1
-        return orig_served(self, req)
+    def spy_execute(self, plan):
+        if self.bulk and not plan.cohort:      # the cohort stands still: its members among the items run alone
+            seen["alone"] = seen.get("alone", 0) + sum(1 for r, _ in plan.items if r.sync >= 0)
+        return orig_execute(self, plan)
     monkeypatch.setattr(RankTracker, "plan", spy_plan)
     monkeypatch.setattr(RankTracker, "_apply", spy_apply)
-    monkeypatch.setattr(Simulator, "_cohort_served", spy_served)
+    monkeypatch.setattr(Simulator, "_execute", spy_execute)
     extra = {"scheduler": {name: {"preemption": preemption}}}
     if host_gib is not None:
         eng = {"num_gpu_blocks": blocks, "max_num_seqs": seqs, "max_model_len": 512, "block_size": 16,
@@ -509,12 +510,13 @@ def test_done_heap_keeps_bounds_below_done_clocks_and_finishes_on_time(monkeypat
             seen["push"] += 1
             return real_heapq.heapreplace(heap, entry)
     monkeypatch.setattr(cohort, "heapq", CountingHeap)
-    orig_served, orig_join, orig_join_all = Simulator._cohort_served, Simulator.cohort_join, Simulator.cohort_join_all
+    orig_execute, orig_join, orig_join_all = Simulator._execute, Simulator.cohort_join, Simulator.cohort_join_all
     orig_park = RankTracker._park
 
-    def spy_served(self, items):
-        seen["alone"] += sum(1 for r, _ in items if r.sync >= 0)
-        return orig_served(self, items)
+    def spy_execute(self, plan):
+        if self.bulk and not plan.cohort:      # the cohort stands still: its members among the items run alone
+            seen["alone"] += sum(1 for r, _ in plan.items if r.sync >= 0)
+        return orig_execute(self, plan)
 
     def spy_join(self, req):
         seen["joins"] += 1
@@ -527,7 +529,7 @@ def test_done_heap_keeps_bounds_below_done_clocks_and_finishes_on_time(monkeypat
     def spy_park(self, im, now):
         seen["parks"] += len(self.members) - im
         return orig_park(self, im, now)
-    monkeypatch.setattr(Simulator, "_cohort_served", spy_served)
+    monkeypatch.setattr(Simulator, "_execute", spy_execute)
     monkeypatch.setattr(Simulator, "cohort_join", spy_join)
     monkeypatch.setattr(Simulator, "cohort_join_all", spy_join_all)
     monkeypatch.setattr(RankTracker, "_park", spy_park)

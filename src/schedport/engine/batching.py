@@ -436,7 +436,7 @@ class Continuous(BatchingMode):
         (`members_run`: (items position, request, tokens)) take their token as items.
 
         With a kept rank order (`RankTracker`) the sitters stay out (parked) until a walk reaches
-        them, and members that run alone stay members (`Simulator._cohort_served`)."""
+        them, and members that run alone stay members (`Simulator._execute`)."""
         sim = self.sim
         kept = self.tracker is not None
         if len(members_sit) <= len(members_run):

@@ -106,31 +106,17 @@ class DecodeCohort:
                 if self._alloc_decode:
                     req.blocks = -(-req.computed // self.cache.block_size)
 
-    def _cohort_served(self, items: list) -> None:
-        """The members among `items` (synced before the step) took one token each as items while
-        the cohort stood still: their cohort offsets, block buckets and completion clocks move."""
-        bs = self.cache.block_size
-        buckets = self.cohort_buckets
-        heap = self.cohort_heap
-        moved = 0
-        for req, _ in items:
-            if req.sync >= 0:
-                pv = req.computed - req.sync
-                moved += pv - req.pval
-                buckets[req.pval % bs] -= 1
-                buckets[pv % bs] += 1
-                req.pval = pv
-                req.done_clock = c = req.sync + (req.output - req.generated)
-                if not 0 <= req.heap_at <= c:
-                    # a bound below its done clock: served alone again, it needs no new entry
-                    lb = self.dclock + 1        # max(c - slack, min(c, dclock + 1)), written out
-                    if c < lb:
-                        lb = c
-                    if lb < c - _ALONE_SLACK:
-                        lb = c - _ALONE_SLACK
-                    heapq.heappush(heap, (lb, req.idx, req))
-                    req.heap_at = lb
-        self.cohort_pval += moved
+    def _alone_entry(self, req, c: int) -> None:
+        """A done-heap entry for a member served alone (its done clock `c` moved one step earlier
+        while the cohort stood still): at a bound below `c`, so that being served alone again
+        needs no new entry."""
+        lb = self.dclock + 1        # max(c - slack, min(c, dclock + 1)), written out
+        if c < lb:
+            lb = c
+        if lb < c - _ALONE_SLACK:
+            lb = c - _ALONE_SLACK
+        heapq.heappush(self.cohort_heap, (lb, req.idx, req))
+        req.heap_at = lb
 
     def serve_alone(self, reqs, items: list) -> None:
         """Cohort members `reqs` take their token as items (appended to `items`) while the cohort

@@ -120,11 +120,12 @@ class MlfqCohort(DueTimes):
         else:
             for r in order:
                 self._drop(r)
+        front = q._front
         for r in reversed(order):
             a = r.aux
-            q._front += 1
-            a[POS] = -q._front
-            r.key = (a[LVL], a[POS], r.idx)
+            front += 1
+            a[POS] = -front
+            r.key = (L, -front, r.idx)
             if a[FRZ] < 0:
                 a[LAST] = end
                 if a[RUN] == end:       # demoted at its last step: no run open yet
@@ -132,6 +133,7 @@ class MlfqCohort(DueTimes):
             else:
                 a[FRZ] = -1             # frozen: its last end and run were written when it froze
             a[VAL] = None               # (its due entry stays: a bound below its due when it rejoins)
+        q._front = front
 
     def materialize(self) -> None:
         """Write every B job's state out, as `SkipJoinMLFQ.after_step` would have kept it, for the
@@ -399,6 +401,7 @@ class MlfqCohort(DueTimes):
         frz = self.thawing              # the jobs frozen before this step (`_thaw_next`): some thaw in it
         add = frz.append
         at_low = self.sign > 0
+        frz_, last_ = FRZ, LAST         # (read once: this loop freezes hundreds at a chain's start)
         for L in range(L0, self.q.deepest + 1):     # (no job is below the deepest level reached)
             d = lv[L]
             if not d:
@@ -411,10 +414,10 @@ class MlfqCohort(DueTimes):
                 seq = d if at_low else reversed(d)
             for r in seq:
                 a = r.aux
-                if a[FRZ] >= 0:
+                if a[frz_] >= 0:
                     break
-                a[FRZ] = FROZEN
-                a[LAST] = end           # (one demoted at its last step has a run [end, end]: it adds 0.0)
+                a[frz_] = FROZEN
+                a[last_] = end           # (one demoted at its last step has a run [end, end]: it adds 0.0)
                 # (its due entry stays: a bound below its due once it thaws, as its run restarts later)
                 add(r)
         # the frozen jobs outside the cohort (before or now): B's jobs outside it are the walk's `bitems`
@@ -517,14 +520,15 @@ class MlfqCohort(DueTimes):
         to: dict[int, list] = {}
         quanta = q.quanta
         last = q.levels - 1
+        lvl, done, run, val = LVL, DONE, RUN, VAL     # (read once: these loops run per job that ran)
         for r in ran:
             a = r.aux
-            L = a[LVL]
-            if L < last and a[DONE] + (end - a[RUN]) > quanta[L]:
-                a[DONE] = 0.0
-                a[RUN] = end            # its next run starts with the next step
+            L = a[lvl]
+            if L < last and a[done] + (end - a[run]) > quanta[L]:
+                a[done] = 0.0
+                a[run] = end            # its next run starts with the next step
                 L += 1
-                a[LVL] = L
+                a[lvl] = L
                 if L > q.deepest:
                     q.deepest = L
             g = to.get(L)
@@ -544,7 +548,7 @@ class MlfqCohort(DueTimes):
                 k[0:0] = range(v - n, v)
                 for r in rs:
                     v -= 1
-                    r.aux[VAL] = r.key = v
+                    r.aux[val] = r.key = v
             else:
                 v = hi[L]
                 hi[L] = v + n
@@ -552,7 +556,7 @@ class MlfqCohort(DueTimes):
                 k.extend(range(v + 1, v + n + 1))
                 for r in rs:
                     v += 1
-                    r.aux[VAL] = r.key = v
+                    r.aux[val] = r.key = v
         self.refix += ran               # (their due entries are made when the heap is next read: `_settle`)
         self.ran = None
         self.x = []
@@ -569,13 +573,14 @@ class MlfqCohort(DueTimes):
                     s[DONE] += s[LAST] - s3
                 s[RUN] = start
         if self.thawing:
+            done, last, run, frz = DONE, LAST, RUN, FRZ     # (read once: this loop thaws hundreds at a chain's end)
             for r in self.thawing:
                 s = r.aux
-                f = s[FRZ]
+                f = s[frz]
                 if f >= 0:              # (not written out; a job of B has a run open, `_freeze`)
-                    s[DONE] += s[LAST] - s[RUN]
-                    s[RUN] = start
-                    s[FRZ] = -1
+                    s[done] += s[last] - s[run]
+                    s[run] = start
+                    s[frz] = -1
                     if f == NO_ENTRY:
                         self._push_due(r)
             self.thawing = []

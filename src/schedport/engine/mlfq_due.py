@@ -117,25 +117,28 @@ class DueTimes:
         held = self.held
         now = self.last_end
         at, heap = self.at, self.heap
+        lvl, st = LVL, STAMP            # (read once: this loop runs per job that ran in a freezing step)
         for r in dict.fromkeys(self.refix):
             a = r.aux
-            if a[VAL] is None or a[LVL] == last:
-                if a[STAMP] & 1:
-                    a[STAMP] += 1
+            L = a[lvl]
+            if a[VAL] is None or L == last:
+                if a[st] & 1:
+                    a[st] += 1
                 continue
             done, s3 = a[DONE], a[RUN]
             if a[FRZ] >= 0:             # its run closed at its last step's end; the next opens no earlier than now
                 if s3 == s3:
                     done = done + (a[LAST] - s3)
                 s3 = now
-            a[STAMP] += 2 if a[STAMP] & 1 else 1
-            due = quanta[a[LVL]] - done + s3 - held     # (`_enter`, written out)
+            stamp = a[st]
+            stamp = a[st] = stamp + 2 if stamp & 1 else stamp + 1
+            due = quanta[L] - done + s3 - held     # (`_enter`, written out)
             g = at.get(due)
             if g is None:
-                at[due] = [(a[STAMP], r)]
+                at[due] = [(stamp, r)]
                 heapq.heappush(heap, due)
             else:
-                g.append((a[STAMP], r))
+                g.append((stamp, r))
         self.refix = []
 
     def _due(self, end: float) -> tuple[dict, list]:
@@ -155,29 +158,30 @@ class DueTimes:
         enter = self._enter
         back = []
         down: dict[int, list] = {}      # the entries of the jobs demoted from each level
+        st, done, run = STAMP, DONE, RUN     # (read once: this loop runs per entry that comes up)
         while heap and heap[0] <= lim:
             key = heapq.heappop(heap)
             for e in at.pop(key):
                 stamp, r = e
                 s = r.aux
-                if s[STAMP] != stamp:
+                if s[st] != stamp:
                     continue
                 if s[VAL] is None:      # out of B (parked, waiting or done): a new entry if it rejoins
-                    s[STAMP] += 1
+                    s[st] += 1
                     continue
                 if s[FRZ] >= 0:         # frozen, not running: a new entry when it thaws
-                    s[STAMP] += 1
+                    s[st] += 1
                     s[FRZ] = NO_ENTRY
                     continue
                 L = s[LVL]
-                if s[DONE] + (end - s[RUN]) > quanta[L]:    # (then its due is not past `lim`)
+                if s[done] + (end - s[run]) > quanta[L]:    # (then its due is not past `lim`)
                     g = down.get(L)
                     if g is None:
                         down[L] = [e]
                     else:
                         g.append(e)
                     continue
-                due = quanta[L] - s[DONE] + s[RUN] - held
+                due = quanta[L] - s[done] + s[run] - held
                 if due > lim:           # a bound below its due (its run restarted): put back at it
                     enter(due, stamp, r)
                 else:

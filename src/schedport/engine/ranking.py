@@ -396,7 +396,7 @@ class RankTracker:
         Few sitters: they leave the cohort (parked until a walk reaches them again) and the
         cohort steps. Most sit (a long prefill ranked first took the budget): the cohort stands
         still and the few members reached take their token as items, in rank order, staying
-        members (`Simulator._cohort_served`)."""
+        members (`Simulator._execute`)."""
         sim = self.sim
         sim.host_full_prev = False
         plan = Plan()

@@ -405,8 +405,38 @@ class Simulator(DecodeCohort):
         emitted = plan.emitted = []
         joined = []
         firsts = []
+        alone = self.bulk and not bulk      # the cohort stands still: its members among the items run alone
+        if alone:
+            bs = self.cache.block_size
+            buckets = self.cohort_buckets
+            moved = 0
+            outside = []                    # the items outside the cohort
         for req, k in items:
             c = req.computed
+            if alone and req.sync >= 0:
+                # a member served alone (decoding, synced when planned: `serve_alone`) emits its
+                # token, and its cohort offset, block bucket and done clock move with it
+                n_dec += 1
+                kv += c + 1
+                c += k
+                req.computed = c
+                emitted.append(req)
+                g = req.generated + 1
+                req.generated = g
+                if g >= req.output:
+                    finished.append(req)
+                pv = c - req.sync
+                p0 = req.pval
+                moved += pv - p0
+                buckets[p0 % bs] -= 1
+                buckets[pv % bs] += 1
+                req.pval = pv
+                req.done_clock = d = req.sync + (req.output - g)
+                if not 0 <= req.heap_at <= d:
+                    self._alone_entry(req, d)
+                continue
+            if alone:
+                outside.append(req)
             if req.decoding:
                 n_dec += 1
                 kv += c + 1
@@ -448,11 +478,11 @@ class Simulator(DecodeCohort):
                 self.cohort_join(req)
             for req in plan.rejoin:
                 self.cohort_join(req)
-        elif self.bulk:
-            self._cohort_served(items)
+        elif alone:
+            self.cohort_pval += moved
             if plan.parked:             # requests parked out of the cohort stay out
-                for req, _ in items:
-                    if req.sync < 0 and req.decoding and req.generated < req.output:
+                for req in outside:
+                    if req.decoding and req.generated < req.output:
                         self.cohort_join(req)
             else:
                 self.rebuild_cohort()
