@@ -405,7 +405,7 @@ class Simulator(DecodeCohort):
         emitted = plan.emitted = []
         joined = []
         firsts = []
-        alone = self.bulk and not bulk      # the cohort stands still: its members among the items run alone
+        alone = not bulk and self.bulk      # the cohort stands still: its members among the items run alone
         if alone:
             bs = self.cache.block_size
             buckets = self.cohort_buckets
