@@ -28,6 +28,8 @@ versions of the code, count instructions instead: run one mode under
 ``--repeats 3``; half the difference of the two "I refs" totals is one run's cost, free of
 start-up and of the machine's noise. Set ``OPENBLAS_NUM_THREADS=1`` (and ``OMP_NUM_THREADS=1``):
 numpy's idle pool threads otherwise spin a varying number of instructions, several percent of a run.
+Set ``PYTHONHASHSEED=0`` too: string hashing is salted per process, and the salt moves a run's
+dictionary probes by about a million instructions.
 """
 
 from __future__ import annotations

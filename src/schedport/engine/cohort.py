@@ -125,7 +125,6 @@ class DecodeCohort:
         bs = cache.block_size
         d = self.dclock
         alloc = self._alloc_decode
-        add = items.append
         for r in reqs:
             if r.sync != d:
                 lag = d - r.sync
@@ -138,7 +137,7 @@ class DecodeCohort:
             if need > 0:
                 cache.free -= need
                 r.blocks += need
-            add((r, 1))
+            items.append((r, 1))
 
     def sync_all(self) -> None:
         """Make every running request's fields true and dissolve the cohort (per-request step follows)."""

@@ -399,7 +399,6 @@ class MlfqCohort(DueTimes):
         # and are written out below: one frozen first is written out alike.
         end = self.last_end
         frz = self.thawing              # the jobs frozen before this step (`_thaw_next`): some thaw in it
-        add = frz.append
         at_low = self.sign > 0
         frz_, last_ = FRZ, LAST         # (read once: this loop freezes hundreds at a chain's start)
         for L in range(L0, self.q.deepest + 1):     # (no job is below the deepest level reached)
@@ -419,7 +418,7 @@ class MlfqCohort(DueTimes):
                 a[frz_] = FROZEN
                 a[last_] = end           # (one demoted at its last step has a run [end, end]: it adds 0.0)
                 # (its due entry stays: a bound below its due once it thaws, as its run restarts later)
-                add(r)
+                frz.append(r)
         # the frozen jobs outside the cohort (before or now): B's jobs outside it are the walk's `bitems`
         items_out = [r for its in w.bitems.values() for r in its if r.aux[FRZ] >= 0] if w.bitems else []
         # the walk's decisions in its order, as `_apply` makes them (B's jobs preempted written out
