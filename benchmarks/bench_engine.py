@@ -48,7 +48,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 from schedport.engine.runner import load_scale, rescale
@@ -75,7 +74,7 @@ def main() -> None:
                          "row's median over them (and the range of its cost over vllm-fcfs's)")
     ap.add_argument("--check", action="store_true",
                     help="exit 1 if a policy costs over 3x vllm-fcfs (fastserve 5x) or fast is slower than exact")
-    ap.add_argument("--json", default=None, help=argparse.SUPPRESS)    # (a worker process's results)
+    ap.add_argument("--emit-json", action="store_true", help=argparse.SUPPRESS)  # (a worker's results, on stdout)
     args = ap.parse_args()
     if args.processes < 1 or args.repeats < 1:
         raise SystemExit("bench_engine: --processes and --repeats must be at least 1")
@@ -92,9 +91,8 @@ def main() -> None:
             runs = [measure(args, names)]
         except SchedportError as e:
             raise SystemExit(f"bench_engine: {e}") from None
-        if args.json is not None:
-            with open(args.json, "w") as f:
-                json.dump(runs[0], f)
+        if args.emit_json:
+            print(json.dumps(runs[0]))
             return
     misses: list[str] = []
     if args.mode == "both":
@@ -148,18 +146,16 @@ def measure(args, names: list[str]) -> dict:
 def worker_results(args, i: int) -> dict:
     """One fresh process's timings (`measure`): its own address-space layout and string-hash salt, the
     part of a run's cost that moves with the process and that no number of rounds in one averages out."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "bench.json")
-        cmd = [sys.executable, os.path.abspath(__file__), "--rho", args.rho, "--repeats", str(args.repeats),
-               "--requests", str(args.requests), "--schedulers", args.schedulers, "--json", out]
-        if args.data_dir:
-            cmd += ["--data-dir", args.data_dir]
-        t0 = time.perf_counter()
-        if subprocess.run(cmd).returncode:
-            raise SystemExit(f"bench_engine: timing process {i + 1} of {args.processes} failed")
-        print(f"process {i + 1}/{args.processes} timed in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-        with open(out) as f:
-            return json.load(f)
+    cmd = [sys.executable, os.path.abspath(__file__), "--rho", args.rho, "--repeats", str(args.repeats),
+           "--requests", str(args.requests), "--schedulers", args.schedulers, "--emit-json"]
+    if args.data_dir:
+        cmd += ["--data-dir", args.data_dir]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)     # (its errors go to this process's stderr)
+    if p.returncode:
+        raise SystemExit(f"bench_engine: timing process {i + 1} of {args.processes} failed")
+    print(f"process {i + 1}/{args.processes} timed in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return json.loads(p.stdout)
 
 
 def summarize(name: str, rows: list[dict]) -> dict:
