@@ -91,6 +91,27 @@ def test_invariants_and_fast_equals_exact(name, trace, blocks, seqs, budget):
 
 
 @pytest.mark.parametrize("name", ALL)
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=traces(), blocks=st.sampled_from([40, 200]), seqs=st.sampled_from([1, 8, 32]),
+       budget=st.sampled_from([None, 16, 100]),
+       scales=st.sampled_from([(1.1, 0.9, 1.0), (0.9, 1.1, 1.0), (1.0, 1.0, 1.1), (1.07, 0.93, 0.9)]))
+def test_fast_equals_exact_under_the_variants_perturbations(name, trace, blocks, seqs, budget, scales):
+    """The perturbed calibrated model of the engine variants (docs/engine.md §3.6) prices decode
+    runs in bulk by its own arithmetic: fast mode still matches step-by-step mode bit for bit."""
+    sp, sd, sa = scales
+    lat = {"prefill_scale": sp, "decode_scale": sd, "attention_scale": sa}
+    cfg = small_engine(blocks=blocks, seqs=seqs, budget=budget, extra={"latency": lat})
+    assert type(make_latency_model(cfg)).__name__ == "ScaledCalibratedLatency"
+    _, out = run(trace, name, cfg, exact=True)
+    _, fast = run(trace, name, cfg, exact=False)
+    assert np.array_equal(fast.status, out.status)
+    assert np.array_equal(fast.first_token_s, out.first_token_s, equal_nan=True)
+    assert np.array_equal(fast.finish_s, out.finish_s, equal_nan=True)
+    assert np.array_equal(fast.preemptions, out.preemptions)
+    assert fast.iterations == out.iterations
+
+
+@pytest.mark.parametrize("name", ALL)
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=traces(), blocks=st.sampled_from([40, 200]), seqs=st.sampled_from([1, 8, 32]),
        budget=st.sampled_from([None, 16, 100]), e=st.sampled_from([1e-9, 3.7e-7]),

@@ -21,6 +21,8 @@ from schedport.engine.latency import (
     CalibratedLatency,
     LatencyModel,
     LinearLatency,
+    ScaledCalibratedLatency,
+    ScaledLinearLatency,
     make_latency_model,
 )
 
@@ -34,6 +36,11 @@ MODELS = {
     "linear-custom": LinearLatency(0.0031, 1.7e-5, 3.3e-5, 7.1e-8),
     # with the quadratic prefill-attention term (CPU-like magnitudes)
     "linear-quadratic": LinearLatency(0.0031, 1.7e-5, 3.3e-5, 7.1e-8, 2.3e-10),
+    # the engine variants' perturbations (docs/engine.md §3.6)
+    "calibrated-scaled": ScaledCalibratedLatency(prefill_scale=1.1, decode_scale=0.9, attention_scale=1.07),
+    "calibrated-scaled-gpu-only": ScaledCalibratedLatency(cpu_overhead_s=0.0, lm_head=False, decode_scale=1.13),
+    "linear-scaled": ScaledLinearLatency(0.0031, 1.7e-5, 3.3e-5, 7.1e-8, 2.3e-10, 6e-5, prefill_scale=0.9,
+                                         decode_scale=1.1, attention_scale=1.2),
 }
 model_names = st.sampled_from(sorted(MODELS))
 chunks_st = st.lists(st.tuples(st.integers(1, 8192), st.integers(0, 16384)), max_size=4)
@@ -99,9 +106,15 @@ def test_bit_identity_at_split_and_quantum_edges(name):
 @given(name=model_names, chunks=chunks_st, n=st.integers(0, 256), mean=st.integers(1, 8192),
        i=st.integers(0, 3), dc=st.integers(1, 2048), dk=st.integers(1, 4096), dkv=st.integers(1, 100000))
 def test_more_work_is_never_faster(name, chunks, n, mean, i, dc, dk, dkv):
+    """A perturbed model whose prefill and decode scales differ splits a step's time between the
+    phases by their tokens, so work of the cheaper phase joining a step can make it a little
+    cheaper: at most 0.05% of the step (docs/engine.md §3.6); every other model exactly never."""
     m = MODELS[name]
     kv = n * mean
+    scales = getattr(m, "scales", {})
     base = m.iteration_time(chunks, n, kv)
+    if scales.get("prefill_scale", 1.0) != scales.get("decode_scale", 1.0):
+        base *= 1 - 5e-4
     assert base > 0
     if chunks:
         j = i % len(chunks)
@@ -396,3 +409,72 @@ def test_chunked_prefill_costs_more_than_one_shot():
     one = m.prefill_time(4096)
     chunks = sum(m.iteration_time(((512, 512 * i),), 0, 0) for i in range(8))
     assert chunks > one
+
+
+# --------------------------------------------------------------------------- perturbations (§3.6)
+@settings(max_examples=200, deadline=None)
+@given(chunks=chunks_st, n=st.integers(0, 256), kv_per=st.integers(1, 4096),
+       sp=st.floats(0.5, 2.0), sd=st.floats(0.5, 2.0), sa=st.floats(0.5, 2.0))
+def test_scales_split_the_calibrated_step_into_prefill_and_decode_work(chunks, n, kv_per, sp, sd, sa):
+    """A decode-only step's GPU time is multiplied by decode_scale, a prefill-only one's by
+    prefill_scale, the CPU overhead by neither; a mixed step lies between the two, and attention
+    alone moves with attention_scale."""
+    base, gpu = CalibratedLatency(), CalibratedLatency(cpu_overhead_s=0.0)
+    m = ScaledCalibratedLatency(prefill_scale=sp, decode_scale=sd)
+    cpu = DEFAULT_CPU_OVERHEAD_S
+    kv = n * kv_per
+    if n:
+        assert m.iteration_time((), n, kv) - cpu == pytest.approx(sd * gpu.iteration_time((), n, kv), rel=1e-12)
+    if chunks:
+        got = m.iteration_time(chunks, 0, 0) - cpu
+        assert got == pytest.approx(sp * gpu.iteration_time(chunks, 0, 0), rel=1e-12)
+    if chunks and n:
+        lo, hi = sorted((sp, sd))
+        t = gpu.iteration_time(chunks, n, kv)
+        assert lo * t * (1 - 1e-12) <= m.iteration_time(chunks, n, kv) - cpu <= hi * t * (1 + 1e-12)
+    att = ScaledCalibratedLatency(attention_scale=sa)
+    no_att = CalibratedLatency(coeffs={**CALIBRATED_COEFFS, "decode_t0_short_ms": 0.0, "decode_t0_long_ms": 0.0,
+                                       "decode_bw_bytes_per_s": math.inf, "prefill_t0_ms": 0.0,
+                                       "prefill_eta_max": math.inf, "prefill_eta_hist": math.inf,
+                                       "prefill_delta_ms_per_token": 0.0})
+    attention = base.iteration_time(chunks, n, kv) - no_att.iteration_time(chunks, n, kv)
+    moved = att.iteration_time(chunks, n, kv) - base.iteration_time(chunks, n, kv)
+    assert moved == pytest.approx((sa - 1) * attention, rel=1e-9, abs=1e-15)
+
+
+def test_scaled_linear_model_scales_its_token_terms_only():
+    a, b, c, d, e, f = 0.01, 2e-5, 3e-5, 1e-7, 2e-10, 5e-6
+    m = ScaledLinearLatency(a, b, c, d, e, f, prefill_scale=1.1, decode_scale=0.9, attention_scale=1.2)
+    assert m.iteration_time((), 8, 4000) == pytest.approx(a + 0.9 * c * 8 + 1.2 * 0.9 * d * 4000, rel=1e-12)
+    pairs = 100 * (2 * 50 + 100 + 1) // 2
+    want = a + 1.1 * b * 100 + 1.2 * 1.1 * d * 150 + 1.1 * 1.2 * e * pairs
+    assert m.iteration_time(((100, 50),), 0, 0) == pytest.approx(want, rel=1e-12)
+    assert m.iteration_time(((100, 50),), 8, 4000) == pytest.approx(
+        want + 0.9 * c * 8 + 1.2 * 0.9 * d * 4000 + 1.1 * f * 100, rel=1e-12)
+
+
+def test_default_scales_build_the_unscaled_models():
+    """At 1.0 the config builds the very models of before (their arithmetic untouched), and
+    writes no scale key, so every store's engine hash stays what it was."""
+    cfg = EngineConfig()
+    assert type(make_latency_model(cfg)) is CalibratedLatency
+    assert "prefill_scale" not in cfg.to_dict()["latency"]
+    one = engine_config_from_dict({"latency": {"prefill_scale": 1.0, "decode_scale": 1, "attention_scale": 1.0}})
+    assert one.config_hash() == cfg.config_hash()
+    lin = engine_config_from_dict({"latency": {"model": "linear"}})
+    assert type(make_latency_model(lin)) is LinearLatency
+    scaled = engine_config_from_dict({"latency": {"decode_scale": 1.1}})
+    assert type(make_latency_model(scaled)) is ScaledCalibratedLatency
+    assert scaled.to_dict()["latency"]["decode_scale"] == 1.1 and scaled.config_hash() != cfg.config_hash()
+    back = engine_config_from_dict(scaled.to_dict())
+    assert back.config_hash() == scaled.config_hash()
+
+
+@pytest.mark.parametrize("key", ["prefill_scale", "decode_scale", "attention_scale"])
+@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), "1.1", True])
+def test_bad_scale_is_one_line(key, bad):
+    from schedport.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"^x\.toml: \[latency\] {key}: must be a number > 0") as e:
+        engine_config_from_dict({"latency": {key: bad}}, source="x.toml")
+    assert "\n" not in str(e.value)

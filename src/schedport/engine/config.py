@@ -23,6 +23,9 @@ cpu_overhead_s = 0.002        # calibrated only
 lm_head = true                # calibrated only
 # a = 0.01; b = 0; c = 0; d = 0; e = 0  # linear only (seconds); see docs/engine.md
 request_overhead_s = 0.0      # both models: per-request time before the engine queue
+prefill_scale = 1.0           # both models: perturbations of the model (docs/engine.md §3.6)
+decode_scale = 1.0
+attention_scale = 1.0
 
 [slo.strict]                  # override a default profile or add a new one
 ttft_s = 0.5
@@ -60,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from schedport.errors import ConfigError
-from schedport.engine.latency import CALIBRATED_MODEL_SHAPE, DEFAULT_CPU_OVERHEAD_S, LINEAR_DEFAULTS
+from schedport.engine.latency import CALIBRATED_MODEL_SHAPE, DEFAULT_CPU_OVERHEAD_S, LINEAR_DEFAULTS, SCALE_KEYS
 
 __all__ = [
     "EngineConfig",
@@ -102,6 +105,9 @@ _LATENCY_KEYS = {
     "e": "linear_e",
     "f": "linear_f",
     "request_overhead_s": "request_overhead_s",
+    "prefill_scale": "prefill_scale",
+    "decode_scale": "decode_scale",
+    "attention_scale": "attention_scale",
 }
 _CALIBRATED_ONLY = ("cpu_overhead_s", "lm_head")
 _LINEAR_ONLY = ("a", "b", "c", "d", "e", "f")
@@ -208,6 +214,9 @@ class EngineConfig:
     linear_e: float | None = None
     linear_f: float | None = None
     request_overhead_s: float | None = None
+    prefill_scale: float = 1.0
+    decode_scale: float = 1.0
+    attention_scale: float = 1.0
     # [slo.*], [metrics], [scheduler.*]
     slo_profiles: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_SLO_PROFILES))
     horizon_factor: float = 1.5
@@ -330,6 +339,9 @@ class EngineConfig:
                                      "token pair)", lambda x: x >= 0) + 0.0)
             put("linear_f", chk.real("linear_f", f, "must be a number >= 0 (extra seconds per prefill token "
                                      "in a step that also decodes)", lambda x: x >= 0) + 0.0)
+        for name in SCALE_KEYS:
+            put(name, chk.real(name, getattr(self, name), "must be a number > 0 (a factor on the model's cost; "
+                               "1 is the model itself)", lambda x: x > 0))
         ro = 0.0 if self.request_overhead_s is None else self.request_overhead_s
         put("request_overhead_s", chk.real("request_overhead_s", ro, "must be a number >= 0 (seconds per request)",
                                            lambda x: x >= 0) + 0.0)
@@ -395,7 +407,8 @@ class EngineConfig:
         """Plain JSON-able dict in the TOML's structure, fully resolved (including the derived
         num_gpu_blocks and the linear coefficients); `engine_config_from_dict` accepts it back.
 
-        ``[latency] e``, ``f`` and ``request_overhead_s`` are written only when non-zero: zero is
+        ``[latency] e``, ``f`` and ``request_overhead_s`` are written only when non-zero, and the
+        scales (``prefill_scale``, ``decode_scale``, ``attention_scale``) only when not 1: that is
         their resolved default, and leaving them out keeps the dict, and so `config_hash`,
         of every config that does not use them exactly what it was before they existed."""
         engine = {k: getattr(self, k) for k in _ENGINE_KEYS}
@@ -410,6 +423,9 @@ class EngineConfig:
                 latency["f"] = self.linear_f
         if self.request_overhead_s != 0.0:
             latency["request_overhead_s"] = self.request_overhead_s
+        for name in SCALE_KEYS:    # 1 is the model itself: written only when it perturbs
+            if getattr(self, name) != 1.0:
+                latency[name] = getattr(self, name)
         return {
             "engine": engine,
             "latency": latency,

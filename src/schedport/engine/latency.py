@@ -43,6 +43,8 @@ __all__ = [
     "CalibratedLatency",
     "stepwise_decode",
     "LinearLatency",
+    "ScaledCalibratedLatency",
+    "ScaledLinearLatency",
     "make_latency_model",
     "LatencySettings",
     "CALIBRATED_COEFFS",
@@ -570,6 +572,199 @@ class CalibratedLatency:
         return f"CalibratedLatency(cpu_overhead_s={self.cpu_overhead_s!r}, lm_head={self.lm_head!r})"
 
 
+# ---------------------------------------------------------------------------------------
+# Perturbed models: the default models with the cost of prefill, decode and attention scaled
+# ---------------------------------------------------------------------------------------
+class ScaledCalibratedLatency(CalibratedLatency):
+    """`CalibratedLatency` with its GPU time split into prefill and decode work, each part scaled.
+
+    ``T = cpu + s_F*F + w*V + attention_scale*(prefill_scale*pre + decode_scale*dec)``, where the
+    step's shared GPU time (non-attention, KV write, LM head) is its fixed floor ``F`` (the
+    weight-streaming floor T0, the KV write's start-up, the LM head's floor) plus the part above
+    it, ``V``, which grows with the step's tokens; ``pre`` and ``dec`` are the prefill and decode
+    attention. ``V`` is split between the step's prefill tokens P and decode sequences D in
+    proportion to their tokens, ``w = (prefill_scale*P + decode_scale*D) / (P + D)``. The floor
+    is paid by whichever phase the step runs: ``s_F`` is ``decode_scale`` in a decode-only
+    step, ``prefill_scale`` in a prefill-only one and the larger of the two in a mixed one (the
+    smaller in an empty step, which runs no work).
+    So a decode-only step's GPU time is exactly ``decode_scale`` times the model's and a
+    prefill-only step's ``prefill_scale`` times; the CPU overhead is its own key, never scaled.
+
+    Why: a simulator's error is not one factor on every step. A 10% error in what a prefill
+    token costs relative to a decode step moves which scheduler wins (engine variants,
+    docs/engine.md §3.6); these scales state such an error as a perturbation of the calibrated
+    model itself rather than a switch to another model. The floor takes the larger scale in a
+    mixed step so that adding a phase's work to a step never lowers what the step's floor costs;
+    the token-share weight of ``V`` can still make a step up to about 0.03% cheaper when work of
+    the cheaper phase joins it (measured over random steps at scales 0.9 and 1.1, tested).
+    `make_latency_model` builds this class only when a scale differs from 1, so the default
+    model's arithmetic is untouched. Its own paths (`iteration_time`, `decode_steps`,
+    `decode_times`) perform the same operations in the same order, so fast and exact mode stay
+    bit-identical under it too.
+    """
+
+    name = "calibrated"
+
+    def __init__(self, cpu_overhead_s: float = DEFAULT_CPU_OVERHEAD_S, lm_head: bool = True,
+                 coeffs: Mapping[str, float] | None = None, *, prefill_scale: float = 1.0,
+                 decode_scale: float = 1.0, attention_scale: float = 1.0) -> None:
+        super().__init__(cpu_overhead_s, lm_head, coeffs)
+        sp, sd, sa = _check_scales(prefill_scale, decode_scale, attention_scale)
+        self.scales = {"prefill_scale": sp, "decode_scale": sd, "attention_scale": sa}
+        self._sp, self._sd, self._smix, self._snone = sp, sd, max(sp, sd), min(sp, sd)
+        pa, da = sp * sa, sd * sa        # attention folded into its coefficients
+        self._p0, self._k1, self._k2, self._dl = pa * self._p0, pa * self._k1, pa * self._k2, pa * self._dl
+        self._d0s, self._d0l, self._dtok = da * self._d0s, da * self._d0l, da * self._dtok
+
+    def _floor_and_above(self, n_tok: int, s: int) -> tuple[float, float]:
+        """(F, V) of a step with n_tok tokens and s sequences: the shared GPU time's floor and the
+        part above it."""
+        lin = self._la + self._lb * self._quant(n_tok)
+        above = (lin - self._T0 if lin > self._T0 else 0.0) + self._kw1 * n_tok
+        floor = self._T0 + self._kw0
+        if self.lm_head and s:
+            h = self._ha + self._hb * self._quant(s)
+            floor += self._h0
+            above += h - self._h0 if h > self._h0 else 0.0
+        return floor, above
+
+    def _decode_const(self, n: int) -> float:
+        """cpu + the scaled shared GPU time of a decode-only step at batch n (an empty step at 0)."""
+        floor, above = self._floor_and_above(n, n)
+        s = self._sd if n else self._snone
+        return self.cpu_overhead_s + (s * floor + s * above)
+
+    def iteration_time(self, prefill_chunks: Sequence[tuple[int, int]], n_decode: int, decode_kv: int) -> float:
+        """Seconds for one step (see the class docstring for the scaled terms)."""
+        p_tok = 0
+        pre = 0.0
+        for c, k in prefill_chunks:
+            p_tok += c
+            pre += self._p0 + self._k1 * c * (c + self._ch) + (self._k2 * c * k + self._dl * c if k else 0.0)
+        if n_decode:
+            dec = (self._d0l if decode_kv >= self._split * n_decode else self._d0s) + self._dtok * decode_kv
+        else:
+            dec = 0.0
+        n_tok = p_tok + n_decode
+        floor, above = self._floor_and_above(n_tok, n_decode + len(prefill_chunks))
+        if not p_tok:
+            s_f = w = self._sd if n_decode else self._snone      # an empty step: the smaller scale
+        elif not n_decode:
+            s_f = w = self._sp
+        else:
+            s_f, w = self._smix, (self._sp * p_tok + self._sd * n_decode) / n_tok
+        return (self.cpu_overhead_s + (s_f * floor + w * above)) + (pre + dec)
+
+    def decode_steps(self, n_decode: int, kv0: int, t0: float, k_max: int,
+                     limit_t: float) -> tuple[list[float], list[float]]:
+        """Consecutive decode-only steps (`LatencyModel.decode_steps`), the fixed part worked out once."""
+        n = n_decode
+        if not n:
+            return stepwise_decode(self, n, kv0, t0, k_max, limit_t)
+        const = self._decode_const(n)
+        d0s, d0l, dtok, long_from = self._d0s, self._d0l, self._dtok, self._split * n
+        t, kv = t0, kv0
+        starts, ends = [], []
+        for j in range(k_max):
+            if j and t >= limit_t:
+                break
+            starts.append(t)
+            t = t + (const + ((d0l if kv >= long_from else d0s) + dtok * kv))
+            ends.append(t)
+            kv += n
+        return starts, ends
+
+    def decode_times(self, n_decode: int, decode_kv: np.ndarray) -> np.ndarray:
+        """Vectorised decode-only steps, element i bit-identical to `iteration_time`."""
+        kv = np.asarray(decode_kv)
+        const = self._decode_const(n_decode)
+        if not n_decode:
+            return const + np.zeros(kv.shape, dtype=np.float64)
+        return const + (np.where(kv >= self._split * n_decode, self._d0l, self._d0s) + self._dtok * kv)
+
+    def alone_time(self, input_tokens: np.ndarray, output_tokens: np.ndarray) -> np.ndarray:
+        """Seconds for each request alone: one scaled prefill step, then N-1 scaled batch-1
+        decode steps (closed form, equal to the step-by-step sum up to float rounding)."""
+        inp, out = _check_alone_args(input_tokens, output_tokens)
+        g = (np.maximum(self._T0, self._la + self._lb * self._quant_arr(inp))
+             + (self._kw0 + self._kw1 * inp) + self._lm(1))
+        prefill = self.cpu_overhead_s + self._sp * g + (self._p0 + self._k1 * inp * (inp + self._ch))
+        step_fixed = self._decode_const(1) + self._d0s
+        m = out - 1
+        kv_sum = m * inp + m * (m + 1) // 2
+        n_long = np.clip(m - np.maximum(1, self._split - inp) + 1, 0, None)
+        return prefill + m * step_fixed + self._dtok * kv_sum + n_long * (self._d0l - self._d0s)
+
+    def describe(self) -> dict:
+        """The calibrated model's description with the scales applied."""
+        return {**super().describe(), **self.scales}
+
+    def __repr__(self) -> str:
+        scales = ", ".join(f"{k}={v!r}" for k, v in self.scales.items())
+        return f"ScaledCalibratedLatency(cpu_overhead_s={self.cpu_overhead_s!r}, lm_head={self.lm_head!r}, {scales})"
+
+
+class ScaledLinearLatency(LinearLatency):
+    """`LinearLatency` with prefill, decode and attention costs scaled:
+    ``T = a + sp*b*P + sd*c*n_decode + sa*d*(sd*decode_kv + sp*prefill_kv) + sp*sa*e*pairs
+    [+ sp*f*P]``. The fixed per-step cost ``a`` is never scaled. Why: the perturbations of
+    `ScaledCalibratedLatency` stated on a fitted linear model (docs/engine.md §3.6). Built by
+    `make_latency_model` only when a scale differs from 1.
+    """
+
+    def __init__(self, a: float, b: float, c: float, d: float, e: float = 0.0, f: float = 0.0, *,
+                 prefill_scale: float = 1.0, decode_scale: float = 1.0, attention_scale: float = 1.0) -> None:
+        super().__init__(a, b, c, d, e, f)
+        sp, sd, sa = _check_scales(prefill_scale, decode_scale, attention_scale)
+        self.scales = {"prefill_scale": sp, "decode_scale": sd, "attention_scale": sa}
+        self._b, self._c, self._e, self._f = sp * b, sd * c, sp * sa * e, sp * f
+        self._dd, self._dp = sd * sa * d, sp * sa * d
+
+    def iteration_time(self, prefill_chunks: Sequence[tuple[int, int]], n_decode: int, decode_kv: int) -> float:
+        """Seconds for one step with the given prefill chunks and decode batch, scaled."""
+        t = self.a + self._c * n_decode + self._dd * decode_kv
+        if not prefill_chunks:
+            return t
+        p = kvp = pairs = 0
+        for c, k in prefill_chunks:
+            p += c
+            kvp += k + c
+            pairs += c * (2 * k + c + 1) // 2
+        t = t + (self._b * p + self._dp * kvp + self._e * pairs)
+        return t + self._f * p if n_decode else t
+
+    def decode_times(self, n_decode: int, decode_kv: np.ndarray) -> np.ndarray:
+        """Vectorised decode-only step times (bit-identical to `iteration_time`)."""
+        return (self.a + self._c * n_decode) + self._dd * np.asarray(decode_kv)
+
+    def alone_time(self, input_tokens: np.ndarray, output_tokens: np.ndarray) -> np.ndarray:
+        """Seconds for each request alone (one scaled prefill step, N-1 scaled decode steps)."""
+        inp, out = _check_alone_args(input_tokens, output_tokens)
+        m = out - 1
+        kv_sum = m * inp + m * (m + 1) // 2
+        prefill = self.a + (self._b * inp + self._dp * inp + self._e * (inp * (inp + 1) // 2))
+        return prefill + m * (self.a + self._c) + self._dd * kv_sum
+
+    def describe(self) -> dict:
+        """The linear model's description with the scales applied."""
+        return {**super().describe(), **self.scales}
+
+    def __repr__(self) -> str:
+        return super().__repr__()[:-1].replace("LinearLatency(", "ScaledLinearLatency(", 1) + ", " + \
+            ", ".join(f"{k}={v!r}" for k, v in self.scales.items()) + ")"
+
+
+def _check_scales(*scales: float) -> tuple[float, ...]:
+    for name, v in zip(SCALE_KEYS, scales):
+        if not (np.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+    return tuple(float(v) for v in scales)
+
+
+#: The ``[latency]`` keys that perturb either model (docs/engine.md §3.6); 1.0 is the model itself.
+SCALE_KEYS = ("prefill_scale", "decode_scale", "attention_scale")
+
+
 class LatencySettings(Protocol):
     """The ``[latency]`` settings `make_latency_model` reads: what an
     `schedport.engine.config.EngineConfig` provides (declared here, so the latency models do not
@@ -584,13 +779,21 @@ class LatencySettings(Protocol):
     linear_f: float | None
     cpu_overhead_s: float | None
     lm_head: bool | None
+    prefill_scale: float
+    decode_scale: float
+    attention_scale: float
 
 
 def make_latency_model(cfg: LatencySettings) -> LatencyModel:
-    """Build the latency model an engine config asks for (``[latency] model``)."""
+    """Build the latency model an engine config asks for (``[latency] model``), perturbed by its
+    scales (`ScaledCalibratedLatency`, `ScaledLinearLatency`) only when one differs from 1."""
+    scales = {k: getattr(cfg, k, 1.0) for k in SCALE_KEYS}
+    scaled = any(v != 1.0 for v in scales.values())
     if cfg.latency_model == "linear":
-        return LinearLatency(cfg.linear_a, cfg.linear_b, cfg.linear_c, cfg.linear_d, cfg.linear_e,
-                             cfg.linear_f)
+        args = (cfg.linear_a, cfg.linear_b, cfg.linear_c, cfg.linear_d, cfg.linear_e, cfg.linear_f)
+        return ScaledLinearLatency(*args, **scales) if scaled else LinearLatency(*args)
     if cfg.latency_model == "calibrated":
+        if scaled:
+            return ScaledCalibratedLatency(cpu_overhead_s=cfg.cpu_overhead_s, lm_head=cfg.lm_head, **scales)
         return CalibratedLatency(cpu_overhead_s=cfg.cpu_overhead_s, lm_head=cfg.lm_head)
     raise ValueError(f"unknown latency model {cfg.latency_model!r}")  # config.py prevents this

@@ -1,0 +1,65 @@
+"""Print a results store's content digest: the sha256 of its cells, sorted by key, every column.
+
+The parts of a store are named by uuid and hold cells in the order workers finished them, so two
+stores with the same cells differ file by file; this digest does not. With ``--portability`` it
+also prints the sha256 of ``portability.json`` without its ``run_info`` (wall times, the only
+fields that differ between identical analyses) and, with ``--without simulator``, without that
+block too. Used to show that a change leaves the default study bit-identical.
+
+    python tools/store_digest.py results [--portability] [--without simulator]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+KEY = ["source", "window_id", "region", "scheduler", "seed"]
+
+
+def cells_digest(runs: Path) -> tuple[str, int]:
+    """(sha256, rows) of every part under `runs`, sorted by the cell key."""
+    parts = sorted(p for p in runs.glob("part-*.parquet"))
+    if not parts:
+        raise SystemExit(f"store_digest: {runs}: no results parts")
+    table = pa.concat_tables([pq.read_table(p).replace_schema_metadata(None) for p in parts])
+    table = table.sort_by([(k, "ascending") for k in KEY])
+    h = hashlib.sha256(json.dumps(table.schema.names).encode())
+    for name in table.schema.names:
+        col = table.column(name).combine_chunks()
+        for buf in col.buffers():
+            if buf is not None:
+                h.update(buf.to_pybytes())
+    return h.hexdigest(), table.num_rows
+
+
+def portability_digest(path: Path, without: list[str]) -> str:
+    """sha256 of portability.json's canonical JSON less run_info and the keys in `without`."""
+    d = json.loads(path.read_text())
+    for k in ["run_info", *without]:
+        d.pop(k, None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("store", type=Path)
+    ap.add_argument("--portability", action="store_true")
+    ap.add_argument("--without", action="append", default=[])
+    a = ap.parse_args(argv)
+    digest, n = cells_digest(a.store / "runs")
+    print(f"cells {n} sha256 {digest}")
+    if a.portability:
+        print(f"portability.json sha256 {portability_digest(a.store / 'portability.json', a.without)} "
+              f"(without run_info{''.join(', ' + w for w in a.without)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
