@@ -9,6 +9,7 @@ tables and, when the analysis is to follow, that the selection is one the analys
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -24,6 +25,7 @@ from schedport.engine.config import load_engine_config
 from schedport.engine.plugins import check_scheduler_tables, resolve_schedulers
 from schedport.errors import SchedportError
 from schedport.study.progress import fmt_wall
+from schedport.study.variants import load_variant_set, run_variant_sweeps, variant_configs, variants_dir
 from schedport.study.sweep import (DEFAULT_CORPUS, DEFAULT_OUT, Selection, SweepInterrupted, load_corpus, run_sweep,
                                    select)
 from schedport.workload import corpus as corpus_lib
@@ -71,6 +73,11 @@ def run_command(
         "sustains with a queue, the default), 'drain' (offered / requests per makespan of an all-at-once replay, "
         "the earlier definition) or 'slo[:PROFILE[:TARGET]]' (offered / the rate at which vllm-fcfs meets TARGET "
         "of PROFILE's SLO; default slo:standard:0.9)."),
+    variants: Optional[str] = typer.Option(
+        None, "--variants", help="Run the matrix once per engine variant of a set: 'uncertainty' (the engine "
+        "perturbed within its fit errors and published simulator errors, docs/engine.md §3.6) or your own set's "
+        "TOML; the default variant's cells are the study's, reused. The analysis then gives each reversal its "
+        "survival across the variants."),
     do_analyze: bool = typer.Option(
         True, "--analyze/--no-analyze", help="After the sweep, analyse the store and write the report (default); "
                                              "--no-analyze runs any selection (one window or scheduler too) and "
@@ -79,7 +86,7 @@ def run_command(
     """Run the experiment matrix (schedulers x windows x regions x seeds), resumable, then the analysis."""
     try:
         _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
-                     workers, executor, ray_address, keep_requests, region_def, do_analyze)
+                     workers, executor, ray_address, keep_requests, region_def, do_analyze, variants)
     except (KeyboardInterrupt, SweepInterrupted) as e:
         msg = str(e) if isinstance(e, SweepInterrupted) else "interrupted"
         Console(stderr=True).print(msg, markup=False)
@@ -87,7 +94,8 @@ def run_command(
 
 
 def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
-                 workers, executor, ray_address, keep_requests, region_def="sustainable", do_analyze=True) -> None:
+                 workers, executor, ray_address, keep_requests, region_def="sustainable", do_analyze=True,
+                 variants=None) -> None:
     con = Console()
     # a store (resumed) or a new folder; never a corpus, an analysis, a cache or a run output
     claim_dir(out, {"results"}, inputs=[corpus, engine, data_dir])
@@ -96,6 +104,10 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
     named = [n.strip() for n in (schedulers or "").split(",") if n.strip()]
     check_scheduler_tables(load_engine_config(engine), resolve_schedulers(named) if len(set(named)) == len(named)
                            else [])
+    vset = None
+    if variants is not None:   # every variant's engine config, before a corpus build or any cell
+        vset = load_variant_set(variants)
+        variant_configs(vset, load_engine_config(engine))
     if not corpus.exists():
         output_dir(corpus, "--corpus", create=False)
         con.print(f"no corpus at {corpus}/: building it from the public data first", markup=False,
@@ -105,9 +117,19 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
     if do_analyze:
         check_analysable(select(load_corpus(corpus), schedulers=schedulers, sources=sources, regions=regions,
                                 windows=windows, seeds=seeds, quick=quick))
-    res = run_sweep(corpus, out, schedulers=schedulers, sources=sources, regions=regions, windows=windows,
-                    seeds=seeds, quick=quick, engine=engine, executor=executor, workers=workers,
-                    ray_address=ray_address, keep_requests=keep_requests, force=force, region_def=region_def)
+    opts = dict(schedulers=schedulers, sources=sources, regions=regions, windows=windows, seeds=seeds, quick=quick,
+                executor=executor, workers=workers, ray_address=ray_address, keep_requests=keep_requests, force=force,
+                region_def=region_def)
+    if vset is not None:
+        t0 = time.perf_counter()
+        results = run_variant_sweeps(corpus, out, vset, engine=engine, console=con, **opts)
+        ran = sum(r.cells_run for r in results)
+        con.print(f"variants: {len(results)} engines ({vset.name} v{vset.version} and the default), {ran} runs "
+                  f"({sum(r.cells_skipped for r in results)} already done) in {fmt_wall(time.perf_counter() - t0)}; "
+                  f"the variants' stores are in {variants_dir(out)}", markup=False, soft_wrap=True)
+        res = results[0]
+    else:
+        res = run_sweep(corpus, out, engine=engine, **opts)
     if res.moved_aside is not None:
         con.print(f"moved the previous contents of {out} aside to {res.moved_aside}", markup=False,
                   soft_wrap=True)
