@@ -280,12 +280,14 @@ from schedport.analysis.provenance import provenance, source_info, subset_info
 from schedport.analysis.ranks import Rankings, mean_ranks, rank_schedulers
 from schedport.analysis.regimes import REGIME_SPREAD, regime_check
 from schedport.analysis.reversals import pooled_reversals
+from schedport.analysis.simulator import simulator_axis, variant_findings
 from schedport.analysis.stats import (bh_adjust, json_safe, kendall_tau_b, relative_effect, spearman_rho,
                                       tau_features, wilcoxon_pvalues)
 from schedport.analysis.store_loading import Study, load_store, load_workload, window_key
 from schedport.common.guard import store_identity
 from schedport.errors import SchedportError
 from schedport.study.regions import LEGACY_DRAIN, parse_region_def
+from schedport.study.variants import DEFAULT_VARIANT, read_variant_runs
 
 # The names this module had in 0.1.0, when the whole analysis lived here, stay importable from
 # it (`schedport.analysis.<name>` resolves here for one release, see schedport._compat).
@@ -402,20 +404,12 @@ def analysis_parameters(st: Study, manifest: dict, main: list[str], *, practical
     return parameters
 
 
-def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold: float = PRACTICAL_THRESHOLD,
-                        q: float = Q, n_boot: int = N_BOOT, seed: int = 0,
-                        metrics: Optional[Sequence[str]] = None,
-                        workload: Optional[dict] = None, results_dir: Optional[str] = None,
-                        abs_threshold: float = ABS_THRESHOLD, n_splits: int = SPLITS, robustness: bool = True,
-                        robustness_boot: int = multiverse.N_BOOT_ROBUSTNESS) -> dict:
-    """The whole portability analysis of a runs table; returns the ``portability.json`` dict.
-
-    Pure: reads nothing but its arguments (`load_store` provides them) and is deterministic for
-    a given `seed`. Runs the steps in order (load, duplicates, ranks, concordance, reversals,
-    study form, claims, and with `robustness` the protocol multiverse) as the module docstring
-    describes them; every number is JSON-safe (None where undefined).
-    """
-    t_start = time.perf_counter()
+def core_steps(df: pd.DataFrame, manifest: dict, *, practical_threshold: float, q: float, n_boot: int, seed: int,
+               metrics: Optional[Sequence[str]], abs_threshold: float, n_splits: int) -> dict:
+    """The analysis's steps up to the claims (load, duplicates, ranks, concordance, reversals,
+    study form, claims), their results by name: what `compute_portability` assembles into
+    ``portability.json`` and what the simulator axis (`schedport.analysis.simulator`) computes
+    once per engine variant, so that every variant is judged by the very same steps."""
     check_parameters(practical_threshold=practical_threshold, q=q, n_boot=n_boot, abs_threshold=abs_threshold,
                      n_splits=n_splits)
     notes: list[str] = []
@@ -435,6 +429,31 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
     sform["metric_families"] = families
     sform["main_metrics"] = main
     sform["claims"] = claims_step(st, sform, cross, met_main)
+    return {"notes": notes, "st": st, "families": families, "dups": dups, "main": main, "mi": mi, "rk": rk, "sc": sc,
+            "conc_regions": conc_regions, "mc": mc, "bc": bc, "cross": cross, "met_main": met_main,
+            "met_all": met_all, "rev": rev, "sform": sform}
+
+
+def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold: float = PRACTICAL_THRESHOLD,
+                        q: float = Q, n_boot: int = N_BOOT, seed: int = 0,
+                        metrics: Optional[Sequence[str]] = None,
+                        workload: Optional[dict] = None, results_dir: Optional[str] = None,
+                        abs_threshold: float = ABS_THRESHOLD, n_splits: int = SPLITS, robustness: bool = True,
+                        robustness_boot: int = multiverse.N_BOOT_ROBUSTNESS) -> dict:
+    """The whole portability analysis of a runs table; returns the ``portability.json`` dict.
+
+    Pure: reads nothing but its arguments (`load_store` provides them) and is deterministic for
+    a given `seed`. Runs the steps in order (load, duplicates, ranks, concordance, reversals,
+    study form, claims, and with `robustness` the protocol multiverse) as the module docstring
+    describes them; every number is JSON-safe (None where undefined).
+    """
+    t_start = time.perf_counter()
+    core = core_steps(df, manifest, practical_threshold=practical_threshold, q=q, n_boot=n_boot, seed=seed,
+                      metrics=metrics, abs_threshold=abs_threshold, n_splits=n_splits)
+    notes, st, families, dups, main, mi, rk = (core[k] for k in ("notes", "st", "families", "dups", "main", "mi",
+                                                                  "rk"))
+    sc, conc_regions, mc, bc, cross = (core[k] for k in ("sc", "conc_regions", "mc", "bc", "cross"))
+    met_main, met_all, rev, sform = (core[k] for k in ("met_main", "met_all", "rev", "sform"))
     headline = {
         "main_metrics": main,
         "cross_source": {"basis": "Kendall tau-b between two sources' mean-rank vectors, averaged over the main "
@@ -535,6 +554,10 @@ def analyze(results_dir, out_dir=None, *, practical_threshold: float = PRACTICAL
                               seed=seed, metrics=metrics, workload=workload, results_dir=str(rdir),
                               abs_threshold=abs_threshold, n_splits=n_splits,
                               robustness=robustness and other_store is None, robustness_boot=robustness_boot)
+    sim = simulator_step(rdir, practical_threshold=practical_threshold, q=q, n_boot=n_boot, seed=seed,
+                         metrics=metrics, abs_threshold=abs_threshold, n_splits=n_splits)
+    if sim is not None:
+        res["simulator"] = sim
     if compare is not None:
         res["region_comparison"] = json_safe(load_comparison(compare, res))
     if other_store is not None:
@@ -549,6 +572,21 @@ def analyze(results_dir, out_dir=None, *, practical_threshold: float = PRACTICAL
     odir = Path(out_dir) if out_dir is not None else rdir
     write_portability(res, odir)
     return res
+
+
+def simulator_step(results_dir: Path, **params) -> Optional[dict]:
+    """The ``simulator`` block of a store run with engine variants (`schedport.analysis.simulator`),
+    or None for a store without them: the study's steps (`core_steps`, with the analysis's own
+    parameters) on every variant's runs, then each finding's survival across the variants."""
+    per_variant, record = read_variant_runs(results_dir, load_store)
+    if not per_variant:
+        return None
+    t0 = time.perf_counter()
+    findings = {name: variant_findings(core_steps(df, manifest, **params), params["q"])
+                for name, (df, manifest) in per_variant.items()}
+    block = simulator_axis(findings, record, default=DEFAULT_VARIANT)
+    block["elapsed_s"] = round(time.perf_counter() - t0, 3)
+    return json_safe(block)
 
 
 def compare_store(compare) -> Optional[Path]:
