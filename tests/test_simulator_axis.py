@@ -210,3 +210,43 @@ def test_run_variants_end_to_end_reuses_default_cells_and_is_deterministic(tmp_p
         pd.testing.assert_frame_equal(a, b)
         m = json.loads((tmp_path / "v" / "variants" / name / "manifest.json").read_text())
         assert m["engine_hash"] == rec["engine_hashes"][name]
+
+
+# ------------------------------------------------------------------------------- the real-engine check, predicted
+def _rev(pair, metric, region, surv, eff=0.3):
+    return {"scheduler_pair": pair, "metric": metric, "region": region, "source_a": "azure", "source_b": "bailian",
+            "effect_a": eff, "effect_b": -eff, "survival": surv, "n_survived": int(surv * 12), "n_variants": 12,
+            "fails_under": [], "class": "robust" if surv == 1 else "fragile"}
+
+
+def test_predicted_check_names_the_pairs_a_real_server_can_run():
+    from schedport.realengine.validate import predicted_check
+
+    res = {"parameters": {"regions": [{"name": "high", "rho": 0.8}, {"name": "overload", "rho": 1.2}]},
+           "simulator": {
+               "reversals": [_rev("fastserve vs orca", "ttft_p99_s", "overload", 0.25, 0.6),
+                             _rev("edf = vllm-fcfs vs sjf", "e2e_mean_s", "high", 0.5, 0.4)],
+               "stable": [{"scheduler_pair": "sjf vs vllm-fcfs", "winner": "sjf", "loser": "vllm-fcfs",
+                           "metric": "e2e_mean_s", "region": "overload", "effects": {"azure": 0.2, "bailian": 0.3},
+                           "strength": 0.2, "survival": 1.0, "n_survived": 12, "n_variants": 12},
+                          {"scheduler_pair": "fastserve vs sjf", "winner": "sjf", "loser": "fastserve",
+                           "metric": "e2e_mean_s", "region": "high", "effects": {"azure": 0.5, "bailian": 0.5},
+                           "strength": 0.5, "survival": 1.0, "n_survived": 12, "n_variants": 12}],
+               "predicted": {"strongest_reversal": _rev("fastserve vs orca", "ttft_p99_s", "overload", 0.25, 0.6)}}}
+    got = predicted_check(res)
+    assert got["reversal"]["scheduler_pair"] == "edf = vllm-fcfs vs sjf"
+    assert (got["reversal"]["run_a"], got["reversal"]["run_b"]) == ("edf", "sjf")
+    assert got["stable_ranking"]["winner"] == "sjf" and got["stable_ranking"]["loser"] == "vllm-fcfs"
+    assert got["schedulers"] == ["edf", "sjf", "vllm-fcfs"]
+    assert got["regions"] == {"high": 0.8, "overload": 1.2} and got["sources"] == ["azure", "bailian"]
+    assert "cannot run" in got["note"]
+
+
+def test_validate_predicted_without_variants_is_one_line(tmp_path):
+    f = tmp_path / "portability.json"
+    f.write_text(json.dumps({"parameters": {}}))
+    eng = tmp_path / "engine.toml"
+    eng.write_text("")
+    msg = one_line(cli("validate", "--endpoint", "http://127.0.0.1:9", "--engine", eng, "--out", tmp_path / "v",
+                       "--corpus", tmp_path / "c", "--predicted", f))
+    assert "has no simulator block" in msg and "--variants uncertainty" in msg

@@ -249,6 +249,28 @@ Robustness (``robustness``, `schedport.analysis.multiverse`; ``--no-robustness``
     study form (the pooled share over the metric set for the reversals) and ``n_comparisons`` what
     it counts (comparisons, tau values, or window x region cells).
 
+Simulator (``simulator``, `schedport.analysis.simulator`; only for a store run with ``--variants``)
+    The study's steps (`core_steps`, the analysis's own parameters) on every engine variant's
+    store (`schedport.study.variants`, docs/engine.md §3.6), then: ``set`` {name, version,
+    description, source, digest}, ``default`` ("default"), ``variants`` [{name, overlay, why}],
+    ``n_variants`` V (the default not counted); ``reversals``: every study-form reversal of the
+    default [{metric, scheduler_pair, scheduler_a, scheduler_b, region, source_a, source_b, effect_a,
+    effect_b, q_a, q_b, ``survival`` (share of the V variants where the same flip -- metric, region,
+    sources, schedulers on the same sides, same direction -- is still a reversal under the same
+    rules), ``n_survived``, ``n_variants``, ``fails_under`` [variant names], ``class`` (robust: all;
+    fragile: under half; partial)}], strongest first; ``distribution`` {n_reversals, all,
+    at_least_75, under_50, none, by_n_survived {k: count}, by_metric {metric: {n_reversals, robust,
+    fragile}}}; ``new_by_variant`` {variant: reversals the default does not have}; ``claims``
+    [{id, default (verdict), by_variant {variant: verdict}, share_holds, n_same, n_variants,
+    share_same}]; ``rank_tau`` [{variant_a, variant_b, n_conditions, median, mean, min, by_metric}]
+    (Kendall tau-b between two variants' mean-rank vectors per (source, region, main metric)) and
+    ``rank_tau_vs_default`` {median, min}; ``stable``: rankings that hold everywhere in the default
+    [{metric, scheduler_pair, region, winner, loser, effects {source: median effect}, strength,
+    survival, n_survived, n_variants, fails_under, class}] (a pair significant, large and of one
+    sign in every source; first 50, strongest first) and ``n_stable``; ``predicted``
+    {strongest_reversal, most_stable_ranking} (the real-engine check, `schedport validate
+    --predicted`); ``definitions``; ``elapsed_s``.
+
 Performance: the full default study (13 schedulers, 3 sources x 40 windows, 6 regions, 21
 distinct metrics, B = 1000, ~23,000 Wilcoxon tests, the study form's 5 x 1,404 tests redone
 on 1,000 resamples, 1,000 random splits) takes about 20 s for the statistics and about 40 s in

@@ -18,7 +18,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from schedport.errors import SchedportError
+from schedport.errors import SchedportError, read_json
 from schedport.common.guard import check_file_target, check_not_inside_store, claim_dir, claim_names, dir_kind
 from schedport.common.outputs import cause, output_dir, output_file
 from schedport.cli.params import out_path_parser  # re-exported: the command modules import it from here
@@ -234,11 +234,15 @@ def validate(
                                 "and the spread reported as the real engine's noise."),
     speed_probe: bool = typer.Option(True, "--speed-probe/--no-speed-probe",
                                      help="Before each replay, time a lone prompt against the engine config."),
+    predicted: Optional[Path] = typer.Option(
+        None, "--predicted", help="An analysis (portability.json) of a store run with --variants: validate exactly "
+        "its strongest reversal and most stable ranking (their schedulers, regions and, with --corpus, sources); "
+        "docs/validation.md."),
 ) -> None:
     """Simulate and replay the same runs on a real server; report errors and which rankings hold."""
     from schedport.study.regions import parse_regions
     from schedport.workload.trace import load_trace
-    from schedport.realengine.validate import NamedTrace, corpus_traces, head
+    from schedport.realengine.validate import NamedTrace, corpus_traces, head, predicted_check
     from schedport.realengine.validate import validate as run_validation
     from schedport.analysis.validation_stats import summary_table_lines
 
@@ -246,8 +250,18 @@ def validate(
         raise SchedportError("give either --trace FILE (repeatable) or --corpus DIR, not both or neither")
     claim_dir(out_dir, {"validation"}, inputs=[engine, corpus, *(trace or [])])
     output_dir(out_dir, create=False)
+    check = None
+    if predicted is not None:
+        check = predicted_check(read_json(predicted), str(predicted))
+        schedulers, regions = ",".join(check["schedulers"]), ",".join(f"{k}={v}" for k, v in check["regions"].items())
+        for what, x in (("reversal", check["reversal"]), ("stable ranking", check["stable_ranking"])):
+            if x:
+                out.print(f"predicted {what}: {x['scheduler_pair']} on {x['metric']} at {x['region']}, survives "
+                          f"{x['n_survived']} of {x['n_variants']} engine variants", markup=False, soft_wrap=True)
+        if check["note"]:
+            out.print(check["note"], markup=False, soft_wrap=True)
     if corpus is not None:
-        named = corpus_traces(corpus, windows)
+        named = corpus_traces(corpus, windows, check["sources"] if check else None)
     else:
         named = [NamedTrace(p.stem, load_trace(p)) for p in trace]
     named = [NamedTrace(t.name, head(t.trace, max_requests)) for t in named]
@@ -263,7 +277,7 @@ def validate(
     res = run_validation(endpoint, named, out_dir, engine=engine, schedulers=scheds,
                          regions=parse_regions(regions), seed=seed, model=model, threshold=threshold,
                          request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries,
-                         repeats=repeats, speed_probe=probe, log=out.print)
+                         repeats=repeats, speed_probe=probe, log=out.print, predicted=check)
     for line in summary_table_lines(res):
         typer.echo(line)
     out.print(f"wrote {out_dir / 'validation.json'} and {out_dir / 'validation.html'}")

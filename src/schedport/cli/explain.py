@@ -68,9 +68,13 @@ def explain_command(
         claim_dir(cache, {"explain"}, option="--cache", allow_other=False, inputs=[corpus])
     if list_only:
         revs = ranked_reversals(read_portability(results, " first"))
+        if revs and "survival" in revs[0]:
+            typer.echo(f"robust first: numbered by how many of the {revs[0]['n_variants']} engine variants each "
+                       f"reversal survives, then by strength")
         for d in revs:
+            surv = f"  [{d['class']}: {d['n_survived']}/{d['n_variants']} variants]" if "survival" in d else ""
             typer.echo(f"{d['id']:4d}  {d['metric']:<24} {d['pair']} @ {d['region']}: {d['source_a']} "
-                       f"{d['effect_a']:+.3f}, {d['source_b']} {d['effect_b']:+.3f}")
+                       f"{d['effect_a']:+.3f}, {d['source_b']} {d['effect_b']:+.3f}{surv}")
         if not revs:
             typer.echo(f"{results}: the study form finds no cross-source reversal, so there is nothing to explain")
         return

@@ -51,22 +51,70 @@ class NamedTrace:
     trace: Trace
 
 
-def corpus_traces(corpus_dir: str | Path, n_windows: int) -> list[NamedTrace]:
-    """`n_windows` windows of a built corpus, taken round-robin over its sources in manifest order."""
+def corpus_traces(corpus_dir: str | Path, n_windows: int, sources: Sequence[str] | None = None) -> list[NamedTrace]:
+    """`n_windows` windows of a built corpus, taken round-robin over its sources in manifest order
+    (only `sources`, when given)."""
     from schedport.workload.corpus import load_corpus
 
     if n_windows < 1:
         raise SchedportError(f"--windows must be at least 1, got {n_windows}")
     corpus = load_corpus(corpus_dir)
-    by_source = {s: corpus.select(s) for s in corpus.sources}
+    if sources is not None:
+        missing = [s for s in sources if s not in corpus.sources]
+        if missing:
+            raise SchedportError(f"{corpus_dir}: has no source {', '.join(missing)} (the --predicted check's); "
+                                 f"its sources: {', '.join(corpus.sources)}")
+    by_source = {s: corpus.select(s) for s in corpus.sources if sources is None or s in sources}
     picked = []
     depth = 0
     while len(picked) < n_windows and any(depth < len(v) for v in by_source.values()):
-        for s in corpus.sources:
+        for s in by_source:
             if depth < len(by_source[s]) and len(picked) < n_windows:
                 picked.append(by_source[s][depth])
         depth += 1
     return [NamedTrace(w.window_id, corpus.trace(w.window_id)) for w in picked]
+
+
+def predicted_check(portability: dict, where: str = "portability.json") -> dict:
+    """The study's real-engine check as the analysis predicts it (``simulator.predicted``, docs/
+    validation.md): the strongest cross-source reversal and the most stable ranking whose schedulers
+    a real server can run (`replay.EXPRESSIBLE`), each with its survival across the engine variants,
+    and the schedulers, regions and sources a validation of exactly those two needs. A one-line
+    `SchedportError` when the analysis has no simulator block or no such pair."""
+    sim = portability.get("simulator") if isinstance(portability, dict) else None
+    if not isinstance(sim, dict):
+        raise SchedportError(f"{where}: has no simulator block; run `schedport run --variants uncertainty` and "
+                             f"analyse that store first (docs/engine.md §3.6)")
+    ok = set(replay_client.EXPRESSIBLE)
+
+    def runnable(side: str) -> str | None:
+        return next((x for x in side.split(" = ") if x in ok), None)
+
+    rev = None
+    for r in sim.get("reversals") or []:
+        a, b = (runnable(side) for side in r["scheduler_pair"].split(" vs "))
+        if a and b:
+            rev = {**r, "run_a": a, "run_b": b}
+            break
+    stable = [x for x in sim.get("stable") or [] if x["winner"] in ok and x["loser"] in ok]
+    stab = max(stable, key=lambda x: (x["survival"] or 0.0, x["strength"])) if stable else None
+    if rev is None and stab is None:
+        raise SchedportError(f"{where}: neither a reversal nor a stable ranking between schedulers a real server "
+                             f"can run ({', '.join(replay_client.EXPRESSIBLE)})")
+    rho = {r["name"]: r["rho"] for r in (portability.get("parameters") or {}).get("regions", [])}
+    picks = [x for x in (rev, stab) if x]
+    regions = {x["region"]: rho[x["region"]] for x in picks}
+    scheds = list(dict.fromkeys(([rev["run_a"], rev["run_b"]] if rev else [])
+                                + ([stab["winner"], stab["loser"]] if stab else [])))
+    sources = list(dict.fromkeys(([rev["source_a"], rev["source_b"]] if rev else [])
+                                 + (list(stab["effects"]) if stab else [])))
+    named = sim.get("predicted") or {}
+    strongest = named.get("strongest_reversal")
+    note = ("" if rev is None or strongest is None or strongest["scheduler_pair"] == rev["scheduler_pair"] else
+            f"the strongest reversal ({strongest['scheduler_pair']}) has a scheduler a real server cannot run; "
+            f"this is the strongest one it can")
+    return {"reversal": rev, "stable_ranking": stab, "schedulers": scheds, "regions": regions, "sources": sources,
+            "note": note}
 
 
 def head(trace: Trace, n: int | None) -> Trace:
@@ -135,7 +183,7 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
              regions: dict[str, float] | None = None, seed: int = 0, model: str | None = None,
              threshold: float = 0.05, request_timeout_s: float = 600.0, max_lag_s: float = 0.05,
              retries: int = 2, repeats: int = 1, speed_probe: Callable[[], float] | None = None,
-             log: Callable[[str], None] = lambda s: None) -> dict:
+             log: Callable[[str], None] = lambda s: None, predicted: dict | None = None) -> dict:
     """Simulate and replay every (trace, region, scheduler); write and return ``validation.json``.
 
     `engine` is the server's calibrated engine config; `regions` maps names to offered load
@@ -224,6 +272,8 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
         "lag_ok": all(r["client_lag_ok"] for r in run_records),
         "speed_index": _index_summary(cells.values()),
     }
+    if predicted is not None:      # the pair the analysis predicted (`predicted_check`), to read the runs against
+        validation["predicted"] = predicted
     text = json.dumps(_jsonable(validation), indent=2, allow_nan=False) + "\n"
     atomic_write(out / "validation.json", lambda p: Path(p).write_text(text))
     from schedport.report.validation import write_validation_html  # matplotlib: loaded when a page is written

@@ -54,8 +54,8 @@ def render_section(res: dict) -> str:
     if not block:
         return ""
     parts = ["<h2 id='why'>Why it flips</h2>",
-             f"<p class='sub'>{_which(block)} of the study form's {block['n_reversals']} "
-             "cross-source reversals (numbered strongest first), each run on hybrid windows that take one traffic "
+             f"<p class='sub'>{_which(block, res)} of the study form's {block['n_reversals']} "
+             f"cross-source reversals ({_order(res)}), each run on hybrid windows that take one traffic "
              "feature from the other "
              "source (arrival pattern, input or output lengths, client ids) or remove one (Poisson arrivals, "
              "decoupled lengths). A feature's share is the part of the effect gap between the two sources that its "
@@ -89,9 +89,17 @@ def render_section(res: dict) -> str:
     return "\n".join(parts)
 
 
-def _which(block: dict) -> str:
+def _order(res: dict) -> str:
+    sim = res.get("simulator") or {}
+    if sim.get("reversals"):
+        return (f"numbered robust first: by how many of the {sim['n_variants']} engine variants they survive, "
+                "then strongest first, so that the flips explained are not artefacts of a simulator error")
+    return "numbered strongest first"
+
+
+def _which(block: dict, res: dict) -> str:
     ids = block.get("ids") or list(range(1, len(block["explained"]) + 1))
     if ids == list(range(1, len(ids) + 1)):
-        return f"The {len(ids)} strongest"
+        return f"The {len(ids)} {'most robust' if (res.get('simulator') or {}).get('reversals') else 'strongest'}"
     return "Reversals " + ", ".join(f"#{i}" for i in ids)
 

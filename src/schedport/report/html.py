@@ -25,6 +25,7 @@ from typing import Any, Optional
 from schedport.common.formatting import fmt, pct  # noqa: F401  (the report's number style)
 from schedport.report.explain import render_section
 from schedport.report.robustness import robustness_card
+from schedport.report.simulator import claim_survival, simulator_card
 from schedport.report.figures import (fig_headline_tau, fig_metric_matrix, fig_rank_trajectories,  # noqa: F401
                                       fig_reversal_map, fig_tau_heatmap, fig_workload)
 from schedport.report.style import CSS, OKABE_ITO, img_tag  # noqa: F401  (OKABE_ITO: part of this module's API)
@@ -102,6 +103,7 @@ def _claims_card(res: dict, n: _Nums) -> str:
             across = (f"<br><span class='sub'>{esc(word)} "
                       f"(holds under {n(f'robustness.claims.{j}.share_holds', 'pct')} of "
                       f"<a href='#robustness'>{rob['n_protocols']:,} protocols</a>)</span>")
+        across += claim_survival(res, c["id"])
         rows.append(f"<tr><td class='l'>{esc(c['study'])}</td><td class='l'>{n(f'study_form.claims.{i}.here', 'str')}"
                     f"</td><td class='l {cls}'><b>{n(f'study_form.claims.{i}.verdict', 'str')}</b>{across}</td>"
                     f"<td class='l sub'>{esc(c.get('rule', ''))}</td></tr>")
@@ -354,6 +356,7 @@ def _headline(res: dict, n: _Nums) -> str:
     out.append(_region_card(res, n))
     out.append(_tau_card(res, n))
     out.append(_study_reversals_card(res, n))
+    out.append(simulator_card(res))
     out.append(_metrics_card(res, n))
     out.append(_artifacts_card(res))
     out.append("</section>")

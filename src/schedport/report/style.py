@@ -41,6 +41,7 @@ h1{font-size:1.5em;margin:0.2em 0}h2{border-bottom:1px solid #ccc;padding-bottom
 .card h3{margin:0 0 6px 0;font-size:1.05em}
 .big{font-size:1.6em;font-weight:600}
 .num{font-variant-numeric:tabular-nums}.ci{color:#555;font-size:0.9em}
+.surv{white-space:nowrap}.surv.robust{color:#0072B2}.surv.fragile{color:#D55E00}.surv.partial{color:#555}
 table{border-collapse:collapse;font-size:0.85em;margin:6px 0}
 th,td{border:1px solid #ddd;padding:2px 6px;text-align:right}th{background:#f0f0f0}
 td.l,th.l{text-align:left}

@@ -38,6 +38,11 @@ def ranked_reversals(res: dict) -> list[dict]:
     threshold (the pooled table's order). Each entry: ``id``, ``metric``, ``scheduler_a``,
     ``scheduler_b`` (the first name of each side of a duplicate class), ``pair``, ``region``,
     ``source_a``, ``source_b``, ``effect_a``, ``effect_b``, ``strength``.
+
+    When the store was run with engine variants (``simulator`` in the analysis), each entry also
+    carries its ``survival`` and ``class``, and the order is robust reversals first (by survival,
+    then strength): a flip that a plausible simulator error erases is the last one worth
+    explaining (docs/explain.md).
     """
     sf = res.get("study_form")
     if not isinstance(sf, dict) or "reversals" not in sf:
@@ -53,7 +58,16 @@ def ranked_reversals(res: dict) -> list[dict]:
                         "region": it["region"], "source_a": it["source_a"], "source_b": it["source_b"],
                         "effect_a": it["effect_a"], "effect_b": it["effect_b"],
                         "strength": min(abs(it["effect_a"]), abs(it["effect_b"])) / thr})
-    out.sort(key=lambda d: (-d["strength"], d["metric"], d["pair"], d["region"], d["source_a"]))
+    surv = {(r["metric"], r["scheduler_pair"], r["region"], r["source_a"], r["source_b"]): r
+            for r in ((res.get("simulator") or {}).get("reversals") or [])}
+    for d in out:
+        r = surv.get((d["metric"], d["pair"], d["region"], d["source_a"], d["source_b"]))
+        if r is not None:
+            d.update(survival=r["survival"], n_survived=r["n_survived"], n_variants=r["n_variants"],
+                     **{"class": r["class"]})
+    by_survival = bool(surv)
+    out.sort(key=lambda d: (-(d.get("survival") or 0.0) if by_survival else 0.0, -d["strength"], d["metric"],
+                            d["pair"], d["region"], d["source_a"]))
     for i, d in enumerate(out, 1):
         d["id"] = i
     return out
