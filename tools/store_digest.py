@@ -2,9 +2,10 @@
 
 The parts of a store are named by uuid and hold cells in the order workers finished them, so two
 stores with the same cells differ file by file; this digest does not. With ``--portability`` it
-also prints the sha256 of ``portability.json`` without its ``run_info`` (wall times, the only
-fields that differ between identical analyses) and, with ``--without simulator``, without that
-block too. Used to show that a change leaves the default study bit-identical.
+also prints the sha256 of ``portability.json`` without its ``run_info`` (wall times) and the
+provenance fields that name one run of the sweep (``started``, ``ended``, ``git_commit``,
+``results_dir``): the fields that differ between two analyses of the same cells. With
+``--without simulator`` it leaves that block out too. Used to show that a change leaves the default study bit-identical.
 
     python tools/store_digest.py results [--portability] [--without simulator]
 """
@@ -21,6 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 KEY = ["source", "window_id", "region", "scheduler", "seed"]
+#: Provenance fields that name one run of the sweep, not what it computed.
+RUN_FIELDS = ("started", "ended", "git_commit", "results_dir")
 
 
 def cells_digest(runs: Path) -> tuple[str, int]:
@@ -44,6 +47,8 @@ def portability_digest(path: Path, without: list[str]) -> str:
     d = json.loads(path.read_text())
     for k in ["run_info", *without]:
         d.pop(k, None)
+    for k in RUN_FIELDS:
+        (d.get("provenance") or {}).pop(k, None)
     return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -57,7 +62,7 @@ def main(argv=None) -> int:
     print(f"cells {n} sha256 {digest}")
     if a.portability:
         print(f"portability.json sha256 {portability_digest(a.store / 'portability.json', a.without)} "
-              f"(without run_info{''.join(', ' + w for w in a.without)})")
+              f"(without run_info, the run's provenance{''.join(', ' + w for w in a.without)})")
     return 0
 
 
