@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 from schedport.errors import ConfigError, DataError, SchedportError
-from schedport.workload.corpus_manifest import MODELED_ADAPTER, SPEC_SCHEMA, source_label
+from schedport.workload.corpus_manifest import (BUILTIN_SOURCES, MODELED_ADAPTER, SPEC_SCHEMA, builtin_source,
+                                                source_label)
 
 TABULAR = ("azure", "burstgpt", "jsonl", "canonical")
 ADAPTERS = (*TABULAR, "servegen", MODELED_ADAPTER)
@@ -239,8 +240,6 @@ def _normalise_source(src: dict, where: str) -> dict:
     adapter = src.get("adapter")
     if adapter not in ADAPTERS:
         raise ConfigError(f"{where}: adapter must be one of {', '.join(ADAPTERS)}, not {adapter!r}")
-    if adapter == "burstgpt" and name == MODELED_ADAPTER:
-        raise ConfigError(f"{where}: the name {MODELED_ADAPTER!r} is reserved for the modeled source")
     if adapter == MODELED_ADAPTER and not name.startswith(MODELED_ADAPTER):
         raise ConfigError(f"{where}: a {MODELED_ADAPTER} source must be named "
                           f"'{MODELED_ADAPTER}...' so it is never taken for the real trace")
@@ -302,6 +301,7 @@ def _normalise_source(src: dict, where: str) -> dict:
             raise ConfigError(f"{pw}: a generated source needs a seed")
         entry["seed"] = seed
         out_parts.append(entry)
+    _check_reserved_name(name, adapter, out_parts, where)
     norm = {"name": name, "adapter": adapter, "cite": src.get("cite", ""), "parts": out_parts}
     if "fallback" in src:
         fb = src["fallback"]
@@ -311,6 +311,22 @@ def _normalise_source(src: dict, where: str) -> dict:
             raise ConfigError(f"{where}: a fallback needs files_any (it is used when none is present)")
         norm["fallback"] = _normalise_source(fb, f"{where}: fallback")
     return norm
+
+
+def _check_reserved_name(name: str, adapter: str, parts: list[dict], where: str) -> None:
+    """A built-in source's name (`BUILTIN_SOURCES`) only for that source: its adapter and its
+    registered public files. The analysis cites and compares sources by name, so a user's data
+    under such a name would be cited and analysed as the public trace."""
+    key = builtin_source(name)
+    if key is None:
+        return
+    own = [f for p in parts for f in p.get("files", p.get("files_any", [])) if not _is_registered(f)]
+    if adapter != BUILTIN_SOURCES[key] or own:
+        why = (f"adapter {adapter!r}" if adapter != BUILTIN_SOURCES[key]
+               else f"file {own[0]!r} is not one of its registered public files")
+        raise ConfigError(f"{where}: the name {name!r} is reserved for the built-in {key} source "
+                          f"(adapter {BUILTIN_SOURCES[key]!r}, its public files), not a source with {why}; "
+                          f"give your source a name of its own")
 
 
 def _resolve_file(name: str, data_dir: Path, spec_dir: Path | None, download: bool,

@@ -1,0 +1,94 @@
+"""A user's names, files and servers get the right result or a one-line refusal: source names are
+identities (a user's source is never cited or analysed as a built-in one), corpus specs and their
+CSVs follow one set of rules, and the analysis and real-engine commands refuse what they cannot
+do truthfully. Every test runs the `schedport` command as a user would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from _synthstore import MANIFEST, REGIONS6, SCHEDULERS13, make_runs, write_store
+
+
+def cli(*args, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "schedport.cli", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+def one_line_error(p: subprocess.CompletedProcess, code: int | None = None) -> str:
+    assert p.returncode != 0, (p.stdout, p.stderr)
+    if code is not None:
+        assert p.returncode == code, (p.returncode, p.stderr)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, p.stderr
+    assert "Traceback" not in p.stderr and "Warning" not in p.stderr
+    return lines[0]
+
+
+def canonical_csv(path: Path, rows: list[tuple], header: str = "arrival_s,input_tokens,output_tokens") -> Path:
+    path.write_text(header + "\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    return path
+
+
+def spec(path: Path, body: str) -> Path:
+    path.write_text(body)
+    return path
+
+
+def user_source(name: str, files: str = '["mine.csv"]', windows: str = 'windows = { rule = "tile", count = 2 }',
+                cite: str = "our own trace, 2025") -> str:
+    return (f'[[sources]]\nname = "{name}"\nadapter = "canonical"\ncite = "{cite}"\nfiles = {files}\n'
+            f'{windows}\n')
+
+
+ROWS = [(i * 0.5, 10 + i, 5 + i) for i in range(40)]
+
+
+# ============================================================================ 1. names are identities
+
+
+def test_a_user_source_may_not_take_a_built_in_name(tmp_path):
+    canonical_csv(tmp_path / "mine.csv", ROWS)
+    for name in ("burstgpt", "azure", "bailian", "burstgpt-modeled-mine"):
+        s = spec(tmp_path / f"{name}.toml", user_source(name))
+        line = one_line_error(cli("corpus", "build", "--spec", s, "--data-dir", tmp_path / "nodata",
+                                  "--out", tmp_path / f"c-{name}"))
+        assert f"name {name!r} is reserved" in line and f"{name}.toml" in line, line
+        assert not (tmp_path / f"c-{name}").exists()
+    # a name of its own builds, and its cite is in the manifest
+    s = spec(tmp_path / "ok.toml", user_source("my-burstgpt"))
+    r = cli("corpus", "build", "--spec", s, "--data-dir", tmp_path / "nodata", "--out", tmp_path / "c")
+    assert r.returncode == 0, r.stderr
+    man = json.loads((tmp_path / "c" / "manifest.json").read_text())
+    assert man["sources"]["my-burstgpt"]["cite"] == "our own trace, 2025"
+
+
+def test_a_user_source_is_cited_as_its_own_and_never_enters_a_built_in_claim(tmp_path):
+    """Sources named like the built-in ones (substrings) are a user's: their own cite in
+    data_sources and the report, and no claim about BurstGPT or Azure/Bailian reads them."""
+    names = ["azure-mine", "bailian2", "my-burstgpt"]
+    runs = make_runs(sources=names, schedulers=SCHEDULERS13[:4], n_windows=5, regions=REGIONS6[:2])
+    store = write_store(tmp_path / "store", runs)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    cites = {n: f"cite of {n}" for n in names}
+    (corpus / "manifest.json").write_text(json.dumps({
+        "corpus_sha256": MANIFEST["corpus_sha256"],
+        "sources": {n: {"adapter": "canonical", "cite": cites[n], "modeled": False} for n in names},
+        "windows": [{"source": n, "window_id": f"{n}-{w:02d}", "n_requests": 10} for n in names
+                    for w in range(5)]}))
+    r = cli("analyze", "--results", store, "--out", tmp_path / "out", "--corpus", corpus, "--boot", "50",
+            "--splits", "10", "--no-robustness")
+    assert r.returncode == 0, r.stderr
+    res = json.loads((tmp_path / "out" / "portability.json").read_text())
+    ds = {d["source"]: d for d in res["provenance"]["data_sources"]}
+    for n in names:
+        assert ds[n]["citation"] == cites[n] and ds[n]["name"] == n and ds[n]["modeled"] is False, ds[n]
+    claims = {c["id"]: c for c in res["study_form"]["claims"]}
+    assert claims["azure_bailian"]["verdict"] == "not comparable"
+    assert claims["burstgpt_low"]["verdict"] == "not comparable"
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "cite of my-burstgpt" in html and "KDD 2025" not in html and "Splitwise" not in html
