@@ -92,3 +92,43 @@ def test_a_user_source_is_cited_as_its_own_and_never_enters_a_built_in_claim(tmp
     assert claims["burstgpt_low"]["verdict"] == "not comparable"
     html = (tmp_path / "out" / "report.html").read_text()
     assert "cite of my-burstgpt" in html and "KDD 2025" not in html and "Splitwise" not in html
+
+
+# ============================================================================ 5. validate with no completions
+
+
+def _validate_inputs(tmp_path: Path) -> tuple[Path, Path, list[int]]:
+    lengths = [100, 101, 102, 103, 104]
+    tr = canonical_csv(tmp_path / "trace.csv", [(1.0 * i, n, 20) for i, n in enumerate(lengths)])
+    eng = tmp_path / "engine.toml"
+    eng.write_text("# the defaults of docs/engine.md\n")
+    return tr, eng, lengths
+
+
+def test_validate_that_completes_nothing_exits_non_zero(tmp_path):
+    """A server that answers the speed probe but never a request, and one that hangs with
+    --no-speed-probe: one line, exit 2, and no agreement table read from timeouts."""
+    from test_replay import FakeServer
+
+    tr, eng, lengths = _validate_inputs(tmp_path)
+    server = FakeServer()
+    server.start()
+    try:
+        server.configure(modes={n: "stall0" for n in lengths})     # the 256-token probe is answered
+        for k, probe in enumerate(("--speed-probe", "--no-speed-probe")):
+            out = tmp_path / f"v{k}"
+            r = cli("validate", "--endpoint", server.url, "--engine", eng, "--trace", tr, "--out", out,
+                    "--schedulers", "vllm-fcfs,sjf", "--regions", "low=0.03", "--request-timeout", "0.5",
+                    probe, timeout=120)
+            lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error")]
+            assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+            assert "2 of 2 replays completed less than 50%" in lines[0] and "0 of 5 completed" in lines[0]
+            assert "top-1" not in r.stdout
+            v = json.loads((out / "validation.json").read_text())
+            assert v["completion"]["ok"] is False and v["completion"]["worst"]["n_completed"] == 0
+        # a bad share is one line before any replay
+        r = cli("validate", "--endpoint", server.url, "--engine", eng, "--trace", tr, "--out", tmp_path / "v9",
+                "--schedulers", "vllm-fcfs,sjf", "--min-completed", "1.5", "--no-speed-probe")
+        assert "--min-completed must be a share in (0, 1]" in one_line_error(r, 2)
+    finally:
+        server.close()

@@ -234,11 +234,14 @@ def validate(
                                 "and the spread reported as the real engine's noise."),
     speed_probe: bool = typer.Option(True, "--speed-probe/--no-speed-probe",
                                      help="Before each replay, time a lone prompt against the engine config."),
+    min_completed: float = typer.Option(0.5, "--min-completed",
+                                        help="Share of each replay's requests (not rejected by the server) that "
+                                             "must complete; below it the validation fails."),
 ) -> None:
     """Simulate and replay the same runs on a real server; report errors and which rankings hold."""
     from schedport.study.regions import parse_regions
     from schedport.workload.trace import load_trace
-    from schedport.realengine.validate import NamedTrace, corpus_traces, head
+    from schedport.realengine.validate import NamedTrace, completion_error, corpus_traces, head
     from schedport.realengine.validate import validate as run_validation
     from schedport.analysis.validation_stats import summary_table_lines
 
@@ -263,7 +266,10 @@ def validate(
     res = run_validation(endpoint, named, out_dir, engine=engine, schedulers=scheds,
                          regions=parse_regions(regions), seed=seed, model=model, threshold=threshold,
                          request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries,
-                         repeats=repeats, speed_probe=probe, log=out.print)
+                         repeats=repeats, speed_probe=probe, min_completed=min_completed, log=out.print)
+    failed = completion_error(res, endpoint)
+    if failed:   # the rankings of timeouts are not the server's: no table, a non-zero exit
+        raise SchedportError(failed)
     for line in summary_table_lines(res):
         typer.echo(line)
     out.print(f"wrote {out_dir / 'validation.json'} and {out_dir / 'validation.html'}")
