@@ -132,3 +132,49 @@ def test_validate_that_completes_nothing_exits_non_zero(tmp_path):
         assert "--min-completed must be a share in (0, 1]" in one_line_error(r, 2)
     finally:
         server.close()
+
+
+# ============================================================================ 10, 12, 17. one rule for CSV input
+
+
+def _build(tmp_path: Path, name: str, csv_text: str, windows: str = 'windows = { rule = "tile", count = 2 }'):
+    (tmp_path / f"{name}.csv").write_text(csv_text)
+    s = spec(tmp_path / f"{name}.toml", user_source("mine", files=f'["{name}.csv"]', windows=windows))
+    return cli("corpus", "build", "--spec", s, "--data-dir", tmp_path / "nodata", "--out", tmp_path / f"c-{name}")
+
+
+def _windows(tmp_path: Path, name: str) -> list[dict]:
+    return json.loads((tmp_path / f"c-{name}" / "manifest.json").read_text())["windows"]
+
+
+def test_corpus_build_refuses_a_duplicate_column_as_trace_check_does(tmp_path):
+    text = "arrival_s,input_tokens,output_tokens,input_tokens\n" + "".join(
+        f"{i},{10 + i},5,99\n" for i in range(6))
+    line = one_line_error(_build(tmp_path, "dup", text), 2)
+    assert line == "error: dup.csv: line 1: column 'input_tokens' appears more than once"
+    (tmp_path / "dup.csv").write_text(text)
+    assert one_line_error(cli("trace", "check", tmp_path / "dup.csv"), 2).endswith(
+        "line 1: column 'input_tokens' appears more than once")
+    assert not (tmp_path / "c-dup").exists()
+
+
+def test_zero_token_rows_are_counted_wherever_they_are(tmp_path):
+    """A zero-token row first, in the middle or last is dropped and counted in its window."""
+    rows = [(i, 10 + i, 5) for i in range(8)]
+    for where, k in (("first", 0), ("middle", 3), ("last", 7)):
+        body = [list(r) for r in rows]
+        body[k][1] = 0
+        r = _build(tmp_path, where, "arrival_s,input_tokens,output_tokens\n"
+                   + "".join(",".join(map(str, b)) + "\n" for b in body))
+        assert r.returncode == 0, r.stderr
+        wins = _windows(tmp_path, where)
+        assert sum(w["dropped"]["zero_input_tokens"] for w in wins) == 1, (where, wins)
+        assert sum(w["n_requests"] for w in wins) == 7, (where, wins)
+
+
+def test_a_token_count_beyond_the_limit_is_too_large_not_negative(tmp_path):
+    for n in ("99999999999999999999", "3000000000"):
+        r = _build(tmp_path, "big", f"arrival_s,input_tokens,output_tokens\n0,10,5\n1,{n},5\n2,12,5\n3,13,5\n")
+        line = one_line_error(r, 2)
+        assert line == (f"error: big.csv: line 3: column 'input_tokens': '{n}' is too large; "
+                        "token counts must be <= 2147483647"), line
