@@ -178,3 +178,17 @@ def test_a_token_count_beyond_the_limit_is_too_large_not_negative(tmp_path):
         line = one_line_error(r, 2)
         assert line == (f"error: big.csv: line 3: column 'input_tokens': '{n}' is too large; "
                         "token counts must be <= 2147483647"), line
+
+
+# ============================================================================ 13. extends cycles
+
+
+def test_an_extends_cycle_is_one_line(tmp_path):
+    canonical_csv(tmp_path / "mine.csv", ROWS)
+    spec(tmp_path / "a.toml", 'extends = "b.toml"\n' + user_source("mine"))
+    spec(tmp_path / "b.toml", 'extends = "sub/c.toml"\n')
+    (tmp_path / "sub").mkdir()
+    spec(tmp_path / "sub" / "c.toml", 'extends = "../a.toml"\n')
+    line = one_line_error(cli("corpus", "build", "--spec", tmp_path / "a.toml", "--out", tmp_path / "c"), 2)
+    assert "comes back to a spec that extends it" in line and "RecursionError" not in line, line
+    assert f"{tmp_path / 'a.toml'} -> {tmp_path / 'b.toml'} -> {tmp_path / 'sub' / 'c.toml'} -> " in line

@@ -73,12 +73,14 @@ def _read_toml(path, what: str) -> dict:
         raise ConfigError(f"{what}: malformed TOML ({_one_line(e)})") from None
 
 
-def load_spec(spec: str | os.PathLike[str] | None = None) -> tuple[dict, Path | None]:
+def load_spec(spec: str | os.PathLike[str] | None = None,
+              _chain: tuple[Path, ...] = ()) -> tuple[dict, Path | None]:
     """Read a corpus spec (None: the packaged study) -> (raw dict with `extends` merged, its folder).
 
     ``extends = "default"`` (or a path to another spec, relative to this one) puts that
     spec's sources first, so a user adds a source to the study in a few lines. Structural
-    errors are one-line `ConfigError`s naming the spec and key.
+    errors are one-line `ConfigError`s naming the spec and key, and so is a chain of
+    ``extends`` that comes back to a spec already in it (`_chain`, the specs extending this one).
     """
     if spec is None:
         raw = _read_toml(default_spec_path(), "corpus-spec.toml (packaged)")
@@ -97,7 +99,11 @@ def load_spec(spec: str | os.PathLike[str] | None = None) -> tuple[dict, Path | 
             q = Path(ext) if Path(ext).is_absolute() else p.parent / ext
             if q.resolve() == p.resolve():
                 raise ConfigError(f"{p}: extends names the spec itself")
-            base, _ = load_spec(q)
+            chain = (*_chain, p.resolve())
+            if q.resolve() in chain:
+                loop = " -> ".join(str(c) for c in (*chain[chain.index(q.resolve()):], q.resolve()))
+                raise ConfigError(f"{p}: extends {ext!r} comes back to a spec that extends it ({loop})")
+            base, _ = load_spec(q, chain)
         raw["sources"] = list(base["sources"]) + list(raw.get("sources", []))
     if not raw.get("sources"):
         raise ConfigError(f"{p}: the spec defines no [[sources]]")
