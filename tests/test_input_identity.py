@@ -192,3 +192,48 @@ def test_an_extends_cycle_is_one_line(tmp_path):
     line = one_line_error(cli("corpus", "build", "--spec", tmp_path / "a.toml", "--out", tmp_path / "c"), 2)
     assert "comes back to a spec that extends it" in line and "RecursionError" not in line, line
     assert f"{tmp_path / 'a.toml'} -> {tmp_path / 'b.toml'} -> {tmp_path / 'sub' / 'c.toml'} -> " in line
+
+
+# ============================================================================ 18, 21. spec file paths
+
+
+def _spec_with_file(tmp_path: Path, entry: str) -> subprocess.CompletedProcess:
+    folder = tmp_path / "specs"
+    folder.mkdir(exist_ok=True)
+    s = spec(folder / "s.toml", user_source("mine", files=json.dumps([entry])))
+    return cli("corpus", "build", "--spec", s, "--data-dir", tmp_path / "data", "--out", tmp_path / "c")
+
+
+SECRET = "secret-first-line,not,a,trace"
+
+
+def test_spec_files_stay_beside_the_spec_or_in_the_data_directory(tmp_path):
+    (tmp_path / "outside").mkdir()
+    secret = tmp_path / "outside" / "secret.csv"
+    secret.write_text(SECRET + "\n1,2,3,4\n")
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "link.csv").symlink_to(secret)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "dlink.csv").symlink_to(secret)
+    for entry in ("../outside/secret.csv", "link.csv", "dlink.csv", "../" * 30 + "etc/passwd"):
+        r = _spec_with_file(tmp_path, entry)
+        line = one_line_error(r, 2)
+        if entry.endswith("passwd") and not Path("/etc/passwd").exists():
+            continue
+        assert f"file {entry!r} leads outside" in line and "give an absolute path" in line, line
+        assert "secret-first-line" not in r.stderr + r.stdout
+    assert not (tmp_path / "c").exists()
+    # an absolute path is read on purpose, and its header is not echoed in the error
+    r = _spec_with_file(tmp_path, str(secret))
+    line = one_line_error(r, 2)
+    assert "missing column 'arrival_s' (header has 4 other names" in line, line
+    assert "secret" not in line.split("secret.csv", 1)[1] and "secret-first-line" not in r.stderr
+
+
+def test_a_folder_named_as_a_file_is_one_line_naming_it(tmp_path):
+    (tmp_path / "data").mkdir()
+    for entry in (".", "sub"):
+        (tmp_path / "specs" / "sub").mkdir(parents=True, exist_ok=True)
+        line = one_line_error(_spec_with_file(tmp_path, entry), 2)
+        want = (tmp_path / "specs" / entry).resolve()
+        assert line == f"error: source mine: file {entry!r} is a directory ({want}), expected a file", line

@@ -336,8 +336,15 @@ def _check_reserved_name(name: str, adapter: str, parts: list[dict], where: str)
 
 
 def _resolve_file(name: str, data_dir: Path, spec_dir: Path | None, download: bool,
-                  where: str) -> Path:
-    """A spec file name -> a local path: registered public file (located/downloaded), or a user file."""
+                  where: str, folder: bool = False) -> Path:
+    """A spec file name -> a local path: registered public file (located/downloaded), or a user file.
+
+    A user's relative name is looked up beside the spec, then in the data directory, and must
+    stay inside that folder once resolved: ``../../etc/passwd``, or a link to a file elsewhere,
+    is refused (an absolute name reads a file anywhere, on purpose). A folder is refused where
+    a file is read (`folder`: a ServeGen pool folder is wanted). Errors name the path, never
+    what the file holds.
+    """
     from schedport.workload import datadir
 
     try:
@@ -348,13 +355,29 @@ def _resolve_file(name: str, data_dir: Path, spec_dir: Path | None, download: bo
     if registered:
         return datadir.locate(name, data_dir, download=download)
     p = Path(name).expanduser()
-    cands = [p] if p.is_absolute() else (
-        ([spec_dir / p] if spec_dir is not None else []) + [data_dir / p, Path.cwd() / p])
-    for c in cands:
-        if c.exists():
-            return c
+    bases = [None] if p.is_absolute() else [b for b in (spec_dir, data_dir) if b is not None]
+    cands = [p if b is None else b / p for b in bases]
+    for base, c in zip(bases, cands):
+        if not c.exists():
+            continue
+        if base is not None and not _inside(c, base):
+            raise DataError(f"{where}: file {name!r} leads outside {base.resolve()} (to {c.resolve()}); a spec's "
+                            "files stay beside it or in the data directory, give an absolute path "
+                            "to read a file elsewhere")
+        if c.is_dir() and not folder:
+            raise DataError(f"{where}: file {name!r} is a directory ({c.resolve()}), expected a file")
+        return c
     tried = ", ".join(str(c) for c in cands)
     raise DataError(f"{where}: file {name!r} not found (looked in {tried})")
+
+
+def _inside(path: Path, base: Path) -> bool:
+    """Whether `path`, links followed, lies in the folder `base` (links followed too)."""
+    try:
+        path.resolve().relative_to(base.resolve())
+        return True
+    except (ValueError, OSError):
+        return False
 
 
 def _is_registered(name: str) -> bool:
@@ -386,7 +409,7 @@ def _servegen_folder(name: str, data_dir: Path, spec_dir: Path | None, download:
     reg = sorted((f for f in datadir.DATA_FILES.values() if f.relpath.startswith(prefix)),
                  key=lambda f: f.relpath)
     if not reg:
-        p = _resolve_file(name.rstrip("/"), data_dir, spec_dir, download, where)
+        p = _resolve_file(name.rstrip("/"), data_dir, spec_dir, download, where, folder=True)
         return [p]
     located = {f.relpath: datadir.locate(f.relpath, data_dir, download=download) for f in reg}
     traces = [p for rel, p in located.items() if rel.endswith(("-trace.csv.gz", "-trace.csv"))]

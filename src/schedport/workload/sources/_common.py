@@ -322,8 +322,20 @@ def require_columns(table: Table, wanted: list[str]) -> None:
     """Raise a one-line error naming the first missing column and the header that was found."""
     for c in wanted:
         if c not in table.columns:
-            found = ", ".join(table.columns) or "nothing"
-            raise fail(table.path, "line 1", f"missing column {c!r} (header has: {found})")
+            raise fail(table.path, "line 1", f"missing column {c!r} ({header_found(table.columns, wanted)})")
+
+
+def header_found(names, wanted) -> str:
+    """What a header holds, for an error: the expected names it has, and only the number of the
+    others (an error never echoes a file's contents: the first line of a file that is no trace
+    at all may be anything)."""
+    names = list(names)
+    known = [n for n in names if n in wanted]
+    others = len(names) - len(known)
+    more = f"{others} other name{'s' if others != 1 else ''}" if others else ""
+    if known:
+        return f"header has: {', '.join(known)}" + (f" and {more}" if more else "")
+    return f"header has {more or 'no names'}, none of {', '.join(wanted)}"
 
 
 class BadRows:
