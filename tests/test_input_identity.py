@@ -237,3 +237,26 @@ def test_a_folder_named_as_a_file_is_one_line_naming_it(tmp_path):
         line = one_line_error(_spec_with_file(tmp_path, entry), 2)
         want = (tmp_path / "specs" / entry).resolve()
         assert line == f"error: source mine: file {entry!r} is a directory ({want}), expected a file", line
+
+
+# ============================================================================ 3. --compare checks each region's rho
+
+
+def test_compare_flags_a_region_redefined_at_another_rho(tmp_path):
+    quick = ("--boot", "50", "--splits", "10", "--no-robustness")
+    outs = {}
+    for label, rho in (("a", 0.6), ("b", 1.5)):
+        runs = make_runs(sources=["azure", "bailian"], schedulers=SCHEDULERS13[:4], n_windows=5,
+                         regions=[("light", 0.3), ("moderate", rho)])
+        store = write_store(tmp_path / f"store-{label}", runs)
+        outs[label] = tmp_path / f"out-{label}"
+        args = ["analyze", "--results", store, "--out", outs[label], *quick]
+        if label == "b":
+            args += ["--compare", outs["a"] / "portability.json"]
+        r = cli(*args)
+        assert r.returncode == 0, r.stderr
+    rc = json.loads((outs["b"] / "portability.json").read_text())["region_comparison"]
+    assert rc["selection_differs"] is True
+    assert "moderate is rho 1.5 here and 0.6 in the other" in rc["selection_note"], rc["selection_note"]
+    assert "light" not in rc["selection_note"]
+    assert "moderate is rho 1.5 here and 0.6 in the other" in r.stdout + r.stderr
