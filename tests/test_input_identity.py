@@ -260,3 +260,31 @@ def test_compare_flags_a_region_redefined_at_another_rho(tmp_path):
     assert "moderate is rho 1.5 here and 0.6 in the other" in rc["selection_note"], rc["selection_note"]
     assert "light" not in rc["selection_note"]
     assert "moderate is rho 1.5 here and 0.6 in the other" in r.stdout + r.stderr
+
+
+# ============================================================================ 4. analyze holds its folder's lock
+
+
+def test_analyze_refuses_a_folder_another_analysis_is_writing(tmp_path):
+    """While another process holds the output folder's lock (a second `analyze`, or `run`
+    writing its store there), analyze is refused with one line and writes nothing."""
+    import fcntl
+    import os
+
+    runs = make_runs(sources=["azure", "bailian"], schedulers=SCHEDULERS13[:4], n_windows=5, regions=REGIONS6[:2])
+    store = write_store(tmp_path / "store", runs)
+    quick = ("--boot", "50", "--splits", "10", "--no-robustness")
+    for out in (tmp_path / "out", store):          # an analysis folder, and the store itself
+        out.mkdir(exist_ok=True)
+        fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            r = cli("analyze", "--results", store, "--out", out, *quick)
+            line = one_line_error(r, 2)
+            assert "is writing here right now" in line and str(out) in line, line
+            assert not (out / "portability.json").exists() and not (out / "report.html").exists()
+        finally:
+            os.close(fd)
+        r = cli("analyze", "--results", store, "--out", out, *quick)   # free again
+        assert r.returncode == 0, r.stderr
+        assert (out / "portability.json").exists() and (out / "report.html").exists()
