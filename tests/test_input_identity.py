@@ -288,3 +288,52 @@ def test_analyze_refuses_a_folder_another_analysis_is_writing(tmp_path):
         r = cli("analyze", "--results", store, "--out", out, *quick)   # free again
         assert r.returncode == 0, r.stderr
         assert (out / "portability.json").exists() and (out / "report.html").exists()
+
+
+# ============================================================================ 16. calibrate --request-timeout
+
+
+def test_calibrate_fails_fast_against_a_server_that_never_answers(tmp_path):
+    """A socket that accepts and never answers, and a server that lists its model but never
+    answers a completion: with --request-timeout 1, one line within seconds, nothing written."""
+    import socket
+    import threading
+    import time
+
+    from test_replay import FakeServer
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    held = []
+
+    def accept_forever():
+        while True:
+            try:
+                held.append(silent.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept_forever, daemon=True).start()
+    server = FakeServer()
+    server.start()
+    server.configure(modes={n: "stall0" for n in range(1, 600)})
+    known = ("--block-size", "16", "--num-gpu-blocks", "100", "--max-num-seqs", "8",
+             "--max-num-batched-tokens", "512", "--max-model-len", "512")   # the fake has no /metrics
+    try:
+        for url, fragment in ((f"http://127.0.0.1:{silent.getsockname()[1]}", "/v1/models: no answer within 1 s"),
+                              (server.url, "a probe did not finish within 1 s (--request-timeout)")):
+            t0 = time.monotonic()
+            r = cli("calibrate", "--endpoint", url, "--out", tmp_path / "eng.toml", "--request-timeout", "1",
+                    *known, timeout=120)
+            line = one_line_error(r, 2)
+            assert fragment in line, line
+            assert time.monotonic() - t0 < 60          # not the 300 s default (nor silence until then)
+            assert not (tmp_path / "eng.toml").exists()
+        r = cli("calibrate", "--endpoint", server.url, "--out", tmp_path / "eng.toml", "--request-timeout", "0")
+        assert "--request-timeout must be a positive number of seconds" in one_line_error(r, 2)
+    finally:
+        server.close()
+        silent.close()
+        for c in held:
+            c.close()

@@ -192,6 +192,9 @@ def calibrate(
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Known context limit."),
     block_size: Optional[int] = typer.Option(None, "--block-size", help="Known KV block size."),
     num_gpu_blocks: Optional[int] = typer.Option(None, "--num-gpu-blocks", help="Known number of KV blocks."),
+    request_timeout: float = typer.Option(300.0, "--request-timeout",
+                                          help="Seconds any one probe request may take before the calibration "
+                                               "fails (the model list: at most 30)."),
 ) -> None:
     """Probe a running server and fit the simulator's linear latency model and engine limits to it."""
     from schedport.realengine.calibrate import calibrate as run_cal
@@ -204,7 +207,8 @@ def calibrate(
     check_file_target(out_path)
     output_file(out_path)
     t0 = time.perf_counter()
-    cal = run_cal(endpoint, out_path, model=model, repeats=repeats, seed=seed, overrides=given, log=out.print)
+    cal = run_cal(endpoint, out_path, model=model, repeats=repeats, seed=seed, overrides=given,
+                  request_timeout_s=request_timeout, log=out.print)
     f = cal.fit
     out.print(f"limits: " + ", ".join(f"{k}={v}" for k, v in cal.limits.items()))
     out.print("latency: " + ", ".join(f"{k}={v:.3g}" for k, v in f.coef.items())
