@@ -20,6 +20,7 @@ from __future__ import annotations
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from schedport.common.guard import dir_lock
 from schedport.common.outputs import io_error
 from schedport.engine.runner import (CAPACITY_DEFINITIONS, CAPACITY_REFERENCE, DRAIN, MAX_ARRIVAL_S,
                                      SATURATED_BATCHES, SATURATED_MAX, SIM_BYTES_PER_REQUEST,
@@ -45,7 +46,9 @@ def analyze(results_dir, out_dir=None, *, validation=None, explain=None, **optio
     before anything is written. `explain` (K, or reversal numbers "N1,N2,...") explains those
     study-form reversals first (`schedport.analysis.explain.add_explanations`, which adds them
     to ``portability.json``) so that the report has its "Why it flips" section. Returns the
-    portability dict.
+    portability dict. The output folder's lock (`schedport.common.guard.dir_lock`, the file a
+    running `run` holds on its store) is held throughout; a folder locked by another process
+    is a one-line `SchedportError`.
     """
     # the analysis and the report load scipy and matplotlib: imported on use, so that
     # `import schedport.api` for `simulate` stays ~1.1 s faster
@@ -53,13 +56,17 @@ def analyze(results_dir, out_dir=None, *, validation=None, explain=None, **optio
     from schedport.analysis.validation_stats import load_validation
 
     vdict = load_validation(validation) if validation is not None else None
-    res = portability.analyze(results_dir, out_dir, **options)
     odir = out_dir if out_dir is not None else results_dir
-    if explain:
-        from schedport.analysis.explain import add_explanations
+    # one analysis at a time in a folder, and none while `run` writes the store there: the
+    # JSON and the report must come from one store
+    with dir_lock(odir, "another schedport command (an analysis, or a run writing its store) is writing "
+                        "here right now; wait for it to finish or use another --out"):
+        res = portability.analyze(results_dir, out_dir, **options)
+        if explain:
+            from schedport.analysis.explain import add_explanations
 
-        res = add_explanations(res, results_dir, odir, explain, corpus_dir=options.get("corpus_dir"))
-    render_report(res, odir, vdict)
+            res = add_explanations(res, results_dir, odir, explain, corpus_dir=options.get("corpus_dir"))
+        render_report(res, odir, vdict)
     return res
 
 

@@ -42,8 +42,26 @@ def headline_digest(res: dict) -> dict:
         "split_half_max": max(sh) if sh else None,
         "claims": {c["id"]: c["verdict"] for c in sf["claims"]},
         "selection": res.get("selection"),
+        "regions": _region_loads(res),
         "regimes_flagged": [f["region"] for f in (res.get("regimes") or {}).get("flagged", [])],
     }
+
+
+def _region_loads(res: dict) -> Optional[dict]:
+    """{region name: rho} of an analysis (its ``parameters.regions``), None when not recorded."""
+    regs = (res.get("parameters") or {}).get("regions")
+    if not isinstance(regs, list):
+        return None
+    return {str(r.get("name")): r.get("rho") for r in regs if isinstance(r, dict)}
+
+
+def _rho_differences(here: Optional[dict], other: Optional[dict]) -> list[str]:
+    """The regions both analyses name at different loads ("moderate at rho 0.6 here, 1.5 there")."""
+    if not here or not other:
+        return []
+    return [f"{name} is rho {here[name]:g} here and {other[name]:g} in the other"
+            for name in here if name in other and here[name] != other[name]
+            and here[name] is not None and other[name] is not None]
 
 
 def _selection_text(sel: Optional[dict]) -> str:
@@ -58,7 +76,9 @@ def load_comparison(path, res: dict) -> dict:
     """The headline of another analysis (its ``portability.json``, or a directory holding one) beside this one.
 
     Meant for the same study under the other region definition: a file from another corpus or
-    engine config is refused (one line), one under the same region definition is noted.
+    engine config is refused (one line), one under the same region definition is noted, and one
+    of another selection (schedulers, sources, windows, region names) or with a region of the
+    same name at another rho is marked ``selection_differs`` with the reason in ``selection_note``.
     """
     pth = Path(path)
     f = pth / "portability.json" if pth.is_dir() else pth
@@ -75,9 +95,17 @@ def load_comparison(path, res: dict) -> dict:
             raise SchedportError(f"{f}: {k} {dig[k]} differs from this store's {here[k]}; compare runs of one study")
     note = ("" if dig["region_def"] != here["region_def"] else
             f"both analyses use region definition {here['region_def']}")
-    differs = dig.get("selection") != here.get("selection")
-    sel_note = (f"the two analyses cover different selections (this: {_selection_text(here.get('selection'))}; "
-                f"the other: {_selection_text(dig.get('selection'))}): their numbers are not of one study"
+    # a region is its name and its load: one redefined at another rho is another region
+    rho_diff = _rho_differences(here.get("regions"), dig.get("regions"))
+    names_differ = dig.get("selection") != here.get("selection")
+    differs = names_differ or bool(rho_diff)
+    reasons = []
+    if names_differ:
+        reasons.append(f"different selections (this: {_selection_text(here.get('selection'))}; "
+                       f"the other: {_selection_text(dig.get('selection'))})")
+    if rho_diff:
+        reasons.append("regions of one name at different loads (" + "; ".join(rho_diff) + ")")
+    sel_note = (f"the two analyses cover {' and '.join(reasons)}: their numbers are not of one study"
                 if differs else "")
     return {"this": here, "other": dig, "other_path": str(f), "note": note, "selection_differs": differs,
             "selection_note": sel_note}

@@ -72,7 +72,7 @@ from schedport.analysis.ranks import mean_ranks
 from schedport.analysis.stats import basic_ci, nanmean, percentile_ci, relative_effect, tau_features
 from schedport.analysis.store_loading import Study
 from schedport.analysis.studyform import (MODERATE, NEAR_PERFECT, STUDY_BEST_CHANGES, STUDY_LOW_TAU, STUDY_SHARE,
-                                          window_best_changes)
+                                          builtin_sources, window_best_changes)
 
 __all__ = ["AXES", "DEFAULT", "RELEVANT", "METRIC_SETS", "SCHEDULER_SETS", "robustness", "protocol_axes",
            "N_BOOT_ROBUSTNESS", "STUDY_COMPARISONS", "tie_ranks"]
@@ -454,9 +454,7 @@ def _claim_grids(df: pd.DataFrame, *, practical_threshold: float, abs_threshold:
     ranker = _Ranker(st, counts)
     names = list(axes)
     sources = list(st.sources)
-    az = next((s for s in sources if "azure" in s.lower()), None)
-    bl = next((s for s in sources if "bailian" in s.lower()), None)
-    bg = next((s for s in sources if "burstgpt" in s.lower()), None)
+    az, bl, bg = builtin_sources(sources)
 
     results: dict = {cid: {} for cid in CLAIM_IDS}
     # the rank claims and best changes, once per effective protocol

@@ -20,6 +20,7 @@ from schedport.analysis.duplicates import pair_keys
 from schedport.analysis.stats import pair_index, percentile_ci, relative_effect, wilcoxon_pvalues
 from schedport.analysis.store_loading import Study
 from schedport.analysis.studyform import CLUSTER_FACTOR, HIGH_LOAD_RHO, STUDY_SHARE, boot_wilcoxon, bh_rows
+from schedport.workload.corpus_manifest import MODELED_ADAPTER, builtin_source
 
 __all__ = ["TESTS", "ReversalTests", "reversal_protocols", "sign_test_p", "median_bootstrap_p"]
 
@@ -112,7 +113,7 @@ def _comparisons(st: Study, labels: np.ndarray, keep: np.ndarray, I, J) -> dict:
             test_rep[si, r] = pair_keys(labels[si, r], None, I, J, K, keep=kp)
     rho = [st.rho.get(r_) for r_ in st.regions]
     high_r = np.array([x is not None and x >= HIGH_LOAD_RHO for x in rho])
-    bg = [i for i, s in enumerate(st.sources) if "burstgpt" in s.lower()]
+    bg = [i for i, s in enumerate(st.sources) if builtin_source(s) in ("burstgpt", MODELED_ADAPTER)]
     out = {}
     for kind in ("cross_source", "cross_region"):
         t1, t2, p1, p2, pid, high, hasbg = [], [], [], [], [], [], []
@@ -203,7 +204,7 @@ def reversal_protocols(st: Study, rev: ReversalTests, labels: np.ndarray, axes: 
     rels = np.array(sorted(axes["rel_threshold"]), dtype=np.float64)
     abss = np.array(sorted(axes["abs_threshold"]), dtype=np.float64)
     S, R, P = len(st.sources), len(st.regions), rev.P
-    bg_any = any("burstgpt" in s.lower() for s in st.sources)
+    bg_any = any(builtin_source(s) in ("burstgpt", MODELED_ADAPTER) for s in st.sources)
     out = {}
     for sset in axes["scheduler_set"]:
         comp = _comparisons(st, labels, keeps[sset], rev.I, rev.J)

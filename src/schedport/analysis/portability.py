@@ -514,7 +514,7 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         "metric_concordance_mean": met_main["value"],
         "reversals": rev["summary"],
         "parameters": parameters,
-        "provenance": provenance(manifest, st.sources, results_dir),
+        "provenance": provenance(manifest, st.sources, results_dir, (workload or {}).get("corpus_sources")),
         "missing_cells": st.missing_cells,
         "complete_blocks": st.complete_blocks,
         "complete_blocks_only": True,

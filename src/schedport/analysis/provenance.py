@@ -11,6 +11,7 @@ from schedport.__about__ import __version__
 from schedport.analysis.store_loading import Study
 from schedport.engine.schedulers import REGISTRY
 from schedport.study.regions import REGIONS
+from schedport.workload.corpus_manifest import BUILTIN_SOURCES, builtin_source
 
 SOURCE_INFO = (
     ("burstgpt-modeled", {
@@ -41,26 +42,35 @@ SOURCE_INFO = (
                     "Production', arXiv 2505.09999; github.com/alibaba/ServeGen",
         "modeled": False, "note": "Arrivals generated from ServeGen's per-client fitted distributions.",
     }),
-    ("servegen", None),  # alias of bailian
 )
 
 
-def source_info(label: str) -> dict:
-    """License, citation and modeled/real flag for a source label (matched by prefix)."""
-    low = label.lower()
-    table = dict((k, v) for k, v in SOURCE_INFO if v is not None)
-    for key, info in SOURCE_INFO:
-        if low.startswith(key) or key in low:
-            info = info or table["bailian"]
-            return {"source": label, **info}
-    return {"source": label, "name": label, "license": "unknown", "citation": "not known to schedport",
-            "modeled": False, "note": ""}
+def source_info(label: str, corpus_sources: Optional[dict] = None) -> dict:
+    """License, citation and modeled/real flag for a source label.
+
+    A built-in source is known by its exact name (`builtin_source`: ``my-burstgpt`` is not
+    BurstGPT). Any other source is a user's: it keeps the ``cite`` its corpus spec gave it when
+    the corpus manifest is at hand (`corpus_sources`, from `load_workload`), and so does a
+    source the corpus built under a built-in name with another adapter (a corpus built before
+    such names were reserved).
+    """
+    rec = (corpus_sources or {}).get(label)
+    rec = rec if isinstance(rec, dict) else {}
+    key = builtin_source(label)
+    if key is not None and rec.get("adapter") in (None, BUILTIN_SOURCES[key]):
+        return {"source": label, **dict(SOURCE_INFO)[key]}
+    cite = rec.get("cite") if isinstance(rec.get("cite"), str) and rec.get("cite") else None
+    return {"source": label, "name": label, "license": "unknown (see the citation)" if cite else "unknown",
+            "citation": cite or "not known to schedport", "modeled": bool(rec.get("modeled")),
+            "note": "a source of the corpus's own spec, cited as the spec cites it" if cite else ""}
 
 
-def provenance(manifest: dict, sources: list[str], results_dir: Optional[str]) -> dict:
+def provenance(manifest: dict, sources: list[str], results_dir: Optional[str],
+               corpus_sources: Optional[dict] = None) -> dict:
     """The ``provenance`` block: the manifest's identity fields (corpus hash, engine config and
     hash, package version, git commit, selection, ...), its other keys' names, the results
-    directory, this package's version and each source's licence and citation."""
+    directory, this package's version and each source's licence and citation (`source_info`,
+    a user's source with its own ``cite`` from `corpus_sources` when the corpus is at hand)."""
     keys = ("corpus_sha256", "engine_hash", "engine_config", "package_version", "git_commit", "selectors",
             "started", "finished", "ended", "status", "corpus_dir", "cells_done", "kind", "store_schema")
     prov = {k: manifest.get(k) for k in keys}
@@ -68,7 +78,7 @@ def provenance(manifest: dict, sources: list[str], results_dir: Optional[str]) -
     prov["user_policies"] = user_policies(manifest)
     prov["results_dir"] = results_dir
     prov["analysis_version"] = __version__
-    prov["data_sources"] = [source_info(s) for s in sources]
+    prov["data_sources"] = [source_info(s, corpus_sources) for s in sources]
     return prov
 
 

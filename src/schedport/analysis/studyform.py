@@ -21,6 +21,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from scipy import special
 
+from schedport.workload.corpus_manifest import MODELED_ADAPTER, find_builtin
+
 __all__ = ["boot_wilcoxon", "bh_rows", "window_best_changes", "split_half", "study_form", "claims",
            "STUDY_FINDINGS"]
 
@@ -523,11 +525,12 @@ def _pc(v: Optional[float]) -> str:
     return "n/a" if v is None else f"{100 * v:.1f}%"
 
 
-def _find(sources: Sequence[str], token: str) -> Optional[str]:
-    for s in sources:
-        if token in s.lower():
-            return s
-    return None
+def builtin_sources(sources: Sequence[str]) -> tuple[Optional[str], Optional[str], Optional[str]]:
+    """The sources the study's claims are about, by exact name (`find_builtin`): Azure, Bailian,
+    and BurstGPT (the real trace, else the modeled one, named as modeled in the claims). A user's
+    source never stands in for one of them, whatever it is called."""
+    return (find_builtin(sources, "azure"), find_builtin(sources, "bailian"),
+            find_builtin(sources, "burstgpt") or find_builtin(sources, MODELED_ADAPTER))
 
 
 def _interval_verdict(lo: Optional[float], hi: Optional[float], inside) -> str:
@@ -587,7 +590,7 @@ def claims(st, sf: dict, cross_pairs: list, metric_tau: dict, modeled: Sequence[
     """One verdict per study finding, computed from this run's study-form numbers (rules stated in each)."""
     out = []
     sources = list(st.sources)
-    az, bl, bg = _find(sources, "azure"), _find(sources, "bailian"), _find(sources, "burstgpt")
+    az, bl, bg = builtin_sources(sources)
     def _mod(*names) -> str:
         mod = [s for s in names if s and s in set(modeled)]
         return f" ({', '.join(mod)} is modeled, not the real trace)" if mod else ""

@@ -192,6 +192,9 @@ def calibrate(
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Known context limit."),
     block_size: Optional[int] = typer.Option(None, "--block-size", help="Known KV block size."),
     num_gpu_blocks: Optional[int] = typer.Option(None, "--num-gpu-blocks", help="Known number of KV blocks."),
+    request_timeout: float = typer.Option(300.0, "--request-timeout",
+                                          help="Seconds any one probe request may take before the calibration "
+                                               "fails (the model list: at most 30)."),
 ) -> None:
     """Probe a running server and fit the simulator's linear latency model and engine limits to it."""
     from schedport.realengine.calibrate import calibrate as run_cal
@@ -204,7 +207,8 @@ def calibrate(
     check_file_target(out_path)
     output_file(out_path)
     t0 = time.perf_counter()
-    cal = run_cal(endpoint, out_path, model=model, repeats=repeats, seed=seed, overrides=given, log=out.print)
+    cal = run_cal(endpoint, out_path, model=model, repeats=repeats, seed=seed, overrides=given,
+                  request_timeout_s=request_timeout, log=out.print)
     f = cal.fit
     out.print(f"limits: " + ", ".join(f"{k}={v}" for k, v in cal.limits.items()))
     out.print("latency: " + ", ".join(f"{k}={v:.3g}" for k, v in f.coef.items())
@@ -238,11 +242,14 @@ def validate(
         None, "--predicted", help="An analysis (portability.json) of a store run with --variants: validate exactly "
         "its strongest reversal and most stable ranking (their schedulers, regions and, with --corpus, sources); "
         "docs/validation.md."),
+    min_completed: float = typer.Option(0.5, "--min-completed",
+                                        help="Share of each replay's requests (not rejected by the server) that "
+                                             "must complete; below it the validation fails."),
 ) -> None:
     """Simulate and replay the same runs on a real server; report errors and which rankings hold."""
     from schedport.study.regions import parse_regions
     from schedport.workload.trace import load_trace
-    from schedport.realengine.validate import NamedTrace, corpus_traces, head, predicted_check
+    from schedport.realengine.validate import NamedTrace, completion_error, corpus_traces, head, predicted_check
     from schedport.realengine.validate import validate as run_validation
     from schedport.analysis.validation_stats import summary_table_lines
 
@@ -277,7 +284,11 @@ def validate(
     res = run_validation(endpoint, named, out_dir, engine=engine, schedulers=scheds,
                          regions=parse_regions(regions), seed=seed, model=model, threshold=threshold,
                          request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries,
-                         repeats=repeats, speed_probe=probe, log=out.print, predicted=check)
+                         repeats=repeats, speed_probe=probe, min_completed=min_completed, log=out.print,
+                         predicted=check)
+    failed = completion_error(res, endpoint)
+    if failed:   # the rankings of timeouts are not the server's: no table, a non-zero exit
+        raise SchedportError(failed)
     for line in summary_table_lines(res):
         typer.echo(line)
     out.print(f"wrote {out_dir / 'validation.json'} and {out_dir / 'validation.html'}")

@@ -22,7 +22,10 @@ other         a directory with files, none of them schedport's
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from schedport.errors import SchedportError
@@ -152,3 +155,36 @@ def check_not_inside_store(out_dir, results) -> None:
                 raise SchedportError(f"{out_dir}: is inside {WHAT[kind]} at {d}; refusing to write an analysis "
                                      f"there (choose another --out)")
             return
+
+
+#: The lock file a command writing a directory holds: the results store's (`run`) and an
+#: analysis folder's (`analyze`) are the same file, so neither writes where the other is writing.
+LOCK_NAME = ".lock"
+
+
+@contextmanager
+def dir_lock(path, busy: str):
+    """Hold the exclusive lock of the directory `path` (its `LOCK_NAME`, created with the folder
+    if needed) for the block; if another process holds it, a one-line `SchedportError`
+    ``<path>: <busy>``. A folder this call created is removed again when the block fails and
+    left nothing else in it, so a refused or failed command leaves no empty output behind."""
+    d = Path(path)
+    created = not d.exists()
+    d.mkdir(parents=True, exist_ok=True)
+    lock = d / LOCK_NAME
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SchedportError(f"{d}: {busy}") from None
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        if not ok and created and {q.name for q in d.iterdir()} == {LOCK_NAME}:
+            lock.unlink(missing_ok=True)
+            d.rmdir()
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -251,10 +251,10 @@ class Calibration:
         return "\n".join(lines) + "\n"
 
 
-async def _metrics(session, base: str) -> list | None:
+async def _metrics(session, base: str, timeout_s: float = 10.0) -> list | None:
     aiohttp = need_aiohttp()
     try:
-        async with session.get(f"{base}/metrics", timeout=aiohttp.ClientTimeout(total=10)) as r:
+        async with session.get(f"{base}/metrics", timeout=aiohttp.ClientTimeout(total=min(10.0, timeout_s))) as r:
             if r.status != 200:
                 return None
             return parse_prometheus(await r.text())
@@ -262,7 +262,11 @@ async def _metrics(session, base: str) -> list | None:
         return None
 
 
-async def _stream(session, url: str, body: dict, timeout_s: float = 300.0) -> StreamTimer:
+#: The longest one probe request may take by default (`calibrate --request-timeout`).
+DEFAULT_REQUEST_TIMEOUT_S = 300.0
+
+
+async def _stream(session, url: str, body: dict, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> StreamTimer:
     """Send one request and time its stream; a failure is an EndpointError (probes must succeed)."""
     aiohttp = need_aiohttp()
     timer = StreamTimer()
@@ -276,7 +280,8 @@ async def _stream(session, url: str, body: dict, timeout_s: float = 300.0) -> St
                 async for line in r.content:
                     timer.feed(line, time.perf_counter() - t0)
     except TimeoutError:
-        raise EndpointError(f"{url}: a probe did not finish within {timeout_s:g} s") from None
+        raise EndpointError(f"{url}: a probe did not finish within {timeout_s:g} s "
+                            "(--request-timeout)") from None
     except aiohttp.ClientError as e:
         raise EndpointError(f"{url}: probe failed: {type(e).__name__}: {e}") from None
     if timer.error:
@@ -287,8 +292,10 @@ async def _stream(session, url: str, body: dict, timeout_s: float = 300.0) -> St
 class _Prober:
     """Sends the probes; `seed` keeps prompts distinct so a prefix cache never shortcuts one."""
 
-    def __init__(self, session, base: str, info: ServerInfo, token_range, log):
+    def __init__(self, session, base: str, info: ServerInfo, token_range, log,
+                 timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S):
         self.session, self.base, self.info = session, base, info
+        self.timeout_s = timeout_s       # the longest any one probe request may take
         self.url = f"{base}/v1/completions"
         self.token_range = token_range
         self.log = log
@@ -300,7 +307,7 @@ class _Prober:
         return completion_body(self.info.model, prompt_token_ids(n_in, self.serial, self.salt, self.token_range), n_out, None)
 
     async def ttft(self, n_in: int) -> float:
-        t = await _stream(self.session, self.url, self.body(n_in, 1))
+        t = await _stream(self.session, self.url, self.body(n_in, 1), self.timeout_s)
         return t.first_s
 
     async def decode_step(self, batch: int, context: int, n_out: int) -> float:
@@ -367,13 +374,19 @@ class _Prober:
         started = [asyncio.Event() for _ in range(batch)]
         t0 = time.perf_counter()
         tasks = [asyncio.create_task(_stream_times(self.session, self.url, self.body(context, n_out),
-                                                   started=ev, t0=t0)) for ev in started]
+                                                   started=ev, t0=t0, timeout_s=self.timeout_s))
+                 for ev in started]
         try:
-            await asyncio.wait_for(asyncio.gather(*(ev.wait() for ev in started)), timeout=120.0)
+            try:
+                await asyncio.wait_for(asyncio.gather(*(ev.wait() for ev in started)),
+                                       timeout=min(120.0, self.timeout_s))
+            except TimeoutError:
+                raise EndpointError(f"{self.url}: a probe's tokens did not start within "
+                                    f"{min(120.0, self.timeout_s):g} s") from None
             firsts = []
             for _ in range(injections):
                 sent = time.perf_counter() - t0
-                timer = await _stream(self.session, self.url, self.body(prompt, 1))
+                timer = await _stream(self.session, self.url, self.body(prompt, 1), self.timeout_s)
                 firsts.append(sent + timer.first_s)
             done_at = time.perf_counter() - t0
             return list(await asyncio.gather(*tasks)), done_at, firsts
@@ -382,13 +395,13 @@ class _Prober:
                 t.cancel()
 
     async def _batch(self, batch: int, context: int, n_out: int) -> list[np.ndarray]:
-        return await asyncio.gather(*[_stream_times(self.session, self.url, self.body(context, n_out))
-                                      for _ in range(batch)])
+        return await asyncio.gather(*[_stream_times(self.session, self.url, self.body(context, n_out),
+                                                    timeout_s=self.timeout_s) for _ in range(batch)])
 
     async def _itl(self) -> tuple[float, float] | None:
         """(sum, count) of the server's inter-token latency histogram, None without metrics."""
         await asyncio.sleep(0.2)          # let the server record the last outputs
-        samples = await _metrics(self.session, self.base)
+        samples = await _metrics(self.session, self.base, self.timeout_s)
         if samples is None:
             return None
         total = _metric(samples, "vllm:inter_token_latency_seconds_sum")
@@ -401,7 +414,7 @@ class _Prober:
         (10 polls in a row) while that many ran, and the most seen running + waiting (n once all
         have arrived)."""
         n_out = max(1, min(4000, (self.info.max_model_len or 4096) - 9))
-        tasks = [asyncio.create_task(_stream(self.session, self.url, self.body(8, n_out)))
+        tasks = [asyncio.create_task(_stream(self.session, self.url, self.body(8, n_out), self.timeout_s))
                  for _ in range(n)]
         best, waited, seen, queued = 0, False, 0, 0
         try:
@@ -409,7 +422,7 @@ class _Prober:
             stable = 0
             while time.perf_counter() < deadline:
                 await asyncio.sleep(metrics_poll_s)
-                s = await _metrics(self.session, self.base)
+                s = await _metrics(self.session, self.base, self.timeout_s)
                 if s is None:
                     break
                 run = int(_metric(s, "vllm:num_requests_running") or 0)
@@ -434,25 +447,31 @@ class _Prober:
 
 
 async def _stream_times(session, url: str, body: dict, started: asyncio.Event | None = None,
-                        t0: float | None = None, after: int = 4) -> np.ndarray:
+                        t0: float | None = None, after: int = 4,
+                        timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> np.ndarray:
     """Arrival time of each token of one stream (a chunk's time for every token it carries),
-    from `t0` (perf_counter; default: when it is sent). `started` is set once `after` tokens came."""
+    from `t0` (perf_counter; default: when it is sent). `started` is set once `after` tokens came.
+    A stream not finished within `timeout_s` is an `EndpointError`."""
     times: list[float] = []
     timer = StreamTimer()
     aiohttp = need_aiohttp()
     if t0 is None:
         t0 = time.perf_counter()
     try:
-        async with session.post(url, json=body) as r:
-            if r.status != 200:
-                text = (await r.text())[:200].replace("\n", " ")
-                raise EndpointError(f"{url}: probe refused: HTTP {r.status}: {text}")
-            async for line in r.content:
-                before = timer.tokens
-                timer.feed(line, time.perf_counter() - t0)
-                times.extend([timer.last_s] * (timer.tokens - before))
-                if started is not None and len(times) >= after:
-                    started.set()
+        async with asyncio.timeout(timeout_s):
+            async with session.post(url, json=body) as r:
+                if r.status != 200:
+                    text = (await r.text())[:200].replace("\n", " ")
+                    raise EndpointError(f"{url}: probe refused: HTTP {r.status}: {text}")
+                async for line in r.content:
+                    before = timer.tokens
+                    timer.feed(line, time.perf_counter() - t0)
+                    times.extend([timer.last_s] * (timer.tokens - before))
+                    if started is not None and len(times) >= after:
+                        started.set()
+    except TimeoutError:
+        raise EndpointError(f"{url}: a probe did not finish within {timeout_s:g} s "
+                            "(--request-timeout)") from None
     except aiohttp.ClientError as e:
         raise EndpointError(f"{url}: probe failed: {type(e).__name__}: {e}") from None
     finally:
@@ -586,16 +605,17 @@ async def _latency_probes(prober: _Prober, limits: dict[str, int], repeats: int,
 
 
 async def _calibrate_async(endpoint: str, model: str | None, overrides: dict, repeats: int,
-                           token_range, log, seed: int = 0) -> Calibration:
+                           token_range, log, seed: int = 0,
+                           timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> Calibration:
     aiohttp = need_aiohttp()
     base = server_root(endpoint)
     async with aiohttp.ClientSession(connector=client_connector(),
                                      timeout=aiohttp.ClientTimeout()) as session:   # probes time themselves
-        info = await fetch_server_info(session, base, model, timeout_s=30.0)
-        samples = await _metrics(session, base)
+        info = await fetch_server_info(session, base, model, timeout_s=min(30.0, timeout_s))
+        samples = await _metrics(session, base, timeout_s)
         lim = _Limits(overrides)
         _reported_limits(lim, info, samples, base, log)
-        prober = _Prober(session, base, info, token_range, log)
+        prober = _Prober(session, base, info, token_range, log, timeout_s)
         await prober.ttft(16)                          # warm-up, not measured
         await _observe_max_num_seqs(lim, prober, samples, base, log)
         # --- the token budget
@@ -652,12 +672,12 @@ async def _probe_budget(prober: _Prober, session, base: str, mml: int, max_seqs:
                 buckets[le] = buckets.get(le, 0.0) + v
         return count, total, buckets
 
-    before = await _metrics(session, base)
+    before = await _metrics(session, base, prober.timeout_s)
     L = mml - 1
     m = max(2, min(max_seqs, 8))
-    await asyncio.gather(*[_stream(session, prober.url, prober.body(L, 1)) for _ in range(m)])
+    await asyncio.gather(*[_stream(session, prober.url, prober.body(L, 1), prober.timeout_s) for _ in range(m)])
     await asyncio.sleep(0.3)
-    after = await _metrics(session, base)
+    after = await _metrics(session, base, prober.timeout_s)
     c0, s0, b0 = hist(before)
     c1, s1, b1 = hist(after)
     if c0 is None or c1 is None:
@@ -685,6 +705,7 @@ async def _probe_budget(prober: _Prober, session, base: str, mml: int, max_seqs:
 
 def calibrate(endpoint: str, out: str | Path | None = None, *, model: str | None = None, repeats: int = 5,
               overrides: dict | None = None, token_range: tuple[int, int] = (1000, 2000), seed: int = 0,
+              request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
               log: Callable[[str], None] = lambda s: None) -> Calibration:
     """Probe the server at `endpoint`, fit the linear latency model, and (if `out`) write the config.
 
@@ -694,13 +715,18 @@ def calibrate(endpoint: str, out: str | Path | None = None, *, model: str | None
     with `seed`, because the speed of a shared or virtualised machine drifts (seen here: the
     same decode probe 3.6 ms in one calibration and 5.6 ms in another an hour later) and probes
     taken in sequence would turn that drift into a wrong slope. The written file is read back
-    with the engine-config loader, so what it holds is a valid engine.
+    with the engine-config loader, so what it holds is a valid engine. No probe request may take
+    longer than `request_timeout_s` (nor the server's model list longer than 30 s, or than that):
+    a server that accepts and never answers is a one-line `EndpointError` that soon.
     """
     if repeats < 1:
         raise SchedportError(f"--repeats must be at least 1, got {repeats}")
+    if not (isinstance(request_timeout_s, (int, float)) and math.isfinite(request_timeout_s)
+            and request_timeout_s > 0):
+        raise SchedportError(f"--request-timeout must be a positive number of seconds, got {request_timeout_s}")
     with no_gc_pauses():
         cal = asyncio.run(_calibrate_async(endpoint, model, dict(overrides or {}), repeats, token_range, log,
-                                           seed))
+                                           seed, request_timeout_s))
     if out is not None:
         path = Path(out)
         path.parent.mkdir(parents=True, exist_ok=True)

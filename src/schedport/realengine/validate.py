@@ -40,6 +40,9 @@ RUN_METRICS = ("ttft_mean_s", "ttft_p50_s", "ttft_p99_s", "tpot_mean_s", "e2e_me
                "throughput_rps")
 RANK_METRICS = ("ttft_mean_s", "e2e_mean_s", "ttft_p99_s", "e2e_p99_s")
 DEFAULT_SCHEDULERS = ("vllm-fcfs", "sjf", "spf", "edf")
+#: The share of a replay's requests (those the server did not reject as invalid) that must
+#: complete for the replay to measure the server (`replay`'s own rule: not more than half fail).
+MIN_COMPLETED = 0.5
 CELL_KIND = "schedport-validation-cell"
 
 
@@ -183,7 +186,8 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
              regions: dict[str, float] | None = None, seed: int = 0, model: str | None = None,
              threshold: float = 0.05, request_timeout_s: float = 600.0, max_lag_s: float = 0.05,
              retries: int = 2, repeats: int = 1, speed_probe: Callable[[], float] | None = None,
-             log: Callable[[str], None] = lambda s: None, predicted: dict | None = None) -> dict:
+             min_completed: float = MIN_COMPLETED, log: Callable[[str], None] = lambda s: None,
+             predicted: dict | None = None) -> dict:
     """Simulate and replay every (trace, region, scheduler); write and return ``validation.json``.
 
     `engine` is the server's calibrated engine config; `regions` maps names to offered load
@@ -196,7 +200,13 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
     ``speed_index``: the machine's speed at that moment against its calibration. Finished
     replays found in `out_dir` are reused when their `cell.json` matches (so a validation can
     be resumed, or extended with more repeats); a mismatch is a one-line error.
+
+    ``completion`` in the result says whether every replay completed at least `min_completed`
+    of its requests (`completion_check`); a validation that fails it compares the simulator
+    with timeouts and errors, not with the server, and the command exits non-zero.
     """
+    if not (isinstance(min_completed, (int, float)) and 0 < min_completed <= 1):
+        raise SchedportError(f"--min-completed must be a share in (0, 1], got {min_completed}")
     cfg = resolve_engine(engine)
     regions = dict(regions or {"light": 0.3, "moderate": 0.6, "high": 0.8})
     _check_request(traces, schedulers, repeats)
@@ -271,6 +281,7 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
         "agreement": agreement,
         "lag_ok": all(r["client_lag_ok"] for r in run_records),
         "speed_index": _index_summary(cells.values()),
+        "completion": completion_check(cells, min_completed),
     }
     if predicted is not None:      # the pair the analysis predicted (`predicted_check`), to read the runs against
         validation["predicted"] = predicted
@@ -332,6 +343,41 @@ def _summarise_cell(name: str, region: str, sched: str, c: "_Cell") -> tuple[dic
         if len(vals) > 1:
             row[f"real_lo_{m}"], row[f"real_hi_{m}"] = min(vals), max(vals)
     return record, row
+
+
+def completion_check(cells: dict, min_completed: float) -> dict:
+    """Whether every replay measured the server: at least `min_completed` of the requests the
+    server did not reject completed (and at least one did). Returns ``{min_completed, ok,
+    n_replays, n_short, worst}``, `worst` naming the replay with the smallest completed share."""
+    worst, n_short, n = None, 0, 0
+    for (name, region, sched), c in cells.items():
+        for rep, (s, _) in enumerate(c.real, start=1):
+            n += 1
+            total = int(s.get("n_requests") or 0)
+            done = int(s.get("n_completed") or 0)
+            valid = total - int(s.get("n_rejected") or 0)
+            share = done / valid if valid > 0 else 0.0
+            short = done == 0 or share < min_completed
+            n_short += short
+            if worst is None or share < worst["share"]:
+                worst = {"window": name, "region": region, "scheduler": sched, "repeat": rep,
+                         "n_requests": total, "n_completed": done, "n_timeout": s.get("n_timeout"),
+                         "n_error": s.get("n_error"), "share": share}
+    return {"min_completed": min_completed, "ok": n_short == 0, "n_replays": n, "n_short": n_short,
+            "worst": worst}
+
+
+def completion_error(validation: dict, endpoint: str) -> str | None:
+    """The one-line reason a validation measured failures rather than the server, or None."""
+    comp = validation.get("completion") or {}
+    if comp.get("ok", True):
+        return None
+    w = comp["worst"]
+    return (f"{endpoint}: {comp['n_short']} of {comp['n_replays']} replays completed less than "
+            f"{100 * comp['min_completed']:g}% of their requests (worst: {w['window']} {w['region']} "
+            f"{w['scheduler']}, {w['n_completed']} of {w['n_requests']} completed, {w['n_timeout']} timeouts, "
+            f"{w['n_error']} errors); validation.json is written, but it compares the simulator with "
+            f"failures, not with the server (--request-timeout, --min-completed)")
 
 
 def _index_summary(cells) -> dict | None:

@@ -29,6 +29,11 @@ MANIFEST_KIND = "schedport-corpus"
 EXPECTED_KIND = "schedport-corpus-expected"
 DEFAULT_OUT = Path("corpus")
 MODELED_ADAPTER = "burstgpt-modeled"
+#: The built-in sources, by their reserved names, each with the adapter it is built with. A
+#: source's name is its identity: the analysis cites and compares these sources by exact name,
+#: so a spec may give one of these names only to that public source (`corpus_spec`).
+BUILTIN_SOURCES = {"azure": "azure", "bailian": "servegen", "burstgpt": "burstgpt",
+                   MODELED_ADAPTER: MODELED_ADAPTER}
 #: The statistics of a window that `verify_corpus` recomputes and compares with the manifest.
 STAT_KEYS = ("n_requests", "duration_s", "input_mean", "input_p50", "input_p99", "output_mean",
               "output_p50", "output_p99", "mean_rate_rps", "index_of_dispersion", "span_s",
@@ -228,6 +233,21 @@ def window_stats(trace, duration_s: float) -> dict:
         "span_s": float(trace.span_s),
         "n_clients": int(clients),
     }
+
+
+def builtin_source(name: str) -> str | None:
+    """The built-in source a source name denotes, by exact name (``azure``, ``bailian``,
+    ``burstgpt``, ``burstgpt-modeled``), else None: ``my-burstgpt`` is a user's source, never
+    the BurstGPT trace. A modeled variant (a name starting with ``burstgpt-modeled``, which a spec
+    gives only to the modeled adapter) is the modeled source."""
+    if name in BUILTIN_SOURCES:
+        return name
+    return MODELED_ADAPTER if name.startswith(MODELED_ADAPTER) else None
+
+
+def find_builtin(sources, *keys: str) -> str | None:
+    """The first of `sources` that is one of the built-in sources `keys` (exact identity)."""
+    return next((s for s in sources if builtin_source(s) in keys), None)
 
 
 def source_label(adapter: str) -> str:

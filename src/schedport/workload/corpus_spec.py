@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 from schedport.errors import ConfigError, DataError, SchedportError
-from schedport.workload.corpus_manifest import MODELED_ADAPTER, SPEC_SCHEMA, source_label
+from schedport.workload.corpus_manifest import (BUILTIN_SOURCES, MODELED_ADAPTER, SPEC_SCHEMA, builtin_source,
+                                                source_label)
 
 TABULAR = ("azure", "burstgpt", "jsonl", "canonical")
 ADAPTERS = (*TABULAR, "servegen", MODELED_ADAPTER)
@@ -72,12 +73,14 @@ def _read_toml(path, what: str) -> dict:
         raise ConfigError(f"{what}: malformed TOML ({_one_line(e)})") from None
 
 
-def load_spec(spec: str | os.PathLike[str] | None = None) -> tuple[dict, Path | None]:
+def load_spec(spec: str | os.PathLike[str] | None = None,
+              _chain: tuple[Path, ...] = ()) -> tuple[dict, Path | None]:
     """Read a corpus spec (None: the packaged study) -> (raw dict with `extends` merged, its folder).
 
     ``extends = "default"`` (or a path to another spec, relative to this one) puts that
     spec's sources first, so a user adds a source to the study in a few lines. Structural
-    errors are one-line `ConfigError`s naming the spec and key.
+    errors are one-line `ConfigError`s naming the spec and key, and so is a chain of
+    ``extends`` that comes back to a spec already in it (`_chain`, the specs extending this one).
     """
     if spec is None:
         raw = _read_toml(default_spec_path(), "corpus-spec.toml (packaged)")
@@ -96,7 +99,11 @@ def load_spec(spec: str | os.PathLike[str] | None = None) -> tuple[dict, Path | 
             q = Path(ext) if Path(ext).is_absolute() else p.parent / ext
             if q.resolve() == p.resolve():
                 raise ConfigError(f"{p}: extends names the spec itself")
-            base, _ = load_spec(q)
+            chain = (*_chain, p.resolve())
+            if q.resolve() in chain:
+                loop = " -> ".join(str(c) for c in (*chain[chain.index(q.resolve()):], q.resolve()))
+                raise ConfigError(f"{p}: extends {ext!r} comes back to a spec that extends it ({loop})")
+            base, _ = load_spec(q, chain)
         raw["sources"] = list(base["sources"]) + list(raw.get("sources", []))
     if not raw.get("sources"):
         raise ConfigError(f"{p}: the spec defines no [[sources]]")
@@ -239,8 +246,6 @@ def _normalise_source(src: dict, where: str) -> dict:
     adapter = src.get("adapter")
     if adapter not in ADAPTERS:
         raise ConfigError(f"{where}: adapter must be one of {', '.join(ADAPTERS)}, not {adapter!r}")
-    if adapter == "burstgpt" and name == MODELED_ADAPTER:
-        raise ConfigError(f"{where}: the name {MODELED_ADAPTER!r} is reserved for the modeled source")
     if adapter == MODELED_ADAPTER and not name.startswith(MODELED_ADAPTER):
         raise ConfigError(f"{where}: a {MODELED_ADAPTER} source must be named "
                           f"'{MODELED_ADAPTER}...' so it is never taken for the real trace")
@@ -302,6 +307,7 @@ def _normalise_source(src: dict, where: str) -> dict:
             raise ConfigError(f"{pw}: a generated source needs a seed")
         entry["seed"] = seed
         out_parts.append(entry)
+    _check_reserved_name(name, adapter, out_parts, where)
     norm = {"name": name, "adapter": adapter, "cite": src.get("cite", ""), "parts": out_parts}
     if "fallback" in src:
         fb = src["fallback"]
@@ -313,9 +319,32 @@ def _normalise_source(src: dict, where: str) -> dict:
     return norm
 
 
+def _check_reserved_name(name: str, adapter: str, parts: list[dict], where: str) -> None:
+    """A built-in source's name (`BUILTIN_SOURCES`) only for that source: its adapter and its
+    registered public files. The analysis cites and compares sources by name, so a user's data
+    under such a name would be cited and analysed as the public trace."""
+    key = builtin_source(name)
+    if key is None:
+        return
+    own = [f for p in parts for f in p.get("files", p.get("files_any", [])) if not _is_registered(f)]
+    if adapter != BUILTIN_SOURCES[key] or own:
+        why = (f"adapter {adapter!r}" if adapter != BUILTIN_SOURCES[key]
+               else f"file {own[0]!r} is not one of its registered public files")
+        raise ConfigError(f"{where}: the name {name!r} is reserved for the built-in {key} source "
+                          f"(adapter {BUILTIN_SOURCES[key]!r}, its public files), not a source with {why}; "
+                          f"give your source a name of its own")
+
+
 def _resolve_file(name: str, data_dir: Path, spec_dir: Path | None, download: bool,
-                  where: str) -> Path:
-    """A spec file name -> a local path: registered public file (located/downloaded), or a user file."""
+                  where: str, folder: bool = False) -> Path:
+    """A spec file name -> a local path: registered public file (located/downloaded), or a user file.
+
+    A user's relative name is looked up beside the spec, then in the data directory, and must
+    stay inside that folder once resolved: ``../../etc/passwd``, or a link to a file elsewhere,
+    is refused (an absolute name reads a file anywhere, on purpose). A folder is refused where
+    a file is read (`folder`: a ServeGen pool folder is wanted). Errors name the path, never
+    what the file holds.
+    """
     from schedport.workload import datadir
 
     try:
@@ -326,13 +355,29 @@ def _resolve_file(name: str, data_dir: Path, spec_dir: Path | None, download: bo
     if registered:
         return datadir.locate(name, data_dir, download=download)
     p = Path(name).expanduser()
-    cands = [p] if p.is_absolute() else (
-        ([spec_dir / p] if spec_dir is not None else []) + [data_dir / p, Path.cwd() / p])
-    for c in cands:
-        if c.exists():
-            return c
+    bases = [None] if p.is_absolute() else [b for b in (spec_dir, data_dir) if b is not None]
+    cands = [p if b is None else b / p for b in bases]
+    for base, c in zip(bases, cands):
+        if not c.exists():
+            continue
+        if base is not None and not _inside(c, base):
+            raise DataError(f"{where}: file {name!r} leads outside {base.resolve()} (to {c.resolve()}); a spec's "
+                            "files stay beside it or in the data directory, give an absolute path "
+                            "to read a file elsewhere")
+        if c.is_dir() and not folder:
+            raise DataError(f"{where}: file {name!r} is a directory ({c.resolve()}), expected a file")
+        return c
     tried = ", ".join(str(c) for c in cands)
     raise DataError(f"{where}: file {name!r} not found (looked in {tried})")
+
+
+def _inside(path: Path, base: Path) -> bool:
+    """Whether `path`, links followed, lies in the folder `base` (links followed too)."""
+    try:
+        path.resolve().relative_to(base.resolve())
+        return True
+    except (ValueError, OSError):
+        return False
 
 
 def _is_registered(name: str) -> bool:
@@ -364,7 +409,7 @@ def _servegen_folder(name: str, data_dir: Path, spec_dir: Path | None, download:
     reg = sorted((f for f in datadir.DATA_FILES.values() if f.relpath.startswith(prefix)),
                  key=lambda f: f.relpath)
     if not reg:
-        p = _resolve_file(name.rstrip("/"), data_dir, spec_dir, download, where)
+        p = _resolve_file(name.rstrip("/"), data_dir, spec_dir, download, where, folder=True)
         return [p]
     located = {f.relpath: datadir.locate(f.relpath, data_dir, download=download) for f in reg}
     traces = [p for rel, p in located.items() if rel.endswith(("-trace.csv.gz", "-trace.csv"))]

@@ -56,11 +56,16 @@ def _window_ids(name: str, label: str | None, count: int) -> list[str]:
     return [f"{base}-{k:0{width}d}" for k in range(count)]
 
 
-def _file_clock(adapter: str, paths: list[Path], options: dict) -> tuple[float, float]:
-    """(first, last) arrival of a tabular file's usable rows on the file's own clock."""
+def _file_clock(adapter: str, paths: list[Path], options: dict,
+                every_row: bool = False) -> tuple[float, float]:
+    """(first, last) arrival of a tabular file's usable rows on the file's own clock; with
+    `every_row`, of every row with a time, a dropped one too (zero tokens, too long), so the
+    windows that tile a file hold each of its rows and count the dropped ones."""
     res = _adapter_read(adapter, paths, {"start_s": 0}, options)
     if not len(res.trace):
         raise DataError(f"{paths[0].name}: no usable request in the file")
+    if every_row and res.clock is not None:
+        return res.clock
     return float(res.trace.arrival_s[0]), float(res.trace.arrival_s[-1])
 
 
@@ -99,7 +104,7 @@ def window_plans(src: SourceSpec, part: SourcePart) -> list[WindowPlan]:
     if rule == "tile":
         count = w["count"]
         ids = _window_ids(src.name, part.label, count)
-        first, last = _file_clock(src.adapter, part.paths, part.options)
+        first, last = _file_clock(src.adapter, part.paths, part.options, every_row=True)
         starts, length = tile_windows(first, last, count)
         return [WindowPlan(ids[k], {"start_s": starts[k], "duration_s": length}, length, None, None)
                 for k in range(count)]

@@ -24,6 +24,7 @@ import pandas as pd
 
 from schedport.errors import ConfigError, DataError
 from schedport.workload.trace import Trace
+from schedport.workload.tracecheck import MAX_TOKENS
 
 # Drop reasons, in precedence order: a dropped row is counted once, under the first reason
 # that applies to it.
@@ -50,6 +51,9 @@ class AdapterResult:
     origin:  the files read, each ``{"name": <file name>, "sha256": <hex of the bytes on disk>}``,
              in the order they were read.
     notes:   how the adapter handled known quirks of the data in this call (for manifests).
+    clock:   (first, last) time of the files' rows that have one, kept or dropped, on the files'
+             own clock (tabular formats; None otherwise): where a rule that tiles a file starts
+             and ends, so a dropped first or last row falls inside a window and is counted.
     """
 
     trace: Trace
@@ -57,6 +61,7 @@ class AdapterResult:
     skipped: list[str]
     origin: list[dict]
     notes: list[str] = field(default_factory=list)
+    clock: tuple[float, float] | None = None
 
     @property
     def n_dropped(self) -> int:
@@ -169,6 +174,8 @@ def read_csv_table(path: Path, text: str, *, header: bool = True,
     """
     if not text.strip():
         raise fail(path, None, "empty file (no header and no rows)")
+    if header:
+        _check_unique_header(path, text)
     if numeric and '"' not in text:
         typed = _read_typed(text, header=header, names=names, numeric=numeric, usecols=usecols)
         if typed is not None:
@@ -185,9 +192,6 @@ def read_csv_table(path: Path, text: str, *, header: bool = True,
     except pd.errors.EmptyDataError:
         raise fail(path, None, "empty file (no header and no rows)") from None
     cols = [str(c).strip() for c in df.columns] if header else list(names or [])
-    if header and len(set(cols)) != len(cols):
-        dup = next(c for c in cols if cols.count(c) > 1)
-        raise fail(path, "line 1", f"column {dup!r} appears twice in the header")
     arrays = {c: df.iloc[:, i].to_numpy(dtype=object) for i, c in enumerate(cols)}
     first = 2 if header else 1
     lines = np.arange(first, first + len(df), dtype=np.int64)
@@ -207,6 +211,20 @@ def read_csv_table(path: Path, text: str, *, header: bool = True,
         arrays = {c: a[keep] for c, a in arrays.items()}
         lines = lines[keep]
     return Table(path, arrays, lines, np.zeros(len(lines), dtype=bool), {})
+
+
+def _check_unique_header(path: Path, text: str) -> None:
+    """A column named twice in the header is refused, as `trace check` refuses it: pandas would
+    rename the second one (``x.1``) and a reader would silently take the first."""
+    try:
+        first = next(csv.reader(io.StringIO(text.split("\n", 1)[0].rstrip("\r"))), [])
+    except csv.Error:
+        return  # the reader reports the malformed line with its number
+    seen: set[str] = set()
+    for c in (c.strip() for c in first):
+        if c in seen:
+            raise fail(path, "line 1", f"column {c!r} appears more than once")
+        seen.add(c)
 
 
 def _read_typed(text: str, *, header: bool, names: list[str] | None, numeric: tuple[str, ...],
@@ -278,9 +296,6 @@ def _read_csv_slow(path: Path, text: str, *, header: bool, names: list[str] | No
             line = reader.line_num
             if cols is None:
                 cols = [c.strip() for c in rec]
-                if len(set(cols)) != len(cols):
-                    dup = next(c for c in cols if cols.count(c) > 1)
-                    raise fail(path, "line 1", f"column {dup!r} appears twice in the header")
                 continue
             if not rec or all(f == "" for f in rec):
                 continue
@@ -307,8 +322,20 @@ def require_columns(table: Table, wanted: list[str]) -> None:
     """Raise a one-line error naming the first missing column and the header that was found."""
     for c in wanted:
         if c not in table.columns:
-            found = ", ".join(table.columns) or "nothing"
-            raise fail(table.path, "line 1", f"missing column {c!r} (header has: {found})")
+            raise fail(table.path, "line 1", f"missing column {c!r} ({header_found(table.columns, wanted)})")
+
+
+def header_found(names, wanted) -> str:
+    """What a header holds, for an error: the expected names it has, and only the number of the
+    others (an error never echoes a file's contents: the first line of a file that is no trace
+    at all may be anything)."""
+    names = list(names)
+    known = [n for n in names if n in wanted]
+    others = len(names) - len(known)
+    more = f"{others} other name{'s' if others != 1 else ''}" if others else ""
+    if known:
+        return f"header has: {', '.join(known)}" + (f" and {more}" if more else "")
+    return f"header has {more or 'no names'}, none of {', '.join(wanted)}"
 
 
 class BadRows:
@@ -373,11 +400,14 @@ def _missing(values: np.ndarray, ok: np.ndarray) -> np.ndarray:
     return out
 
 
-def parse_int_column(values: np.ndarray, name: str, bad: BadRows) -> np.ndarray:
+def parse_int_column(values: np.ndarray, name: str, bad: BadRows, most: int = MAX_TOKENS,
+                     what: str = "token counts") -> np.ndarray:
     """Strings (or numbers) -> int64 array of non-negative integers; others are marked bad.
 
     Integral decimal spellings ("472", " 472 ", "472.0") are accepted; empty, non-numeric,
-    fractional, infinite and negative values are not. Bad entries become 0 in the result.
+    fractional, infinite, negative values and values above `most` (default the largest token
+    count a trace accepts, as `trace check` says: "too large") are not. Bad entries become 0
+    in the result, so nothing overflows the int64 cast.
     """
     num = _to_float(values)
     ok = np.isfinite(num)
@@ -387,7 +417,9 @@ def parse_int_column(values: np.ndarray, name: str, bad: BadRows) -> np.ndarray:
     bad.add(missing, lambda i: f"column {name!r}: missing value")
     bad.add(~integral, lambda i: f"column {name!r}: {_show(values[i])} is not an integer")
     bad.add(integral & (num < 0), lambda i: f"column {name!r}: {_show(values[i])} is negative")
-    out = np.where(integral & (num >= 0), num, 0.0)
+    bad.add(integral & (num > most),
+            lambda i: f"column {name!r}: {_show(values[i])} is too large; {what} must be <= {most}")
+    out = np.where(integral & (num >= 0) & (num <= most), num, 0.0)
     return out.astype(np.int64)
 
 
@@ -626,4 +658,6 @@ def window_result(rows: "Rows", sel: dict, paths, origin: list[dict], *,
         rows, start_s=sel.get("start_s"), duration_s=sel.get("duration_s"),
         rows_n=sel.get("rows"), max_len=sel.get("max_len"), rebase_to_first=rebase_to_first,
         reasons=reasons, name=trace_name(list(map(Path, paths))))
-    return AdapterResult(trace=trace, dropped=dropped, skipped=[], origin=origin)
+    timed = rows.time[~rows.bad]
+    clock = (float(timed[0]), float(timed[-1])) if len(timed) else None
+    return AdapterResult(trace=trace, dropped=dropped, skipped=[], origin=origin, clock=clock)

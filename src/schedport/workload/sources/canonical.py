@@ -16,7 +16,7 @@ import pandas as pd
 
 from schedport.workload.sources._common import (
     ZERO_IN, ZERO_OUT, AdapterResult, BadRows, cached_load, check_selection, check_sorted,
-    decode_text, fail, origin_entry, parse_float_column, parse_int_column, parse_table,
+    decode_text, fail, header_found, origin_entry, parse_float_column, parse_int_column, parse_table,
     read_all, read_bytes, Rows, token_reasons, window_result,
 )
 
@@ -39,7 +39,7 @@ def _columns_from_parquet(path: Path, data: bytes) -> tuple[dict[str, np.ndarray
     names = list(table.column_names)
     for c in REQUIRED:
         if c not in names:
-            raise fail(path, None, f"missing column {c!r} (file has: {', '.join(names) or 'nothing'})")
+            raise fail(path, None, f"missing column {c!r} ({header_found(names, REQUIRED)})")
     cols: dict[str, np.ndarray] = {}
     for c in REQUIRED:
         typ = table.schema.field(c).type

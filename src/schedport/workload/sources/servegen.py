@@ -171,7 +171,8 @@ def _parse_trace_checked(path: Path, text: str) -> tuple[tuple[np.ndarray, ...],
     bad = BadRows(path, table.lines, "error", initial=table.bad, initial_msg=table.bad_msg)
     if len(table.columns) != 6:
         raise fail(path, "line 1", f"expected 6 fields, found {len(table.columns)}")
-    start = parse_int_column(table.columns["window_start_s"], "window_start_s", bad)
+    start = parse_int_column(table.columns["window_start_s"], "window_start_s", bad, most=2**53,
+                             what="slot starts")
     rate = parse_float_column(table.columns["rate_rps"], "rate_rps", bad)
     cv = parse_float_column(table.columns["cv"], "cv", bad)
     p1 = parse_float_column(table.columns["param1"], "param1", bad)
