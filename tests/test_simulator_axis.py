@@ -250,3 +250,31 @@ def test_validate_predicted_without_variants_is_one_line(tmp_path):
     msg = one_line(cli("validate", "--endpoint", "http://127.0.0.1:9", "--engine", eng, "--out", tmp_path / "v",
                        "--corpus", tmp_path / "c", "--predicted", f))
     assert "has no simulator block" in msg and "--variants uncertainty" in msg
+
+
+def test_a_corpus_spec_names_the_variants_of_its_study(tmp_path):
+    """`variants = "..."` in a corpus spec: recorded in the manifest (outside the corpus hash) and
+    run by `schedport run` when no --variants is given."""
+    from schedport.workload.corpus import build_corpus
+    from schedport.workload.examples import make_example_trace
+    from schedport.workload.trace import save_trace
+
+    save_trace(make_example_trace(n_requests=240, seed=3), tmp_path / "mine.csv")
+    f = tmp_path / "two.toml"
+    f.write_text('name = "two"\n[variants.decode-up]\nwhy = "w"\noverlay = { latency = { decode_scale = 1.1 } }\n')
+    body = ('name = "mine-study"\n[[sources]]\nname = "mine"\nadapter = "canonical"\ncite = "ours"\n'
+            'files = ["mine.csv"]\nwindows = { rule = "tile", count = 3 }\n')
+    (tmp_path / "plain.toml").write_text(body)
+    (tmp_path / "with.toml").write_text('variants = "two.toml"\n' + body)
+    a = build_corpus(spec=tmp_path / "plain.toml", data_dir=tmp_path, out=tmp_path / "ca")
+    b = build_corpus(spec=tmp_path / "with.toml", data_dir=tmp_path, out=tmp_path / "cb")
+    assert a.corpus_sha256 == b.corpus_sha256
+    assert b.manifest["study"] == {"variants": str(f.resolve())} and "study" not in a.manifest
+    p = cli("run", "--corpus", tmp_path / "cb", "--out", tmp_path / "out", "--schedulers", "vllm-fcfs,sjf",
+            "--regions", "moderate", "--no-analyze", "--workers", "1")
+    assert p.returncode == 0, p.stderr
+    assert "named by the corpus spec" in p.stdout
+    assert (tmp_path / "out" / "variants" / "decode-up" / "manifest.json").is_file()
+    (tmp_path / "bad.toml").write_text('variants = "missing.toml"\n' + body)
+    with pytest.raises(Exception, match="variants: file 'missing.toml' not found beside the spec"):
+        build_corpus(spec=tmp_path / "bad.toml", data_dir=tmp_path, out=tmp_path / "cc")

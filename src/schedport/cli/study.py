@@ -114,6 +114,13 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
                   soft_wrap=True)
         corpus_lib.build_corpus(spec=None, data_dir=data_dir, out=corpus,
                                 progress=lambda msg: con.print(str(msg), markup=False, soft_wrap=True))
+    if vset is None:      # a corpus spec may name the engine variants of its study (`variants = "..."`)
+        spec_variants = (load_corpus(corpus).manifest.get("study") or {}).get("variants")
+        if spec_variants is not None:
+            vset = load_variant_set(spec_variants)
+            variant_configs(vset, load_engine_config(engine))
+            con.print(f"variants: {vset.name} (named by the corpus spec; --variants overrides it)", markup=False,
+                      soft_wrap=True)
     if do_analyze:
         check_analysable(select(load_corpus(corpus), schedulers=schedulers, sources=sources, regions=regions,
                                 windows=windows, seeds=seeds, quick=quick))

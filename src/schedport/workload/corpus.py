@@ -108,6 +108,7 @@ def build_corpus(spec: str | os.PathLike[str] | None = None,
     except SchedportError as e:
         raise ConfigError(str(e)) from None
     _remove_stale_builds(out)
+    study_variants = raw.pop("variants", None)   # how to run the study, not what the corpus is: not hashed
     srcs, built_spec = resolve_sources(raw, root, spec_dir, download, log)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -155,7 +156,7 @@ def build_corpus(spec: str | os.PathLike[str] | None = None,
         dup = next((i for i in ids if ids.count(i) > 1), None)
         if dup:
             raise ConfigError(f"window id {dup!r} produced twice; give the sources distinct names")
-        manifest = _manifest(built_spec, entries, srcs)
+        manifest = _manifest(built_spec, entries, srcs, study_variants)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, allow_nan=False) + "\n",
                                            encoding="utf-8")
         repro = compare_expected(manifest)
@@ -192,7 +193,7 @@ def _sel_text(sel: dict) -> str:
     return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sel.items())
 
 
-def _manifest(spec: dict, entries: list[dict], srcs: list[SourceSpec]) -> dict:
+def _manifest(spec: dict, entries: list[dict], srcs: list[SourceSpec], variants: str | None = None) -> dict:
     sources = {}
     for s in srcs:
         n = sum(1 for e in entries if e["source"] == s.name)
@@ -209,6 +210,8 @@ def _manifest(spec: dict, entries: list[dict], srcs: list[SourceSpec]) -> dict:
            "corpus_sha256": corpus_hash([(e["window_id"], e["sha256"]) for e in entries], spec),
            "code_version": __version__, "n_windows": len(entries), "sources": sources,
            "spec": spec, "windows": entries}
+    if variants is not None:       # the spec's engine variants for `schedport run` (sealed, outside the hash)
+        man["study"] = {"variants": variants}
     man["manifest_sha256"] = manifest_seal(man)
     return man
 

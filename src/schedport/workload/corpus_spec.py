@@ -30,7 +30,7 @@ _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _SOURCE_KEYS = {"name", "adapter", "cite", "files", "files_any", "options", "seed", "windows",
                 "parts", "fallback"}
 _PART_KEYS = {"label", "files", "files_any", "options", "seed", "windows"}
-_SPEC_KEYS = {"schema", "name", "description", "extends", "sources"}
+_SPEC_KEYS = {"schema", "name", "description", "extends", "sources", "variants"}
 
 
 def default_spec_path():
@@ -89,6 +89,8 @@ def load_spec(spec: str | os.PathLike[str] | None = None,
     if not p.is_file():
         raise ConfigError(f"{p}: spec file not found")
     raw = _check_spec(_read_toml(p, str(p)), str(p))
+    if "variants" in raw:
+        raw["variants"] = _variants_key(raw["variants"], p)
     ext = raw.pop("extends", None)
     if ext is not None:
         if not isinstance(ext, str) or not ext:
@@ -108,6 +110,20 @@ def load_spec(spec: str | os.PathLike[str] | None = None,
     if not raw.get("sources"):
         raise ConfigError(f"{p}: the spec defines no [[sources]]")
     return raw, p.parent
+
+
+def _variants_key(v, spec: Path) -> str:
+    """The spec's ``variants`` key (the engine variants `schedport run` runs this study under, docs/
+    engine.md §3.6): a shipped set's name as written, a TOML file resolved against the spec's folder.
+    The set itself is read and checked by `run`, which owns the engine."""
+    if not isinstance(v, str) or not v.strip():
+        raise ConfigError(f"{spec}: variants must be a variant set's name (e.g. \"uncertainty\") or a TOML file")
+    if not v.endswith(".toml"):
+        return v
+    f = Path(v) if Path(v).is_absolute() else spec.parent / v
+    if not f.is_file():
+        raise ConfigError(f"{spec}: variants: file {v!r} not found beside the spec")
+    return str(f.resolve())
 
 
 def _check_spec(raw: dict, where: str) -> dict:
