@@ -267,7 +267,7 @@ Simulator (``simulator``, `schedport.analysis.simulator`; only for a store run w
     ``rank_tau_vs_default`` {median, min}; ``stable``: rankings that hold everywhere in the default
     [{metric, scheduler_pair, region, winner, loser, effects {source: median effect}, strength,
     survival, n_survived, n_variants, fails_under, class}] (a pair significant, large and of one
-    sign in every source; first 50, strongest first) and ``n_stable``; ``predicted``
+    sign in every source; strongest first) and ``n_stable``; ``predicted``
     {strongest_reversal, most_stable_ranking} (the real-engine check, `schedport validate
     --predicted`); ``definitions``; ``elapsed_s``.
 

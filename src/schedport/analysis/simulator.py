@@ -111,8 +111,8 @@ def _same_flip(x: dict, y: dict) -> bool:
     return False
 
 
-def _same_ranking(x: dict, y: dict) -> bool:
-    return (x["metric"], x["region"], x["winner"], x["loser"]) == (y["metric"], y["region"], y["winner"], y["loser"])
+def _ranking_key(x: dict) -> tuple:
+    return x["metric"], x["region"], x["winner"], x["loser"]
 
 
 def _class(survival: Optional[float]) -> str:
@@ -121,11 +121,17 @@ def _class(survival: Optional[float]) -> str:
     return "robust" if survival >= ROBUST else "fragile" if survival < FRAGILE_BELOW else "partial"
 
 
-def _survive(items: list[dict], findings: dict, others: list[str], key: str, same) -> list[dict]:
+def _survive(items: list[dict], findings: dict, others: list[str], key: str, same=None, ident=None) -> list[dict]:
+    """Each item with its survival in the `others` variants' `key` lists: matched by `same` (a
+    predicate) or, faster, by `ident` (a key function)."""
     out = []
     V = len(others)
+    index = {v: {ident(o) for o in findings[v][key]} for v in others} if ident else None
     for it in items:
-        fails = [v for v in others if not any(same(it, o) for o in findings[v][key])]
+        if ident:
+            fails = [v for v in others if ident(it) not in index[v]]
+        else:
+            fails = [v for v in others if not any(same(it, o) for o in findings[v][key])]
         surv = (V - len(fails)) / V if V else None
         out.append({**it, "survival": surv, "n_survived": V - len(fails), "n_variants": V, "fails_under": fails,
                     "class": _class(surv)})
@@ -165,7 +171,7 @@ def simulator_axis(findings: dict, set_record: dict, default: str = "default") -
     V = len(others)
     base = findings[default]
     reversals = _survive(base["items"], findings, others, "items", _same_flip)
-    stable = _survive(base["stable"], findings, others, "stable", _same_ranking)
+    stable = _survive(base["stable"], findings, others, "stable", ident=_ranking_key)
     dist = {"n_reversals": len(reversals),
             "all": sum(r["n_survived"] == V for r in reversals),
             "at_least_75": sum(r["survival"] is not None and r["survival"] >= 0.75 for r in reversals),
@@ -203,7 +209,7 @@ def simulator_axis(findings: dict, set_record: dict, default: str = "default") -
         "rank_tau": tau,
         "rank_tau_vs_default": {"median": _med([t["median"] for t in vs_default]),
                                 "min": min((t["min"] for t in vs_default if t["min"] is not None), default=None)},
-        "stable": stable[:50],
+        "stable": stable,
         "n_stable": len(stable),
         "predicted": {"strongest_reversal": strongest, "most_stable_ranking": most_stable},
         "definitions": {
