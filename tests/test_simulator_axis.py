@@ -278,3 +278,13 @@ def test_a_corpus_spec_names_the_variants_of_its_study(tmp_path):
     (tmp_path / "bad.toml").write_text('variants = "missing.toml"\n' + body)
     with pytest.raises(Exception, match="variants: file 'missing.toml' not found beside the spec"):
         build_corpus(spec=tmp_path / "bad.toml", data_dir=tmp_path, out=tmp_path / "cc")
+
+
+def test_a_variant_with_another_selection_is_flagged(tmp_path):
+    write_variant_study(tmp_path)
+    runs = pd.read_parquet(variant_store(tmp_path, "cpu-4ms") / "runs")
+    man = json.loads((variant_store(tmp_path, "cpu-4ms") / "manifest.json").read_text())
+    shutil.rmtree(variant_store(tmp_path, "cpu-4ms"))
+    write_store(variant_store(tmp_path, "cpu-4ms"), runs[runs.window_id != "azure-11"], man)
+    sim = analyze(tmp_path, n_boot=50, n_splits=10, robustness=False)["simulator"]
+    assert sim["selection_differs"] == ["cpu-4ms"] and "cpu-4ms" in sim["note"]

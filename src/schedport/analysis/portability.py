@@ -269,7 +269,8 @@ Simulator (``simulator``, `schedport.analysis.simulator`; only for a store run w
     survival, n_survived, n_variants, fails_under, class}] (a pair significant, large and of one
     sign in every source; strongest first) and ``n_stable``; ``predicted``
     {strongest_reversal, most_stable_ranking} (the real-engine check, `schedport validate
-    --predicted`); ``definitions``; ``elapsed_s``.
+    --predicted`); ``selection_differs`` (variants whose schedulers, regions or windows are not the
+    default's: an interrupted or extended sweep) with its ``note``; ``definitions``; ``elapsed_s``.
 
 Performance: the full default study (13 schedulers, 3 sources x 40 windows, 6 regions, 21
 distinct metrics, B = 1000, ~23,000 Wilcoxon tests, the study form's 5 x 1,404 tests redone

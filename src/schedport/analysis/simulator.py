@@ -89,8 +89,11 @@ def variant_findings(core: dict, q: float) -> dict:
         for ri, region in enumerate(st.regions):
             for mi in core["mi"]:
                 ranks[(s, region, st.metrics[int(mi)])] = rk.point[s][ri, int(mi)]
+    selection = {"schedulers": list(st.schedulers), "regions": {r: st.rho[r] for r in st.regions},
+                 "windows": {s: len(st.windows[s]) for s in st.sources}}
     return {"items": items, "claims": {c["id"]: c["verdict"] for c in sform["claims"]},
-            "schedulers": list(st.schedulers), "ranks": ranks, "stable": stable_rankings(core, q)}
+            "schedulers": list(st.schedulers), "ranks": ranks, "stable": stable_rankings(core, q),
+            "selection": selection}
 
 
 def _sides(item: dict) -> tuple[set, set]:
@@ -194,6 +197,7 @@ def simulator_axis(findings: dict, set_record: dict, default: str = "default") -
                        "share_holds": sum(x == "holds" for x in byv.values()) / V if V else None,
                        "n_same": n_same, "n_variants": V, "share_same": n_same / V if V else None})
     tau = _rank_tau(findings, [default, *others])
+    differs = [v for v in others if findings[v].get("selection") != base.get("selection")]
     vs_default = [t for t in tau if t["variant_a"] == default]
     strongest = reversals[0] if reversals else None
     most_stable = max(stable, key=lambda d: (d["survival"] or 0.0, d["strength"])) if stable else None
@@ -212,6 +216,11 @@ def simulator_axis(findings: dict, set_record: dict, default: str = "default") -
         "stable": stable,
         "n_stable": len(stable),
         "predicted": {"strongest_reversal": strongest, "most_stable_ranking": most_stable},
+        "selection_differs": differs,
+        "note": (f"variants {', '.join(differs)} cover another selection of schedulers, regions or windows than the "
+                 f"default (a sweep was interrupted or extended on one side): rerun `schedport run --variants "
+                 f"{set_record.get('name')}` with the default's selection so every variant runs the same study"
+                 if differs else ""),
         "definitions": {
             "survival": "share of the other variants in which the same flip (metric, region, sources, schedulers on "
                         "the same sides, same direction) is still a reversal under the study form's rules",
