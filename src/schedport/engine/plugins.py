@@ -31,14 +31,17 @@ raised by the policy later in a run names the file and line it came from.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib
 import importlib.metadata
 import math
 import numbers
+import os
 import re
 import sys
+import threading
 import traceback
 import types
 from dataclasses import dataclass
@@ -120,15 +123,23 @@ class UserPolicy(Policy):
         """As `Policy`'s, with a key check at every arrival."""
         return CheckedPolicy(self, sim, params)
 
+    def guarded(self):
+        """A run of this policy traps an `os._exit` in its code (`exits_trapped`)."""
+        return exits_trapped()
+
     def failure(self, exc: BaseException) -> SchedportError | None:
         """The one-line error for an exception raised during a run, when it came from this policy's
         code: its source file, or a helper module beside it (the innermost such frame); None when it
-        did not (a schedport bug)."""
+        did not (a schedport bug). A `SystemExit` (`sys.exit`, or an `os._exit` trapped by
+        `exits_trapped`) is always the policy's: the engine never ends the process."""
         if isinstance(exc, SchedportError):
             return None
         folder = str(Path(self.source.path).parent)
         frames = [f for f in traceback.extract_tb(exc.__traceback__)
                   if f.filename == self.source.path or str(Path(f.filename).parent) == folder]
+        if isinstance(exc, SystemExit):
+            return PolicyError(f"{_frame_at(frames, self.source.path)}: scheduler {self.name!r} "
+                               f"{_exit_call(exc)}: a policy may not end the process; the run is stopped")
         if not frames:
             return None
         f = frames[-1]
@@ -186,6 +197,60 @@ def _bad_key(key) -> str:
         if isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral) and math.isnan(float(v)):
             return "NaN does not order (every comparison with it is false)"
     return ""
+
+
+# ============================================================================ a policy that ends the process
+
+
+class _TrappedExit(SystemExit):
+    """An `os._exit(code)` called by a user's policy, raised instead of ending the process."""
+
+
+_REAL_EXIT = os._exit
+_EXIT_LOCK = threading.Lock()
+_TRAPPING: dict[int, int] = {}      # thread id -> nesting depth of `exits_trapped` in it
+
+
+def _trapped_exit(code: int) -> None:
+    if threading.get_ident() in _TRAPPING:
+        raise _TrappedExit(code)
+    _REAL_EXIT(code)
+
+
+@contextlib.contextmanager
+def exits_trapped():
+    """Run a user policy's code with `os._exit` trapped in this thread: a call raises
+    `SystemExit` (reported as the policy's failure) instead of ending the process with whatever
+    code the policy gave, which would hide the failure (exit 0, no message, half a store).
+    Other threads (a pool worker's watch of its driver) keep the real `os._exit`."""
+    me = threading.get_ident()
+    with _EXIT_LOCK:
+        _TRAPPING[me] = _TRAPPING.get(me, 0) + 1
+        os._exit = _trapped_exit
+    try:
+        yield
+    finally:
+        with _EXIT_LOCK:
+            depth = _TRAPPING.pop(me) - 1
+            if depth:
+                _TRAPPING[me] = depth
+            if not _TRAPPING:
+                os._exit = _REAL_EXIT
+
+
+def _exit_call(exc: SystemExit) -> str:
+    """What ended the process, as code: ``called os._exit(0)``, ``raised SystemExit(3)``."""
+    if isinstance(exc, _TrappedExit):
+        return f"called os._exit({exc.code!r})"
+    return f"raised SystemExit({exc.code!r}) (sys.exit)"
+
+
+def _frame_at(frames, path: str) -> str:
+    """``file:line (in function)`` of the innermost of `frames`, or `path` when there are none."""
+    if not frames:
+        return path
+    f = frames[-1]
+    return f"{f.filename}:{f.lineno} (in {f.name})"
 
 
 def _one_line(e: BaseException) -> str:
@@ -320,7 +385,12 @@ def _exec_file(src: PolicySource) -> types.ModuleType:
     folder = str(Path(src.path).parent)
     sys.path.insert(0, folder)
     try:
-        exec(code, module.__dict__)
+        with exits_trapped():
+            exec(code, module.__dict__)
+    except SystemExit as e:
+        del sys.modules[mod_name]
+        raise PolicyError(f"{src.path}{_line_in(e, src.path)}: loading the policy file {_exit_call(e)}: a "
+                          f"policy may not end the process") from None
     except Exception as e:
         del sys.modules[mod_name]
         raise PolicyError(f"{src.path}{_line_in(e, src.path)}: loading the policy file raised "

@@ -16,6 +16,7 @@ registry (`validate_for`) before a simulation starts.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 from collections.abc import Callable
@@ -73,6 +74,11 @@ class Policy:
         """The user-facing error for an exception a run of this policy raised, or None (a bug: let
         it propagate). Built-in policies have none; a user's names its file (`engine.plugins`)."""
         return None
+
+    def guarded(self):
+        """The context a run of this policy executes in: nothing for a built-in; a user's policy
+        turns an `os._exit` in its code into an error the run reports (`engine.plugins`)."""
+        return contextlib.nullcontext()
 
 
 class BoundPolicy:
