@@ -104,3 +104,47 @@ def test_a_policy_file_ending_the_process_while_loading_is_one_line(work):
     (work / "gone.py").write_text("import os\n\nos._exit(0)\n")
     assert re.fullmatch(r"error: .*/gone\.py:3: loading the policy file called os\._exit\(0\): a policy may not end "
                         r"the process", error_line(simulate(work, "gone.py:X")))
+
+
+# ============================================================================ case 2: helpers are the policy too
+
+USES_HELPER = '''from schedport.engine.policy import Ordering
+from helper import SIGN
+
+
+class Signed(Ordering):
+    def key(self, req, now):
+        return (SIGN * req.output, req.idx)
+'''
+
+
+def test_a_changed_helper_is_a_new_version_and_the_manifest_says_what_was_hashed(work, corpus):
+    import hashlib
+
+    (work / "main.py").write_text(USES_HELPER)
+    (work / "helper.py").write_text("SIGN = 1\n")
+    p = run(work, corpus, "main.py:Signed")
+    assert p.returncode == 0, p.stderr
+    rec = json.loads((work / "res" / "manifest.json").read_text())["policies"]["Signed"]
+    assert rec["file_sha256"] == hashlib.sha256(USES_HELPER.encode()).hexdigest() != rec["sha256"]
+    assert rec["helpers"] == [{"module": "helper", "path": str(work / "helper.py"),
+                               "sha256": hashlib.sha256(b"SIGN = 1\n").hexdigest()}]
+    assert run(work, corpus, "main.py:Signed").returncode == 0          # the same helper resumes
+    (work / "helper.py").write_text("SIGN = -1\n")                      # main.py itself is unchanged
+    line = error_line(run(work, corpus, "main.py:Signed"))
+    assert "its cells of scheduler 'Signed' were made by" in line and rec["sha256"][:12] in line, line
+
+
+def test_a_recorded_policy_whose_helper_changed_is_not_rerun(tmp_path):
+    (tmp_path / "main.py").write_text(USES_HELPER)
+    (tmp_path / "helper.py").write_text("SIGN = 1\n")
+    script = (f"import json; from schedport.engine.plugins import get_scheduler; "
+              f"print(json.dumps(get_scheduler({str(tmp_path / 'main.py:Signed')!r}).source.record()))")
+    rec = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "helper.py").write_text("SIGN = -1\n")
+    script = ("import json, sys; from schedport.engine.plugins import PolicySource, from_source; "
+              "from_source(PolicySource.from_record('Signed', json.loads(sys.stdin.read())))")
+    p = subprocess.run([sys.executable, "-c", script], input=rec, capture_output=True, text=True)
+    assert p.returncode == 1 and re.search(r"PolicyError: .*/helper\.py: this helper of scheduler 'Signed' hashes to "
+                                           r"\w{12} here, but the policy was recorded with its sha256 \w{12}.*: another "
+                                           r"version", p.stderr), p.stderr

@@ -16,11 +16,13 @@ user's scheduler is called by its declared name everywhere results are shown; th
 a built-in's.
 
 Integrity. A user policy is identified by its source: the file's bytes (for a module, its source
-file's; for an entry point, its module's), hashed with sha256 (`PolicySource`). Any change to the
-file is a new version: a results store records each user scheduler's version (and its source
-text, so that `explain` reruns exactly the code that made the cells) and refuses to resume with
-another (`schedport.study.store`). Workers -- a local pool or Ray -- get the `PolicySource`, text
-included, and load the policy from that text, never from a path that may differ on their machine.
+file's; for an entry point, its module's), hashed with sha256 (`PolicySource`), together with the
+modules of its own folder that a file imports (`local_helpers`). Any change to the file or to one
+of those helpers is a new version: a results store records each user scheduler's version (what was
+hashed, and the file's source text, so that `explain` reruns exactly the code that made the cells)
+and refuses to resume with another (`schedport.study.store`). Workers -- a local pool or Ray -- get
+the `PolicySource`, text included, and load the policy from that text, never from a path that may
+differ on their machine; the helpers they import must hash as recorded.
 
 Bad input is one line naming the file: no such file, a syntax error (with its line), no such
 name (with the names the file defines), a name that is not a policy, a clash with a built-in
@@ -69,8 +71,14 @@ class PolicySource:
 
     `kind` is ``"file"``, ``"module"`` or ``"entry-point"``; `spec` what the user wrote (a file's
     path made absolute); `attr` the name inside the file or module; `path` the source file;
-    `sha256` the hash of its bytes; `text` its source (a file policy is loaded from it);
-    `distribution` the package that registers an entry point.
+    `text` its source (a file policy is loaded from it); `distribution` the package that
+    registers an entry point.
+
+    `helpers` are the modules of a file policy's own folder that it imports, directly or through
+    one another (`local_helpers`): (module name, path, sha256 of its bytes; a package's, of its
+    ``.py`` files). `sha256` is the policy's version: the hash of the file's bytes, or, when it has
+    helpers, the hash over that and each helper's (`policy_version`), so a changed helper is a
+    new version as a changed file is.
     """
 
     name: str
@@ -81,12 +89,16 @@ class PolicySource:
     sha256: str
     text: str = dataclasses.field(repr=False, default="")
     distribution: str | None = None
+    helpers: tuple[tuple[str, str, str], ...] = ()
 
     def record(self, with_text: bool = True) -> dict:
         """The JSON record of this source (a store's manifest keeps it, text included)."""
         out = {"kind": self.kind, "spec": self.spec, "attr": self.attr, "path": self.path, "sha256": self.sha256}
         if self.distribution:
             out["distribution"] = self.distribution
+        if self.helpers:
+            out["file_sha256"] = _sha256(self.text.encode("utf-8"))
+            out["helpers"] = [{"module": m, "path": p, "sha256": h} for m, p, h in self.helpers]
         if with_text:
             out["text"] = self.text
         return out
@@ -95,11 +107,13 @@ class PolicySource:
     def from_record(cls, name: str, rec: dict) -> "PolicySource":
         """The source a store recorded for scheduler `name` (`record`); a damaged record is an error."""
         try:
+            helpers = tuple((str(h["module"]), str(h["path"]), str(h["sha256"])) for h in rec.get("helpers") or ())
             src = cls(name=name, kind=rec["kind"], spec=rec["spec"], attr=rec["attr"], path=rec["path"],
-                      sha256=rec["sha256"], text=rec.get("text", ""), distribution=rec.get("distribution"))
+                      sha256=rec["sha256"], text=rec.get("text", ""), distribution=rec.get("distribution"),
+                      helpers=helpers)
         except (KeyError, TypeError) as e:
             raise PolicyError(f"scheduler {name!r}: its recorded source lacks {e}; the record is damaged") from None
-        if src.text and _sha256(src.text.encode("utf-8")) != src.sha256:
+        if src.text and policy_version(_sha256(src.text.encode("utf-8")), src.helpers) != src.sha256:
             raise PolicyError(f"scheduler {name!r}: its recorded source text does not hash to its recorded "
                               f"sha256 {src.sha256[:12]}; the record was edited")
         return src
@@ -266,6 +280,101 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+# ============================================================================ a file policy's helpers
+
+
+def policy_version(file_sha256: str, helpers) -> str:
+    """A file policy's version: its file's sha256 alone, or with `helpers` ((module, path, sha256)
+    of each local module it imports) the sha256 over that and each helper's name and hash."""
+    if not helpers:
+        return file_sha256
+    body = "schedport-policy\n" + file_sha256 + "\n" + "".join(f"{m} {h}\n" for m, _, h in sorted(helpers))
+    return _sha256(body.encode("utf-8"))
+
+
+def local_helpers(text: str, path: Path) -> tuple[tuple[str, str, str], ...]:
+    """The modules of `path`'s folder that the policy source `text` imports, directly or through one
+    another: (module name, path, sha256), sorted by name. A module is local when the folder holds
+    ``NAME.py`` or a package ``NAME/`` (the folder comes first on the path while the file runs, so
+    that is what the import finds). Imports are read from the source (`import x`, `from x import
+    y`, wherever they stand); a module imported by a computed name is not seen."""
+    folder = path.parent
+    found: dict[str, tuple[str, str]] = {}
+    todo = [text]
+    while todo:
+        for name in _imported_names(todo.pop()):
+            if name in found:
+                continue
+            target = _local_module(folder, name)
+            if target is None or target == path:
+                continue
+            found[name] = (str(target), _module_digest(target))
+            for f in _module_files(target):
+                try:
+                    todo.append(f.read_text(encoding="utf-8-sig"))
+                except (OSError, ValueError):
+                    pass        # an unreadable helper fails its import, with the import's own line
+    return tuple((m, p, h) for m, (p, h) in sorted(found.items()))
+
+
+def _imported_names(text: str) -> set[str]:
+    import ast
+
+    try:
+        tree = ast.parse(text.removeprefix("\ufeff"))
+    except (SyntaxError, ValueError):
+        return set()     # the file's compile (or the helper's import) reports it, with its line
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name.partition(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+def _local_module(folder: Path, name: str) -> Path | None:
+    for target in (folder / f"{name}.py", folder / name):
+        if target.is_file() or (target.is_dir() and any(target.rglob("*.py"))):
+            return target.resolve()
+    return None
+
+
+def _module_files(target: Path) -> list[Path]:
+    return [target] if target.is_file() else sorted(target.rglob("*.py"))
+
+
+def _module_digest(target: Path) -> str:
+    """sha256 of a helper module's bytes; of a package, over each of its ``.py`` files' path and bytes."""
+    try:
+        if target.is_file():
+            return _sha256(target.read_bytes())
+        h = hashlib.sha256()
+        for f in _module_files(target):
+            h.update(f.relative_to(target).as_posix().encode() + b"\0" + _sha256(f.read_bytes()).encode() + b"\n")
+        return h.hexdigest()
+    except OSError as e:
+        raise PolicyError(f"{target}: a helper of the policy cannot be read ({e.strerror or e})") from None
+
+
+def _check_helpers(src: PolicySource) -> None:
+    """After a file policy ran its imports: each helper the process imported is the version `src`
+    records (a worker, or `explain` rerunning a store's policy, may find another one)."""
+    for name, path, sha in src.helpers:
+        mod = sys.modules.get(name)
+        file = getattr(mod, "__file__", None)
+        if not file:
+            continue
+        target = Path(file).resolve()
+        if target.name == "__init__.py":
+            target = target.parent
+        now = _module_digest(target)
+        if now != sha:
+            raise PolicyError(f"{target}: this helper of scheduler {src.name or src.attr!r} hashes to {now[:12]} "
+                              f"here, but the policy was recorded with its sha256 {sha[:12]} (from {path}): "
+                              f"another version")
+
+
 # ============================================================================ resolving a name
 
 
@@ -338,8 +447,9 @@ def _load_file(path: Path, attr: str, spec: str) -> UserPolicy:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise PolicyError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    helpers = local_helpers(text, path)
     src = PolicySource(name="", kind="file", spec=f"{path}:{attr}", attr=attr, path=str(path),
-                       sha256=_sha256(data), text=text)
+                       sha256=policy_version(_sha256(data), helpers), text=text, helpers=helpers)
     return from_source(src)
 
 
@@ -383,6 +493,11 @@ def _exec_file(src: PolicySource) -> types.ModuleType:
     module.__file__ = src.path
     sys.modules[mod_name] = module
     folder = str(Path(src.path).parent)
+    for name, _, sha in src.helpers:     # a helper imported before, by another version: import it afresh
+        old = sys.modules.get(name)
+        if old is not None and getattr(old, "__file__", None) and str(Path(old.__file__).resolve()).startswith(
+                folder + os.sep):
+            del sys.modules[name]
     sys.path.insert(0, folder)
     try:
         with exits_trapped():
@@ -400,6 +515,11 @@ def _exec_file(src: PolicySource) -> types.ModuleType:
             sys.path.remove(folder)
         except ValueError:
             pass
+    try:
+        _check_helpers(src)
+    except PolicyError:
+        del sys.modules[mod_name]
+        raise
     return module
 
 
