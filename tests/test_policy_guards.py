@@ -148,3 +148,85 @@ def test_a_recorded_policy_whose_helper_changed_is_not_rerun(tmp_path):
     assert p.returncode == 1 and re.search(r"PolicyError: .*/helper\.py: this helper of scheduler 'Signed' hashes to "
                                            r"\w{12} here, but the policy was recorded with its sha256 \w{12}.*: another "
                                            r"version", p.stderr), p.stderr
+
+
+# ============================================================================ cases 8, 14, 7: the request, the keys
+
+LATE = HEAD + '''
+
+class Writer(Ordering):
+    def key(self, req, now):
+        req.output = 1
+        return (req.output, req.arrival, req.idx)
+
+
+class HookWriter(Ordering):
+    def key(self, req, now):
+        return (req.output, req.arrival, req.idx)
+
+    def on_admit(self, req, now):
+        req.prompt += 1
+
+
+class LateStr(Ordering):
+    dynamics = WITH_TIME
+
+    def key(self, req, now):
+        return ("late", req.idx) if now - req.arrival > 0.5 else (req.output, req.idx)
+
+
+class PreStr(Ordering):
+    preemptive = True
+    dynamics = PerServedToken(1)
+
+    def key(self, req, now):
+        return ("x", req.idx) if req.generated > 3 else (req.generated, req.idx)
+
+
+class LateNan(Ordering):
+    dynamics = WITH_TIME
+
+    def key(self, req, now):
+        return (float("nan") if now - req.arrival > 0.5 else req.output, req.idx)
+'''
+
+CALL = r"(\w+)\.(key|on_admit)\(request (\d+), now=[0-9.e+-]+\)"
+
+
+def test_a_policy_writing_to_the_request_is_refused_in_every_mode(work, corpus):
+    (work / "late.py").write_text(LATE)
+    fast = error_line(simulate(work, "late.py:Writer"))        # fast mode: found at the run's end
+    assert re.fullmatch(r"error: .*/late\.py: scheduler 'Writer' wrote request \d+'s output \(\d+ -> 1\) during the "
+                        r"run: a policy reads the request and never writes it .*", fast), fast
+    assert not (work / "out" / "summary.json").exists()
+    at_call = (r"error: .*/late\.py: scheduler '{0}': {0}\.{1}\(request \d+, now=[0-9.e+-]+\) wrote request\.{2} "
+               r"\(\d+ -> \d+\): a policy reads the request and never writes it.*")
+    assert re.fullmatch(at_call.format("Writer", "key", "output"), error_line(simulate(work, "late.py:Writer",
+                                                                                       "--exact")))
+    assert re.fullmatch(at_call.format("Writer", "key", "output"), error_line(cli("schedulers", "late.py:Writer",
+                                                                                  cwd=work)))
+    assert re.fullmatch(at_call.format("HookWriter", "on_admit", "prompt"),
+                        error_line(cli("schedulers", "late.py:HookWriter", cwd=work)))
+    assert "scheduler 'Writer' wrote request" in error_line(run(work, corpus, "late.py:Writer"))
+
+
+def test_a_key_that_stops_comparing_after_arrival_is_one_line(work, corpus):
+    (work / "late.py").write_text(LATE)
+    shape = r"error: .*/late\.py: scheduler '{0}': {0}\.key\(request \d+, now=[0-9.e+-]+\) returned .*, which " \
+            r"does not compare with .*key.*"
+    # fast mode: the engine's own comparison fails, and the keys at that time are looked at
+    for p in (simulate(work, "late.py:LateStr"), simulate(work, "late.py:LateStr", "--exact"),
+              cli("schedulers", "late.py:LateStr", cwd=work)):
+        assert re.fullmatch(shape.format("LateStr"), error_line(p))
+    assert re.search(shape.format("LateStr")[len("error: "):], error_line(run(work, corpus, "late.py:LateStr")))
+    # a preemptive key whose running requests' keys change shape as they are served
+    for p in (simulate(work, "late.py:PreStr", "--exact"), cli("schedulers", "late.py:PreStr", cwd=work)):
+        assert re.fullmatch(shape.format("PreStr"), error_line(p))
+
+
+def test_a_key_that_turns_nan_after_arrival_fails_the_check_and_exact_mode(work):
+    (work / "late.py").write_text(LATE)
+    nan = r"error: .*/late\.py: scheduler 'LateNan': LateNan\.key\(request \d+, now=[0-9.e+-]+\) returned \(nan, \d+\): " \
+          r"NaN does not order.*"
+    assert re.fullmatch(nan, error_line(cli("schedulers", "late.py:LateNan", cwd=work)))
+    assert re.fullmatch(nan, error_line(simulate(work, "late.py:LateNan", "--exact")))

@@ -111,12 +111,14 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
     # A user's policy runs its own code in the binding and the run: what it raises there, a
     # `sys.exit` or an `os._exit` included, becomes one line naming its file (`policy.failure`).
     with collector_paused(), policy.guarded():
+        sim = None
         try:
             sim = Simulator(engine_trace, policy, cfg, lat, seed=seed, exact=exact, horizon_s=horizon_s,
                             progress=progress)
             out = sim.run()
+            policy.after_run(sim)
         except (Exception, SystemExit) as e:
-            err = policy.failure(e)
+            err = policy.failure(e, sim)
             if err is None:
                 raise
             raise err from None

@@ -27,19 +27,24 @@ differ on their machine; the helpers they import must hash as recorded.
 Bad input is one line naming the file: no such file, a syntax error (with its line), no such
 name (with the names the file defines), a name that is not a policy, a clash with a built-in
 name. A key that raises, or returns NaN or a value that does not compare with the others, is
-caught when each request arrives (`CheckedPolicy`), naming the request and the value; an error
-raised by the policy later in a run names the file and line it came from.
+caught when each request arrives (`CheckedPolicy`), naming the request and the value; in exact
+mode and in the policy check (`checking`) at every later evaluation too, with a write to the
+request by the key or a hook. An error raised by the policy later in a run names the file and line
+it came from; a `sys.exit` or `os._exit` in it is such an error (`exits_trapped`), and so are keys
+whose comparison fails inside the engine (the request and the time are named).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import importlib
 import importlib.metadata
 import math
 import numbers
+import operator
 import os
 import re
 import sys
@@ -49,10 +54,13 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from schedport.engine.batching import Continuous
 from schedport.engine.policy import BatchingMode, Ordering
-from schedport.engine.queues import Queue
+from schedport.engine.queues import Queue, queue_for
 from schedport.engine.schedulers import REGISTRY, BoundPolicy, Policy, validate_scheduler_params
+from schedport.engine.simulator import Request
 from schedport.errors import SchedportError
 
 #: The entry-point group an installed package registers its policies in.
@@ -141,11 +149,30 @@ class UserPolicy(Policy):
         """A run of this policy traps an `os._exit` in its code (`exits_trapped`)."""
         return exits_trapped()
 
-    def failure(self, exc: BaseException) -> SchedportError | None:
-        """The one-line error for an exception raised during a run, when it came from this policy's
-        code: its source file, or a helper module beside it (the innermost such frame); None when it
-        did not (a schedport bug). A `SystemExit` (`sys.exit`, or an `os._exit` trapped by
-        `exits_trapped`) is always the policy's: the engine never ends the process."""
+    def after_run(self, sim) -> None:
+        """Refuse a run in which the policy wrote to a request's arrival or lengths: the engine then
+        served another trace than the one its table reports. Checked in every mode (one pass over
+        the requests); exact mode and the policy check catch any write at the call that made it."""
+        reqs, trace = sim.requests, sim.trace
+        n = len(reqs)
+        for field, col, dtype in (("prompt", trace.input_tokens, np.int64), ("output", trace.output_tokens, np.int64),
+                                  ("arrival", trace.arrival_s, np.float64)):
+            got = np.fromiter(map(operator.attrgetter(field), reqs), dtype=dtype, count=n)
+            bad = np.flatnonzero(got != col)
+            if bad.size:
+                i = int(bad[0])
+                raise PolicyError(f"{self.source.path}: scheduler {self.name!r} wrote request {i}'s {field} "
+                                  f"({col[i].item()!r} -> {got[i].item()!r}) during the run: a policy reads the "
+                                  f"request and never writes it (`schedport schedulers {self.source.spec}` or "
+                                  f"--exact names the call)")
+
+    def failure(self, exc: BaseException, sim=None) -> SchedportError | None:
+        """The one-line error for an exception raised during a run (of simulator `sim`, when it was
+        made), when it came from this policy's code: its source file, or a helper module beside it
+        (the innermost such frame); None when it did not (a schedport bug). A `SystemExit`
+        (`sys.exit`, or an `os._exit` trapped by `exits_trapped`) is always the policy's: the engine
+        never ends the process. Two keys that fail to compare inside the engine are the policy's
+        keys: the request whose key does not order is named (`CheckedPolicy.diagnose`)."""
         if isinstance(exc, SchedportError):
             return None
         folder = str(Path(self.source.path).parent)
@@ -154,6 +181,13 @@ class UserPolicy(Policy):
         if isinstance(exc, SystemExit):
             return PolicyError(f"{_frame_at(frames, self.source.path)}: scheduler {self.name!r} "
                                f"{_exit_call(exc)}: a policy may not end the process; the run is stopped")
+        if not frames and isinstance(exc, TypeError) and "not supported between instances" in str(exc):
+            bound = getattr(sim, "sched", None)
+            found = bound.diagnose(sim.now) if isinstance(bound, CheckedPolicy) else None
+            return found or PolicyError(
+                f"{self.source.path}: scheduler {self.name!r}: its keys stopped comparing with one another "
+                f"during the run ({_one_line(exc)}); keys must keep one shape at every evaluation "
+                f"(`schedport schedulers {self.source.spec}` names the request)")
         if not frames:
             return None
         f = frames[-1]
@@ -166,23 +200,38 @@ class CheckedPolicy(BoundPolicy):
 
     A key must be a real number or a tuple of real numbers and strings, none NaN, and compare with
     the previous arrival's key; anything else stops the run with the request and the value.
+
+    In exact mode (``--exact``) and in the runs of `schedport schedulers` (`checking`), every
+    evaluation of an `Ordering`'s key is checked so, against the previous evaluation's key, and
+    the request must read the same after the key and the ordering's hooks as before: a policy
+    reads the request, it never writes it. Fast mode's keys go to the engine unwrapped (they are
+    its hot path); a run in any mode checks at its end that no request's arrival and lengths
+    were changed (`UserPolicy.after_run`), and names the keys when they stop comparing.
     """
 
     def __init__(self, policy: UserPolicy, sim, params: dict):
         super().__init__(policy, sim, params)
         self._ordering = self.ordering
         self._last_key = None
+        self._last_idx = -1
         self._where = f"{policy.source.path}: scheduler {policy.name!r}"
+        if isinstance(self.ordering, Ordering) and (sim.exact or _CHECKING.get()):
+            self._watch(self.ordering)
+            self.order = queue_for(self.ordering, sim, params)    # the queue takes the watched key
 
     def on_arrival(self, req, now: float) -> None:
         self._check(req, now)
         super().on_arrival(req, now)
 
+    def _call(self, req, now: float) -> str:
+        return f"{type(self._ordering).__name__}.key(request {req.idx}, now={now:.6g})"
+
     def _check(self, req, now: float) -> None:
-        name = type(self._ordering).__name__
-        call = f"{name}.key(request {req.idx}, now={now:.6g})"
+        call = self._call(req, now)
         try:
             key = self._ordering.key(req, now)
+        except PolicyError:      # a watched key's own finding (`_watch`)
+            raise
         except Exception as e:   # the user's code: any exception is theirs to fix
             line = _line_in(e, self.policy.source.path)
             raise PolicyError(f"{self.policy.source.path}{line}: scheduler {self.policy.name!r}: {call} raised "
@@ -197,6 +246,113 @@ class CheckedPolicy(BoundPolicy):
                 raise PolicyError(f"{self._where}: {call} returned {key!r}, which does not compare with the "
                                   f"previous request's key {self._last_key!r}; keys must be of one shape") from None
         self._last_key = key
+
+    def _watch(self, ordering: Ordering) -> None:
+        """Check every call of `ordering`'s key and hooks (class docstring): its own methods are
+        shadowed on the instance by checking ones, which the engine's queue then binds."""
+        key = ordering.key
+        snap = _REQUEST_FIELDS
+
+        def checked_key(req, now):
+            before = snap(req)
+            k = key(req, now)
+            if snap(req) != before:
+                self._wrote(req, before, self._call(req, now))
+            why = "" if _plain_key(k) else _bad_key(k)
+            if why:
+                raise PolicyError(f"{self._where}: {self._call(req, now)} returned {k!r}: {why}")
+            last = self._last_key
+            if last is not None:
+                try:
+                    bool(k < last)
+                except TypeError:
+                    raise PolicyError(f"{self._where}: {self._call(req, now)} returned {k!r}, which does not "
+                                      f"compare with the key {last!r} of request {self._last_idx}; keys must keep "
+                                      f"one shape at every evaluation") from None
+            self._last_key, self._last_idx = k, req.idx
+            return k
+
+        ordering.key = checked_key
+        for name in ("on_admit", "on_finish"):
+            if getattr(type(ordering), name) is not getattr(Ordering, name):
+                setattr(ordering, name, self._hook(getattr(ordering, name), name))
+
+    def _hook(self, hook, name: str):
+        snap = _REQUEST_FIELDS
+
+        def checked(req, now):
+            before = snap(req)
+            hook(req, now)
+            if snap(req) != before:
+                self._wrote(req, before, f"{type(self._ordering).__name__}.{name}(request {req.idx}, now={now:.6g})")
+
+        return checked
+
+    def _wrote(self, req, before: tuple, call: str) -> None:
+        after = _REQUEST_FIELDS(req)
+        field, was, now = next((f, a, b) for f, a, b in zip(Request.__slots__, before, after) if a is not b and a != b)
+        raise PolicyError(f"{self._where}: {call} wrote request.{field} ({was!r} -> {now!r}): a policy reads the "
+                          f"request and never writes it (the engine's results would no longer be its own)")
+
+    def diagnose(self, now: float) -> PolicyError | None:
+        """After the engine's comparison of two keys failed: the waiting or running request whose key
+        at `now` does not order with the others (NaN, a wrong type, another shape), as one line."""
+        reqs = list(self.sim.running) + list(self.order)
+        keys = []
+        for r in reqs:
+            try:
+                keys.append((r, self._ordering.key(r, now)))
+            except Exception:     # the key's own failure is a separate story: look at the others
+                continue
+        for r, k in keys:
+            why = _bad_key(k)
+            if why:
+                return PolicyError(f"{self._where}: {self._call(r, now)} returned {k!r}: {why}")
+        for (r0, k0), (r, k) in zip(keys, keys[1:]):
+            try:
+                bool(k < k0)
+            except TypeError:
+                return PolicyError(f"{self._where}: {self._call(r, now)} returned {k!r}, which does not compare "
+                                   f"with request {r0.idx}'s key {k0!r} at the same time; keys must keep one shape "
+                                   f"at every evaluation, not only at arrival")
+        return None
+
+
+#: The whole state of a request, as one tuple: compared before and after a policy's call.
+_REQUEST_FIELDS = operator.attrgetter(*Request.__slots__)
+#: On while `schedport schedulers` checks a policy: every key evaluation is checked (`CheckedPolicy`).
+_CHECKING: contextvars.ContextVar[bool] = contextvars.ContextVar("schedport_policy_checking", default=False)
+
+
+@contextlib.contextmanager
+def checking():
+    """Within this block, every simulation of a user policy checks each key evaluation and each
+    hook as exact mode does (`CheckedPolicy`), fast mode included: the policy check's runs."""
+    token = _CHECKING.set(True)
+    try:
+        yield
+    finally:
+        _CHECKING.reset(token)
+
+
+def _plain_key(key) -> bool:
+    """Is `key` a valid key made of plain ints, floats and strs (a quick `_bad_key` for the common case:
+    exact mode checks every evaluation)? False says only: ask `_bad_key`."""
+    t = type(key)
+    if t is tuple:
+        if not key:
+            return False
+        for v in key:
+            tv = type(v)
+            if tv is float:
+                if v != v:
+                    return False
+            elif tv is not int and tv is not str:
+                return False
+        return True
+    if t is float:
+        return key == key
+    return t is int or t is str
 
 
 def _bad_key(key) -> str:
