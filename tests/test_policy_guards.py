@@ -230,3 +230,56 @@ def test_a_key_that_turns_nan_after_arrival_fails_the_check_and_exact_mode(work)
           r"NaN does not order.*"
     assert re.fullmatch(nan, error_line(cli("schedulers", "late.py:LateNan", cwd=work)))
     assert re.fullmatch(nan, error_line(simulate(work, "late.py:LateNan", "--exact")))
+
+
+# ============================================================================ cases 9, 20: params
+
+PARAMS = HEAD + '''
+
+class Las(Ordering):
+    preemptive = True
+    dynamics = PerServedToken(+1)
+
+    def key(self, req, now):
+        return (req.generated, req.arrival, req.idx)
+
+
+class Own(Ordering):
+    params = {"alpha": 2.0}
+
+    def key(self, req, now):
+        return (req.output * self.params["alpha"], req.idx)
+
+
+class Unknown(Own):
+    params = {"alpha": 2.0, "beta": 1.0}
+
+
+TYPO = Policy("typo", "a typo", Continuous, Las, params={"preemtion": "swap"})
+STRAY = Policy("stray", "a key nothing declares", Continuous, Las, params={"beta": 1})
+BADVAL = Policy("badval", "a bad value", Continuous, Las, params={"preemption": "kill"})
+BADSEQ = Policy("badseq", "a bad count", Continuous, Las, params={"max_num_seqs": 0})
+OWN = Policy("own", "its own parameter", Continuous, Own, params={"alpha": 3.0, "preemption": "swap"})
+'''
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("TYPO", r"TYPO's params has unknown key 'preemtion': did you mean 'preemption'\? a parameter of the policy's own "
+             r"is declared in its ordering class's params"),
+    ("STRAY", r"STRAY's params has unknown key 'beta': the engine's parameters are aging, .*"),
+    ("BADVAL", r"""BADVAL's params preemption: must be "recompute" or "swap", got 'kill'"""),
+    ("BADSEQ", r"BADSEQ's params max_num_seqs: must be a positive integer, got 0"),
+])
+def test_a_policys_params_are_checked_as_an_engine_configs_tables_are(work, name, expected):
+    (work / "params.py").write_text(PARAMS)
+    line = rf"error: {re.escape(str(work))}/params\.py: {expected}.*"
+    assert re.fullmatch(line, error_line(simulate(work, f"params.py:{name}")))
+    assert re.fullmatch(line, error_line(cli("schedulers", f"params.py:{name}", cwd=work)))
+
+
+def test_a_policys_own_declared_parameters_are_taken(work):
+    (work / "params.py").write_text(PARAMS)
+    for name in ("OWN", "Own", "Unknown"):
+        p = simulate(work, f"params.py:{name}")
+        assert p.returncode == 0, p.stderr
+        (work / "out" / "summary.json").unlink()

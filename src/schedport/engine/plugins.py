@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import difflib
 import hashlib
 import importlib
 import importlib.metadata
@@ -59,7 +60,7 @@ import numpy as np
 from schedport.engine.batching import Continuous
 from schedport.engine.policy import BatchingMode, Ordering
 from schedport.engine.queues import Queue, queue_for
-from schedport.engine.schedulers import REGISTRY, BoundPolicy, Policy, validate_scheduler_params
+from schedport.engine.schedulers import PARAM_RULES, REGISTRY, BoundPolicy, Policy, validate_scheduler_params
 from schedport.engine.simulator import Request
 from schedport.errors import SchedportError
 
@@ -752,6 +753,33 @@ def _check_declaration(pol: Policy, where: str, attr: str) -> None:
         raise PolicyError(f"{where}: {attr}'s order {pol.order!r} is not an Ordering class")
     if not isinstance(pol.params, dict):
         raise PolicyError(f"{where}: {attr}'s params must be a dict, got a {type(pol.params).__name__}")
+    _check_params(pol, where, attr)
+
+
+def _check_params(pol: Policy, where: str, attr: str) -> None:
+    """A user policy's `params`, as strictly as an engine config's ``[scheduler.*]`` table: a key is
+    an engine parameter (`PARAM_RULES`), whose value must keep its rule, or one its ordering (or
+    gate) class declares as its own in a class attribute ``params`` (a dict of defaults). Anything
+    else -- a misspelt ``preemtion`` -- would be ignored by the engine, so it is an error; so is an
+    own parameter named within a letter or two of an engine parameter."""
+    own = {}
+    for part in (pol.order, pol.admission):
+        declared = getattr(part, "params", None)
+        if isinstance(part, type) and isinstance(declared, dict):
+            own.update(declared)
+    for key, value in pol.params.items():
+        rule = PARAM_RULES.get(key)
+        if rule is not None:
+            if key != "slo_profile" and not rule[0](value, None):     # slo_profile: checked against the run's config
+                raise PolicyError(f"{where}: {attr}'s params {key}: {rule[1]}, got {value!r}")
+            continue
+        near = difflib.get_close_matches(str(key), PARAM_RULES, n=1, cutoff=0.8)
+        if key not in own or near:
+            hint = (f"did you mean {near[0]!r}?" if near
+                    else f"the engine's parameters are {', '.join(sorted(PARAM_RULES))};")
+            raise PolicyError(f"{where}: {attr}'s params has unknown key {key!r}: {hint} a parameter of the policy's "
+                              f"own is declared in its ordering class's params (a dict of defaults), under a name "
+                              f"apart from the engine's")
 
 
 def check_scheduler_tables(cfg, policies=()) -> None:
