@@ -283,3 +283,36 @@ def test_a_policys_own_declared_parameters_are_taken(work):
         p = simulate(work, f"params.py:{name}")
         assert p.returncode == 0, p.stderr
         (work / "out" / "summary.json").unlink()
+
+
+# ============================================================================ case 15: a worker that dies
+
+KILLER = HEAD + '''import signal
+
+
+class Killer(Ordering):
+    def key(self, req, now):
+        if req.idx == 5 and os.environ.get("SCHEDPORT_TEST_KILL"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return (req.output, req.idx)
+'''
+
+
+def test_a_worker_killed_mid_cell_is_one_line_naming_the_cell_and_the_store_resumes(work, corpus):
+    import os
+
+    (work / "kill.py").write_text(KILLER)
+    args = ["run", "--corpus", corpus, "--out", "res", "--schedulers", "vllm-fcfs,kill.py:Killer", "--regions",
+            "overload,moderate", "--workers", "2", "--no-analyze"]
+    p = subprocess.run([sys.executable, "-m", "schedport.cli", *map(str, args)], capture_output=True, text=True,
+                       cwd=work, timeout=600, env={**os.environ, "SCHEDPORT_TEST_KILL": "1"})
+    line = error_line(p)
+    assert re.fullmatch(r"error: a worker process died \(pid \d+, killed by signal 9 \(SIGKILL\), while running window "
+                        r"[\w-]+ under scheduler 'Killer' \(regions overload, moderate\)\); the cells finished before "
+                        r"it are kept in the store, and rerunning the same command resumes from them.*", line), line
+    man = json.loads((work / "res" / "manifest.json").read_text())
+    assert man["runs"][-1]["status"] == "failed"
+    kept = man["cells_done"]
+    p = cli(*args, cwd=work)                                   # the same command, without the kill: resumes
+    assert p.returncode == 0, p.stderr
+    assert re.search(rf"(\d+) runs \({kept} already done, 8 in the selection\)", p.stdout), (kept, p.stdout)

@@ -57,6 +57,23 @@ def run_chunk(trace, cfg, scheduler: str | PolicySource, window: tuple[str, str,
     return rows, reqs, sim_s
 
 
+def describe_task(fn, args) -> str:
+    """What a worker task computes, in a user's terms, for a line about a worker that died running it:
+    ``window W under scheduler S (regions R)`` for `run_chunk`, ``the capacity of window W`` for
+    `measure_capacity`."""
+    if fn is run_chunk and len(args) >= 5:
+        scheduler, window, cells = args[2], args[3], args[4]
+        name = scheduler.name if isinstance(scheduler, PolicySource) else scheduler
+        regions = list(dict.fromkeys(str(c[0]) for c in cells))
+        regions = ("region " if len(regions) == 1 else "regions ") + ", ".join(regions)
+        seeds = sorted({int(c[2]) for c in cells})
+        seed = f", seed {seeds[0]}" if len(seeds) == 1 and seeds[0] else (f", seeds {seeds}" if len(seeds) > 1 else "")
+        return f"window {window[1]} under scheduler {name!r} ({regions}{seed})"
+    if fn is measure_capacity and args:
+        return f"the capacity of window {getattr(args[0], 'name', '?')}"
+    return getattr(fn, "__name__", "a task")
+
+
 def code_fingerprint() -> str:
     """sha256 over the source of the modules a simulation's result depends on.
 
