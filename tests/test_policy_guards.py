@@ -316,3 +316,11 @@ def test_a_worker_killed_mid_cell_is_one_line_naming_the_cell_and_the_store_resu
     p = cli(*args, cwd=work)                                   # the same command, without the kill: resumes
     assert p.returncode == 0, p.stderr
     assert re.search(rf"(\d+) runs \({kept} already done, 8 in the selection\)", p.stdout), (kept, p.stdout)
+
+
+def test_a_policy_error_in_run_names_the_window_and_region_as_well_as_the_request(work, corpus):
+    (work / "raises.py").write_text(HEAD + "\n\nclass Raises(Ordering):\n    def key(self, req, now):\n"
+                                           "        return (1 / (req.idx - 2), req.idx)\n")
+    line = error_line(run(work, corpus, "raises.py:Raises"))
+    assert re.fullmatch(r"error: .*/raises\.py:\d+: scheduler 'Raises': Raises\.key\(request 2, now=[0-9.e+-]+\) raised "
+                        r"ZeroDivisionError: division by zero \(in window [\w-]+, region overload at rho [0-9.]+\)", line)
