@@ -324,3 +324,26 @@ def test_a_policy_error_in_run_names_the_window_and_region_as_well_as_the_reques
     line = error_line(run(work, corpus, "raises.py:Raises"))
     assert re.fullmatch(r"error: .*/raises\.py:\d+: scheduler 'Raises': Raises\.key\(request 2, now=[0-9.e+-]+\) raised "
                         r"ZeroDivisionError: division by zero \(in window [\w-]+, region overload at rho [0-9.]+\)", line)
+
+
+# ============================================================================ case 11: state kept across runs
+
+STATEFUL = HEAD + '''
+SEEN = [0]
+
+
+class Stateful(Ordering):
+    def key(self, req, now):
+        SEEN[0] += 1
+        return (req.output if SEEN[0] < 500 else -req.output, req.idx)
+'''
+
+
+def test_module_level_state_is_reported_as_state_not_as_wrong_dynamics(work):
+    (work / "state.py").write_text(STATEFUL)
+    line = error_line(cli("schedulers", "state.py:Stateful", cwd=work))
+    assert re.fullmatch(r"error: .*/state\.py: scheduler 'Stateful': at rho 0\.5 the same exact run twice in one process "
+                        r"gives request \d+ \w+ = .*, then .*: the policy keeps state from one run to the next .*depend on "
+                        r"which cells a worker ran before \(--workers\).*", line), line
+    assert "dynamics" not in line
+
