@@ -347,3 +347,16 @@ def test_module_level_state_is_reported_as_state_not_as_wrong_dynamics(work):
                         r"which cells a worker ran before \(--workers\).*", line), line
     assert "dynamics" not in line
 
+
+# ============================================================================ case 19: a byte-order mark
+
+def test_a_policy_file_with_a_utf8_bom_loads_as_python_runs_it(work):
+    import hashlib
+
+    text = HEAD + "\n\nclass Bom(Ordering):\n    def key(self, req, now):\n        return (req.output, req.idx)\n"
+    data = b"\xef\xbb\xbf" + text.encode()
+    (work / "bom.py").write_bytes(data)
+    assert subprocess.run([sys.executable, "bom.py"], cwd=work).returncode == 0      # Python runs it
+    p = cli("schedulers", "bom.py:Bom", cwd=work)
+    assert p.returncode == 0, p.stderr
+    assert f"sha256 {hashlib.sha256(data).hexdigest()[:12]}" in p.stdout and "fast == exact" in p.stdout

@@ -643,7 +643,7 @@ def _exec_file(src: PolicySource) -> types.ModuleType:
     if mod_name in sys.modules:
         return sys.modules[mod_name]
     try:
-        code = compile(src.text, src.path, "exec")
+        code = compile(src.text.removeprefix("\ufeff"), src.path, "exec")    # a BOM, as Python's own reading
     except SyntaxError as e:
         raise PolicyError(f"{src.path}:{e.lineno}: syntax error: {e.msg}") from None
     module = types.ModuleType(mod_name)
