@@ -36,20 +36,15 @@ whose comparison fails inside the engine (the request and the time are named).
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import difflib
 import hashlib
 import importlib
 import importlib.metadata
-import math
-import numbers
 import operator
 import os
 import re
 import sys
-import threading
 import traceback
 import types
 from dataclasses import dataclass
@@ -59,19 +54,17 @@ import numpy as np
 
 from schedport.engine.batching import Continuous
 from schedport.engine.policy import BatchingMode, Ordering
-from schedport.engine.queues import Queue, queue_for
-from schedport.engine.schedulers import PARAM_RULES, REGISTRY, BoundPolicy, Policy, validate_scheduler_params
-from schedport.engine.simulator import Request
+from schedport.engine.policyguard import (  # noqa: F401  (re-exported: a user policy's run checks)
+    CheckedPolicy, PolicyError, checking, exit_call, exits_trapped, frame_at, line_in, one_line,
+)
+from schedport.engine.queues import Queue
+from schedport.engine.schedulers import PARAM_RULES, REGISTRY, Policy, validate_scheduler_params
 from schedport.errors import SchedportError
 
 #: The entry-point group an installed package registers its policies in.
 ENTRY_POINT_GROUP = "schedport.policies"
 #: What a scheduler's name may be: it names store cells, report rows and comma-separated lists.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
-
-
-class PolicyError(SchedportError):
-    """A user's policy that cannot be loaded, or that misbehaved in a run (one line, naming the file)."""
 
 
 @dataclass(frozen=True)
@@ -180,257 +173,20 @@ class UserPolicy(Policy):
         frames = [f for f in traceback.extract_tb(exc.__traceback__)
                   if f.filename == self.source.path or str(Path(f.filename).parent) == folder]
         if isinstance(exc, SystemExit):
-            return PolicyError(f"{_frame_at(frames, self.source.path)}: scheduler {self.name!r} "
-                               f"{_exit_call(exc)}: a policy may not end the process; the run is stopped")
+            return PolicyError(f"{frame_at(frames, self.source.path)}: scheduler {self.name!r} "
+                               f"{exit_call(exc)}: a policy may not end the process; the run is stopped")
         if not frames and isinstance(exc, TypeError) and "not supported between instances" in str(exc):
             bound = getattr(sim, "sched", None)
             found = bound.diagnose(sim.now) if isinstance(bound, CheckedPolicy) else None
             return found or PolicyError(
                 f"{self.source.path}: scheduler {self.name!r}: its keys stopped comparing with one another "
-                f"during the run ({_one_line(exc)}); keys must keep one shape at every evaluation "
+                f"during the run ({one_line(exc)}); keys must keep one shape at every evaluation "
                 f"(`schedport schedulers {self.source.spec}` names the request)")
         if not frames:
             return None
         f = frames[-1]
         return PolicyError(f"{f.filename}:{f.lineno}: scheduler {self.name!r} raised "
-                           f"{type(exc).__name__}: {_one_line(exc)} (in {f.name})")
-
-
-class CheckedPolicy(BoundPolicy):
-    """A user policy bound to one run: each arriving request's key is checked before it is queued.
-
-    A key must be a real number or a tuple of real numbers and strings, none NaN, and compare with
-    the previous arrival's key; anything else stops the run with the request and the value.
-
-    In exact mode (``--exact``) and in the runs of `schedport schedulers` (`checking`), every
-    evaluation of an `Ordering`'s key is checked so, against the previous evaluation's key, and
-    the request must read the same after the key and the ordering's hooks as before: a policy
-    reads the request, it never writes it. Fast mode's keys go to the engine unwrapped (they are
-    its hot path); a run in any mode checks at its end that no request's arrival and lengths
-    were changed (`UserPolicy.after_run`), and names the keys when they stop comparing.
-    """
-
-    def __init__(self, policy: UserPolicy, sim, params: dict):
-        super().__init__(policy, sim, params)
-        self._ordering = self.ordering
-        self._last_key = None
-        self._last_idx = -1
-        self._where = f"{policy.source.path}: scheduler {policy.name!r}"
-        if isinstance(self.ordering, Ordering) and (sim.exact or _CHECKING.get()):
-            self._watch(self.ordering)
-            self.order = queue_for(self.ordering, sim, params)    # the queue takes the watched key
-
-    def on_arrival(self, req, now: float) -> None:
-        self._check(req, now)
-        super().on_arrival(req, now)
-
-    def _call(self, req, now: float) -> str:
-        return f"{type(self._ordering).__name__}.key(request {req.idx}, now={now:.6g})"
-
-    def _check(self, req, now: float) -> None:
-        call = self._call(req, now)
-        try:
-            key = self._ordering.key(req, now)
-        except PolicyError:      # a watched key's own finding (`_watch`)
-            raise
-        except Exception as e:   # the user's code: any exception is theirs to fix
-            line = _line_in(e, self.policy.source.path)
-            raise PolicyError(f"{self.policy.source.path}{line}: scheduler {self.policy.name!r}: {call} raised "
-                              f"{type(e).__name__}: {_one_line(e)}") from None
-        why = _bad_key(key)
-        if why:
-            raise PolicyError(f"{self._where}: {call} returned {key!r}: {why}")
-        if self._last_key is not None:
-            try:
-                bool(key < self._last_key)
-            except TypeError:
-                raise PolicyError(f"{self._where}: {call} returned {key!r}, which does not compare with the "
-                                  f"previous request's key {self._last_key!r}; keys must be of one shape") from None
-        self._last_key = key
-
-    def _watch(self, ordering: Ordering) -> None:
-        """Check every call of `ordering`'s key and hooks (class docstring): its own methods are
-        shadowed on the instance by checking ones, which the engine's queue then binds."""
-        key = ordering.key
-        snap = _REQUEST_FIELDS
-
-        def checked_key(req, now):
-            before = snap(req)
-            k = key(req, now)
-            if snap(req) != before:
-                self._wrote(req, before, self._call(req, now))
-            why = "" if _plain_key(k) else _bad_key(k)
-            if why:
-                raise PolicyError(f"{self._where}: {self._call(req, now)} returned {k!r}: {why}")
-            last = self._last_key
-            if last is not None:
-                try:
-                    bool(k < last)
-                except TypeError:
-                    raise PolicyError(f"{self._where}: {self._call(req, now)} returned {k!r}, which does not "
-                                      f"compare with the key {last!r} of request {self._last_idx}; keys must keep "
-                                      f"one shape at every evaluation") from None
-            self._last_key, self._last_idx = k, req.idx
-            return k
-
-        ordering.key = checked_key
-        for name in ("on_admit", "on_finish"):
-            if getattr(type(ordering), name) is not getattr(Ordering, name):
-                setattr(ordering, name, self._hook(getattr(ordering, name), name))
-
-    def _hook(self, hook, name: str):
-        snap = _REQUEST_FIELDS
-
-        def checked(req, now):
-            before = snap(req)
-            hook(req, now)
-            if snap(req) != before:
-                self._wrote(req, before, f"{type(self._ordering).__name__}.{name}(request {req.idx}, now={now:.6g})")
-
-        return checked
-
-    def _wrote(self, req, before: tuple, call: str) -> None:
-        after = _REQUEST_FIELDS(req)
-        field, was, now = next((f, a, b) for f, a, b in zip(Request.__slots__, before, after) if a is not b and a != b)
-        raise PolicyError(f"{self._where}: {call} wrote request.{field} ({was!r} -> {now!r}): a policy reads the "
-                          f"request and never writes it (the engine's results would no longer be its own)")
-
-    def diagnose(self, now: float) -> PolicyError | None:
-        """After the engine's comparison of two keys failed: the waiting or running request whose key
-        at `now` does not order with the others (NaN, a wrong type, another shape), as one line."""
-        reqs = list(self.sim.running) + list(self.order)
-        keys = []
-        for r in reqs:
-            try:
-                keys.append((r, self._ordering.key(r, now)))
-            except Exception:     # the key's own failure is a separate story: look at the others
-                continue
-        for r, k in keys:
-            why = _bad_key(k)
-            if why:
-                return PolicyError(f"{self._where}: {self._call(r, now)} returned {k!r}: {why}")
-        for (r0, k0), (r, k) in zip(keys, keys[1:]):
-            try:
-                bool(k < k0)
-            except TypeError:
-                return PolicyError(f"{self._where}: {self._call(r, now)} returned {k!r}, which does not compare "
-                                   f"with request {r0.idx}'s key {k0!r} at the same time; keys must keep one shape "
-                                   f"at every evaluation, not only at arrival")
-        return None
-
-
-#: The whole state of a request, as one tuple: compared before and after a policy's call.
-_REQUEST_FIELDS = operator.attrgetter(*Request.__slots__)
-#: On while `schedport schedulers` checks a policy: every key evaluation is checked (`CheckedPolicy`).
-_CHECKING: contextvars.ContextVar[bool] = contextvars.ContextVar("schedport_policy_checking", default=False)
-
-
-@contextlib.contextmanager
-def checking():
-    """Within this block, every simulation of a user policy checks each key evaluation and each
-    hook as exact mode does (`CheckedPolicy`), fast mode included: the policy check's runs."""
-    token = _CHECKING.set(True)
-    try:
-        yield
-    finally:
-        _CHECKING.reset(token)
-
-
-def _plain_key(key) -> bool:
-    """Is `key` a valid key made of plain ints, floats and strs (a quick `_bad_key` for the common case:
-    exact mode checks every evaluation)? False says only: ask `_bad_key`."""
-    t = type(key)
-    if t is tuple:
-        if not key:
-            return False
-        for v in key:
-            tv = type(v)
-            if tv is float:
-                if v != v:
-                    return False
-            elif tv is not int and tv is not str:
-                return False
-        return True
-    if t is float:
-        return key == key
-    return t is int or t is str
-
-
-def _bad_key(key) -> str:
-    """Why `key` cannot rank requests ('' when it can)."""
-    parts = key if isinstance(key, tuple) else (key,)
-    if isinstance(key, tuple) and not key:
-        return "an empty tuple ranks nothing"
-    for v in parts:
-        if isinstance(v, bool) or not isinstance(v, (numbers.Real, str)):
-            return ("a key must be a number or a tuple of numbers and strings "
-                    f"(got a {type(v).__name__})")
-        if isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral) and math.isnan(float(v)):
-            return "NaN does not order (every comparison with it is false)"
-    return ""
-
-
-# ============================================================================ a policy that ends the process
-
-
-class _TrappedExit(SystemExit):
-    """An `os._exit(code)` called by a user's policy, raised instead of ending the process."""
-
-
-_REAL_EXIT = os._exit
-_EXIT_LOCK = threading.Lock()
-_TRAPPING: dict[int, int] = {}      # thread id -> nesting depth of `exits_trapped` in it
-
-
-def _trapped_exit(code: int) -> None:
-    if threading.get_ident() in _TRAPPING:
-        raise _TrappedExit(code)
-    _REAL_EXIT(code)
-
-
-@contextlib.contextmanager
-def exits_trapped():
-    """Run a user policy's code with `os._exit` trapped in this thread: a call raises
-    `SystemExit` (reported as the policy's failure) instead of ending the process with whatever
-    code the policy gave, which would hide the failure (exit 0, no message, half a store).
-    Other threads (a pool worker's watch of its driver) keep the real `os._exit`."""
-    me = threading.get_ident()
-    with _EXIT_LOCK:
-        _TRAPPING[me] = _TRAPPING.get(me, 0) + 1
-        os._exit = _trapped_exit
-    try:
-        yield
-    finally:
-        with _EXIT_LOCK:
-            depth = _TRAPPING.pop(me) - 1
-            if depth:
-                _TRAPPING[me] = depth
-            if not _TRAPPING:
-                os._exit = _REAL_EXIT
-
-
-def _exit_call(exc: SystemExit) -> str:
-    """What ended the process, as code: ``called os._exit(0)``, ``raised SystemExit(3)``."""
-    if isinstance(exc, _TrappedExit):
-        return f"called os._exit({exc.code!r})"
-    return f"raised SystemExit({exc.code!r}) (sys.exit)"
-
-
-def _frame_at(frames, path: str) -> str:
-    """``file:line (in function)`` of the innermost of `frames`, or `path` when there are none."""
-    if not frames:
-        return path
-    f = frames[-1]
-    return f"{f.filename}:{f.lineno} (in {f.name})"
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
-
-
-def _line_in(e: BaseException, path: str) -> str:
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
-    return f":{frames[-1].lineno}" if frames else ""
+                           f"{type(exc).__name__}: {one_line(exc)} (in {f.name})")
 
 
 def _sha256(data: bytes) -> str:
@@ -661,12 +417,12 @@ def _exec_file(src: PolicySource) -> types.ModuleType:
             exec(code, module.__dict__)
     except SystemExit as e:
         del sys.modules[mod_name]
-        raise PolicyError(f"{src.path}{_line_in(e, src.path)}: loading the policy file {_exit_call(e)}: a "
+        raise PolicyError(f"{src.path}{line_in(e, src.path)}: loading the policy file {exit_call(e)}: a "
                           f"policy may not end the process") from None
     except Exception as e:
         del sys.modules[mod_name]
-        raise PolicyError(f"{src.path}{_line_in(e, src.path)}: loading the policy file raised "
-                          f"{type(e).__name__}: {_one_line(e)}") from None
+        raise PolicyError(f"{src.path}{line_in(e, src.path)}: loading the policy file raised "
+                          f"{type(e).__name__}: {one_line(e)}") from None
     finally:
         try:
             sys.path.remove(folder)
@@ -684,11 +440,11 @@ def _load_module(mod_name: str, attr: str, spec: str) -> UserPolicy:
     try:
         module = importlib.import_module(mod_name)
     except ModuleNotFoundError as e:
-        raise PolicyError(f"{mod_name}: no such module ({_one_line(e)}; from scheduler {spec!r})") from None
+        raise PolicyError(f"{mod_name}: no such module ({one_line(e)}; from scheduler {spec!r})") from None
     except SyntaxError as e:
         raise PolicyError(f"{e.filename}:{e.lineno}: syntax error: {e.msg}") from None
     except Exception as e:
-        raise PolicyError(f"{mod_name}: importing it raised {type(e).__name__}: {_one_line(e)}") from None
+        raise PolicyError(f"{mod_name}: importing it raised {type(e).__name__}: {one_line(e)}") from None
     return _user_policy(module, _module_source(module, mod_name, "module", spec, attr))
 
 
@@ -828,5 +584,5 @@ def load_entry_point(ep) -> UserPolicy:
     try:
         module = importlib.import_module(mod_name.strip())
     except Exception as e:
-        raise PolicyError(f"{where}: importing it raised {type(e).__name__}: {_one_line(e)}") from None
+        raise PolicyError(f"{where}: importing it raised {type(e).__name__}: {one_line(e)}") from None
     return _user_policy(module, _module_source(module, where, "entry-point", ep.value, attr, dist), name=ep.name)
