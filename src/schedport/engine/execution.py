@@ -108,13 +108,17 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
                              trace.client_id, trace.name)
     # The run's objects are freed (`release`) before the cyclic collector is back, so they never
     # add to what its next pass walks.
-    with collector_paused():
-        sim = Simulator(engine_trace, policy, cfg, lat, seed=seed, exact=exact, horizon_s=horizon_s,
-                        progress=progress)
+    # A user's policy runs its own code in the binding and the run: what it raises there, a
+    # `sys.exit` or an `os._exit` included, becomes one line naming its file (`policy.failure`).
+    with collector_paused(), policy.guarded():
+        sim = None
         try:
+            sim = Simulator(engine_trace, policy, cfg, lat, seed=seed, exact=exact, horizon_s=horizon_s,
+                            progress=progress)
             out = sim.run()
-        except Exception as e:
-            err = policy.failure(e)
+            policy.after_run(sim)
+        except (Exception, SystemExit) as e:
+            err = policy.failure(e, sim)
             if err is None:
                 raise
             raise err from None

@@ -16,27 +16,33 @@ user's scheduler is called by its declared name everywhere results are shown; th
 a built-in's.
 
 Integrity. A user policy is identified by its source: the file's bytes (for a module, its source
-file's; for an entry point, its module's), hashed with sha256 (`PolicySource`). Any change to the
-file is a new version: a results store records each user scheduler's version (and its source
-text, so that `explain` reruns exactly the code that made the cells) and refuses to resume with
-another (`schedport.study.store`). Workers -- a local pool or Ray -- get the `PolicySource`, text
-included, and load the policy from that text, never from a path that may differ on their machine.
+file's; for an entry point, its module's), hashed with sha256 (`PolicySource`), together with the
+modules of its own folder that a file imports (`local_helpers`). Any change to the file or to one
+of those helpers is a new version: a results store records each user scheduler's version (what was
+hashed, and the file's source text, so that `explain` reruns exactly the code that made the cells)
+and refuses to resume with another (`schedport.study.store`). Workers -- a local pool or Ray -- get
+the `PolicySource`, text included, and load the policy from that text, never from a path that may
+differ on their machine; the helpers they import must hash as recorded.
 
 Bad input is one line naming the file: no such file, a syntax error (with its line), no such
 name (with the names the file defines), a name that is not a policy, a clash with a built-in
 name. A key that raises, or returns NaN or a value that does not compare with the others, is
-caught when each request arrives (`CheckedPolicy`), naming the request and the value; an error
-raised by the policy later in a run names the file and line it came from.
+caught when each request arrives (`CheckedPolicy`), naming the request and the value; in exact
+mode and in the policy check (`checking`) at every later evaluation too, with a write to the
+request by the key or a hook. An error raised by the policy later in a run names the file and line
+it came from; a `sys.exit` or `os._exit` in it is such an error (`exits_trapped`), and so are keys
+whose comparison fails inside the engine (the request and the time are named).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import importlib
 import importlib.metadata
-import math
-import numbers
+import operator
+import os
 import re
 import sys
 import traceback
@@ -44,10 +50,15 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from schedport.engine.batching import Continuous
 from schedport.engine.policy import BatchingMode, Ordering
+from schedport.engine.policyguard import (  # noqa: F401  (re-exported: a user policy's run checks)
+    CheckedPolicy, PolicyError, checking, exit_call, exits_trapped, frame_at, line_in, one_line,
+)
 from schedport.engine.queues import Queue
-from schedport.engine.schedulers import REGISTRY, BoundPolicy, Policy, validate_scheduler_params
+from schedport.engine.schedulers import PARAM_RULES, REGISTRY, Policy, validate_scheduler_params
 from schedport.errors import SchedportError
 
 #: The entry-point group an installed package registers its policies in.
@@ -56,18 +67,20 @@ ENTRY_POINT_GROUP = "schedport.policies"
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
-class PolicyError(SchedportError):
-    """A user's policy that cannot be loaded, or that misbehaved in a run (one line, naming the file)."""
-
-
 @dataclass(frozen=True)
 class PolicySource:
     """Where a user scheduler comes from, and the exact code: what a store records and workers load.
 
     `kind` is ``"file"``, ``"module"`` or ``"entry-point"``; `spec` what the user wrote (a file's
     path made absolute); `attr` the name inside the file or module; `path` the source file;
-    `sha256` the hash of its bytes; `text` its source (a file policy is loaded from it);
-    `distribution` the package that registers an entry point.
+    `text` its source (a file policy is loaded from it); `distribution` the package that
+    registers an entry point.
+
+    `helpers` are the modules of a file policy's own folder that it imports, directly or through
+    one another (`local_helpers`): (module name, path, sha256 of its bytes; a package's, of its
+    ``.py`` files). `sha256` is the policy's version: the hash of the file's bytes, or, when it has
+    helpers, the hash over that and each helper's (`policy_version`), so a changed helper is a
+    new version as a changed file is.
     """
 
     name: str
@@ -78,12 +91,16 @@ class PolicySource:
     sha256: str
     text: str = dataclasses.field(repr=False, default="")
     distribution: str | None = None
+    helpers: tuple[tuple[str, str, str], ...] = ()
 
     def record(self, with_text: bool = True) -> dict:
         """The JSON record of this source (a store's manifest keeps it, text included)."""
         out = {"kind": self.kind, "spec": self.spec, "attr": self.attr, "path": self.path, "sha256": self.sha256}
         if self.distribution:
             out["distribution"] = self.distribution
+        if self.helpers:
+            out["file_sha256"] = _sha256(self.text.encode("utf-8"))
+            out["helpers"] = [{"module": m, "path": p, "sha256": h} for m, p, h in self.helpers]
         if with_text:
             out["text"] = self.text
         return out
@@ -92,11 +109,13 @@ class PolicySource:
     def from_record(cls, name: str, rec: dict) -> "PolicySource":
         """The source a store recorded for scheduler `name` (`record`); a damaged record is an error."""
         try:
+            helpers = tuple((str(h["module"]), str(h["path"]), str(h["sha256"])) for h in rec.get("helpers") or ())
             src = cls(name=name, kind=rec["kind"], spec=rec["spec"], attr=rec["attr"], path=rec["path"],
-                      sha256=rec["sha256"], text=rec.get("text", ""), distribution=rec.get("distribution"))
+                      sha256=rec["sha256"], text=rec.get("text", ""), distribution=rec.get("distribution"),
+                      helpers=helpers)
         except (KeyError, TypeError) as e:
             raise PolicyError(f"scheduler {name!r}: its recorded source lacks {e}; the record is damaged") from None
-        if src.text and _sha256(src.text.encode("utf-8")) != src.sha256:
+        if src.text and policy_version(_sha256(src.text.encode("utf-8")), src.helpers) != src.sha256:
             raise PolicyError(f"scheduler {name!r}: its recorded source text does not hash to its recorded "
                               f"sha256 {src.sha256[:12]}; the record was edited")
         return src
@@ -120,85 +139,153 @@ class UserPolicy(Policy):
         """As `Policy`'s, with a key check at every arrival."""
         return CheckedPolicy(self, sim, params)
 
-    def failure(self, exc: BaseException) -> SchedportError | None:
-        """The one-line error for an exception raised during a run, when it came from this policy's
-        code: its source file, or a helper module beside it (the innermost such frame); None when it
-        did not (a schedport bug)."""
+    def guarded(self):
+        """A run of this policy traps an `os._exit` in its code (`exits_trapped`)."""
+        return exits_trapped()
+
+    def after_run(self, sim) -> None:
+        """Refuse a run in which the policy wrote to a request's arrival or lengths: the engine then
+        served another trace than the one its table reports. Checked in every mode (one pass over
+        the requests); exact mode and the policy check catch any write at the call that made it."""
+        reqs, trace = sim.requests, sim.trace
+        n = len(reqs)
+        for field, col, dtype in (("prompt", trace.input_tokens, np.int64), ("output", trace.output_tokens, np.int64),
+                                  ("arrival", trace.arrival_s, np.float64)):
+            got = np.fromiter(map(operator.attrgetter(field), reqs), dtype=dtype, count=n)
+            bad = np.flatnonzero(got != col)
+            if bad.size:
+                i = int(bad[0])
+                raise PolicyError(f"{self.source.path}: scheduler {self.name!r} wrote request {i}'s {field} "
+                                  f"({col[i].item()!r} -> {got[i].item()!r}) during the run: a policy reads the "
+                                  f"request and never writes it (`schedport schedulers {self.source.spec}` or "
+                                  f"--exact names the call)")
+
+    def failure(self, exc: BaseException, sim=None) -> SchedportError | None:
+        """The one-line error for an exception raised during a run (of simulator `sim`, when it was
+        made), when it came from this policy's code: its source file, or a helper module beside it
+        (the innermost such frame); None when it did not (a schedport bug). A `SystemExit`
+        (`sys.exit`, or an `os._exit` trapped by `exits_trapped`) is always the policy's: the engine
+        never ends the process. Two keys that fail to compare inside the engine are the policy's
+        keys: the request whose key does not order is named (`CheckedPolicy.diagnose`)."""
         if isinstance(exc, SchedportError):
             return None
         folder = str(Path(self.source.path).parent)
         frames = [f for f in traceback.extract_tb(exc.__traceback__)
                   if f.filename == self.source.path or str(Path(f.filename).parent) == folder]
+        if isinstance(exc, SystemExit):
+            return PolicyError(f"{frame_at(frames, self.source.path)}: scheduler {self.name!r} "
+                               f"{exit_call(exc)}: a policy may not end the process; the run is stopped")
+        if not frames and isinstance(exc, TypeError) and "not supported between instances" in str(exc):
+            bound = getattr(sim, "sched", None)
+            found = bound.diagnose(sim.now) if isinstance(bound, CheckedPolicy) else None
+            return found or PolicyError(
+                f"{self.source.path}: scheduler {self.name!r}: its keys stopped comparing with one another "
+                f"during the run ({one_line(exc)}); keys must keep one shape at every evaluation "
+                f"(`schedport schedulers {self.source.spec}` names the request)")
         if not frames:
             return None
         f = frames[-1]
         return PolicyError(f"{f.filename}:{f.lineno}: scheduler {self.name!r} raised "
-                           f"{type(exc).__name__}: {_one_line(exc)} (in {f.name})")
-
-
-class CheckedPolicy(BoundPolicy):
-    """A user policy bound to one run: each arriving request's key is checked before it is queued.
-
-    A key must be a real number or a tuple of real numbers and strings, none NaN, and compare with
-    the previous arrival's key; anything else stops the run with the request and the value.
-    """
-
-    def __init__(self, policy: UserPolicy, sim, params: dict):
-        super().__init__(policy, sim, params)
-        self._ordering = self.ordering
-        self._last_key = None
-        self._where = f"{policy.source.path}: scheduler {policy.name!r}"
-
-    def on_arrival(self, req, now: float) -> None:
-        self._check(req, now)
-        super().on_arrival(req, now)
-
-    def _check(self, req, now: float) -> None:
-        name = type(self._ordering).__name__
-        call = f"{name}.key(request {req.idx}, now={now:.6g})"
-        try:
-            key = self._ordering.key(req, now)
-        except Exception as e:   # the user's code: any exception is theirs to fix
-            line = _line_in(e, self.policy.source.path)
-            raise PolicyError(f"{self.policy.source.path}{line}: scheduler {self.policy.name!r}: {call} raised "
-                              f"{type(e).__name__}: {_one_line(e)}") from None
-        why = _bad_key(key)
-        if why:
-            raise PolicyError(f"{self._where}: {call} returned {key!r}: {why}")
-        if self._last_key is not None:
-            try:
-                bool(key < self._last_key)
-            except TypeError:
-                raise PolicyError(f"{self._where}: {call} returned {key!r}, which does not compare with the "
-                                  f"previous request's key {self._last_key!r}; keys must be of one shape") from None
-        self._last_key = key
-
-
-def _bad_key(key) -> str:
-    """Why `key` cannot rank requests ('' when it can)."""
-    parts = key if isinstance(key, tuple) else (key,)
-    if isinstance(key, tuple) and not key:
-        return "an empty tuple ranks nothing"
-    for v in parts:
-        if isinstance(v, bool) or not isinstance(v, (numbers.Real, str)):
-            return ("a key must be a number or a tuple of numbers and strings "
-                    f"(got a {type(v).__name__})")
-        if isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral) and math.isnan(float(v)):
-            return "NaN does not order (every comparison with it is false)"
-    return ""
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
-
-
-def _line_in(e: BaseException, path: str) -> str:
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
-    return f":{frames[-1].lineno}" if frames else ""
+                           f"{type(exc).__name__}: {one_line(exc)} (in {f.name})")
 
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+# ============================================================================ a file policy's helpers
+
+
+def policy_version(file_sha256: str, helpers) -> str:
+    """A file policy's version: its file's sha256 alone, or with `helpers` ((module, path, sha256)
+    of each local module it imports) the sha256 over that and each helper's name and hash."""
+    if not helpers:
+        return file_sha256
+    body = "schedport-policy\n" + file_sha256 + "\n" + "".join(f"{m} {h}\n" for m, _, h in sorted(helpers))
+    return _sha256(body.encode("utf-8"))
+
+
+def local_helpers(text: str, path: Path) -> tuple[tuple[str, str, str], ...]:
+    """The modules of `path`'s folder that the policy source `text` imports, directly or through one
+    another: (module name, path, sha256), sorted by name. A module is local when the folder holds
+    ``NAME.py`` or a package ``NAME/`` (the folder comes first on the path while the file runs, so
+    that is what the import finds). Imports are read from the source (`import x`, `from x import
+    y`, wherever they stand); a module imported by a computed name is not seen."""
+    folder = path.parent
+    found: dict[str, tuple[str, str]] = {}
+    todo = [text]
+    while todo:
+        for name in _imported_names(todo.pop()):
+            if name in found:
+                continue
+            target = _local_module(folder, name)
+            if target is None or target == path:
+                continue
+            found[name] = (str(target), _module_digest(target))
+            for f in _module_files(target):
+                try:
+                    todo.append(f.read_text(encoding="utf-8-sig"))
+                except (OSError, ValueError):
+                    pass        # an unreadable helper fails its import, with the import's own line
+    return tuple((m, p, h) for m, (p, h) in sorted(found.items()))
+
+
+def _imported_names(text: str) -> set[str]:
+    import ast
+
+    try:
+        tree = ast.parse(text.removeprefix("\ufeff"))
+    except (SyntaxError, ValueError):
+        return set()     # the file's compile (or the helper's import) reports it, with its line
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name.partition(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+def _local_module(folder: Path, name: str) -> Path | None:
+    for target in (folder / f"{name}.py", folder / name):
+        if target.is_file() or (target.is_dir() and any(target.rglob("*.py"))):
+            return target.resolve()
+    return None
+
+
+def _module_files(target: Path) -> list[Path]:
+    return [target] if target.is_file() else sorted(target.rglob("*.py"))
+
+
+def _module_digest(target: Path) -> str:
+    """sha256 of a helper module's bytes; of a package, over each of its ``.py`` files' path and bytes."""
+    try:
+        if target.is_file():
+            return _sha256(target.read_bytes())
+        h = hashlib.sha256()
+        for f in _module_files(target):
+            h.update(f.relative_to(target).as_posix().encode() + b"\0" + _sha256(f.read_bytes()).encode() + b"\n")
+        return h.hexdigest()
+    except OSError as e:
+        raise PolicyError(f"{target}: a helper of the policy cannot be read ({e.strerror or e})") from None
+
+
+def _check_helpers(src: PolicySource) -> None:
+    """After a file policy ran its imports: each helper the process imported is the version `src`
+    records (a worker, or `explain` rerunning a store's policy, may find another one)."""
+    for name, path, sha in src.helpers:
+        mod = sys.modules.get(name)
+        file = getattr(mod, "__file__", None)
+        if not file:
+            continue
+        target = Path(file).resolve()
+        if target.name == "__init__.py":
+            target = target.parent
+        now = _module_digest(target)
+        if now != sha:
+            raise PolicyError(f"{target}: this helper of scheduler {src.name or src.attr!r} hashes to {now[:12]} "
+                              f"here, but the policy was recorded with its sha256 {sha[:12]} (from {path}): "
+                              f"another version")
 
 
 # ============================================================================ resolving a name
@@ -273,8 +360,9 @@ def _load_file(path: Path, attr: str, spec: str) -> UserPolicy:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise PolicyError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    helpers = local_helpers(text, path)
     src = PolicySource(name="", kind="file", spec=f"{path}:{attr}", attr=attr, path=str(path),
-                       sha256=_sha256(data), text=text)
+                       sha256=policy_version(_sha256(data), helpers), text=text, helpers=helpers)
     return from_source(src)
 
 
@@ -311,25 +399,40 @@ def _exec_file(src: PolicySource) -> types.ModuleType:
     if mod_name in sys.modules:
         return sys.modules[mod_name]
     try:
-        code = compile(src.text, src.path, "exec")
+        code = compile(src.text.removeprefix("\ufeff"), src.path, "exec")    # a BOM, as Python's own reading
     except SyntaxError as e:
         raise PolicyError(f"{src.path}:{e.lineno}: syntax error: {e.msg}") from None
     module = types.ModuleType(mod_name)
     module.__file__ = src.path
     sys.modules[mod_name] = module
     folder = str(Path(src.path).parent)
+    for name, _, sha in src.helpers:     # a helper imported before, by another version: import it afresh
+        old = sys.modules.get(name)
+        if old is not None and getattr(old, "__file__", None) and str(Path(old.__file__).resolve()).startswith(
+                folder + os.sep):
+            del sys.modules[name]
     sys.path.insert(0, folder)
     try:
-        exec(code, module.__dict__)
+        with exits_trapped():
+            exec(code, module.__dict__)
+    except SystemExit as e:
+        del sys.modules[mod_name]
+        raise PolicyError(f"{src.path}{line_in(e, src.path)}: loading the policy file {exit_call(e)}: a "
+                          f"policy may not end the process") from None
     except Exception as e:
         del sys.modules[mod_name]
-        raise PolicyError(f"{src.path}{_line_in(e, src.path)}: loading the policy file raised "
-                          f"{type(e).__name__}: {_one_line(e)}") from None
+        raise PolicyError(f"{src.path}{line_in(e, src.path)}: loading the policy file raised "
+                          f"{type(e).__name__}: {one_line(e)}") from None
     finally:
         try:
             sys.path.remove(folder)
         except ValueError:
             pass
+    try:
+        _check_helpers(src)
+    except PolicyError:
+        del sys.modules[mod_name]
+        raise
     return module
 
 
@@ -337,11 +440,11 @@ def _load_module(mod_name: str, attr: str, spec: str) -> UserPolicy:
     try:
         module = importlib.import_module(mod_name)
     except ModuleNotFoundError as e:
-        raise PolicyError(f"{mod_name}: no such module ({_one_line(e)}; from scheduler {spec!r})") from None
+        raise PolicyError(f"{mod_name}: no such module ({one_line(e)}; from scheduler {spec!r})") from None
     except SyntaxError as e:
         raise PolicyError(f"{e.filename}:{e.lineno}: syntax error: {e.msg}") from None
     except Exception as e:
-        raise PolicyError(f"{mod_name}: importing it raised {type(e).__name__}: {_one_line(e)}") from None
+        raise PolicyError(f"{mod_name}: importing it raised {type(e).__name__}: {one_line(e)}") from None
     return _user_policy(module, _module_source(module, mod_name, "module", spec, attr))
 
 
@@ -406,6 +509,33 @@ def _check_declaration(pol: Policy, where: str, attr: str) -> None:
         raise PolicyError(f"{where}: {attr}'s order {pol.order!r} is not an Ordering class")
     if not isinstance(pol.params, dict):
         raise PolicyError(f"{where}: {attr}'s params must be a dict, got a {type(pol.params).__name__}")
+    _check_params(pol, where, attr)
+
+
+def _check_params(pol: Policy, where: str, attr: str) -> None:
+    """A user policy's `params`, as strictly as an engine config's ``[scheduler.*]`` table: a key is
+    an engine parameter (`PARAM_RULES`), whose value must keep its rule, or one its ordering (or
+    gate) class declares as its own in a class attribute ``params`` (a dict of defaults). Anything
+    else -- a misspelt ``preemtion`` -- would be ignored by the engine, so it is an error; so is an
+    own parameter named within a letter or two of an engine parameter."""
+    own = {}
+    for part in (pol.order, pol.admission):
+        declared = getattr(part, "params", None)
+        if isinstance(part, type) and isinstance(declared, dict):
+            own.update(declared)
+    for key, value in pol.params.items():
+        rule = PARAM_RULES.get(key)
+        if rule is not None:
+            if key != "slo_profile" and not rule[0](value, None):     # slo_profile: checked against the run's config
+                raise PolicyError(f"{where}: {attr}'s params {key}: {rule[1]}, got {value!r}")
+            continue
+        near = difflib.get_close_matches(str(key), PARAM_RULES, n=1, cutoff=0.8)
+        if key not in own or near:
+            hint = (f"did you mean {near[0]!r}?" if near
+                    else f"the engine's parameters are {', '.join(sorted(PARAM_RULES))};")
+            raise PolicyError(f"{where}: {attr}'s params has unknown key {key!r}: {hint} a parameter of the policy's "
+                              f"own is declared in its ordering class's params (a dict of defaults), under a name "
+                              f"apart from the engine's")
 
 
 def check_scheduler_tables(cfg, policies=()) -> None:
@@ -454,5 +584,5 @@ def load_entry_point(ep) -> UserPolicy:
     try:
         module = importlib.import_module(mod_name.strip())
     except Exception as e:
-        raise PolicyError(f"{where}: importing it raised {type(e).__name__}: {_one_line(e)}") from None
+        raise PolicyError(f"{where}: importing it raised {type(e).__name__}: {one_line(e)}") from None
     return _user_policy(module, _module_source(module, where, "entry-point", ep.value, attr, dist), name=ep.name)

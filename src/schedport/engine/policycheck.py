@@ -5,8 +5,12 @@ the engine's fast mode relies on that declaration to skip the steps where nothin
 wrong declaration gives wrong numbers, not slow ones. So the check simulates the bundled example
 trace under the policy at light load, at saturation and in overload, once in the default fast mode
 and once stepping every iteration (``--exact``), and requires every request's status, first
-token, finish and preemption count to agree bit for bit. The same runs check each request's key
-as it arrives (`schedport.engine.plugins.CheckedPolicy`).
+token, finish and preemption count to agree bit for bit. The same runs check every evaluation of
+each request's key (a valid key, of one shape with the others) and that the policy never writes
+to a request (`schedport.engine.plugins.CheckedPolicy`); the exact run goes first, so a key that
+goes bad is named as such rather than as a difference between the modes. When the modes differ,
+the exact run is repeated: a policy whose two identical runs differ keeps state across runs
+(module-level variables), which is reported as such, not as a wrong `dynamics` declaration.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from schedport.engine.plugins import PolicyError, get_scheduler
+from schedport.engine.plugins import PolicyError, checking, get_scheduler
 from schedport.engine.runner import simulate
 from schedport.workload.examples import make_example_trace
 
@@ -52,21 +56,43 @@ def check_policy(scheduler, engine=None, *, loads=CHECK_LOADS, n_requests: int =
     trace = make_example_trace(n_requests, seed)
     out = PolicyCheck(policy.name, tuple(loads), n_requests=len(trace))
     for rho in loads:
-        fast = simulate(trace, policy, engine=engine, load=rho, seed=seed)
-        exact = simulate(trace, policy, engine=engine, load=rho, seed=seed, exact=True)
-        for col in _COMPARED:
-            a, b = fast.requests[col].to_numpy(), exact.requests[col].to_numpy()
-            same = (a == b) | (_isnan(a) & _isnan(b))
-            if not same.all():
-                i = int(np.flatnonzero(~same)[0])
-                va, vb = (v.item() if hasattr(v, "item") else v for v in (a[i], b[i]))
+        with checking():    # every key evaluation and hook checked, fast mode too
+            exact = simulate(trace, policy, engine=engine, load=rho, seed=seed, exact=True)
+            fast = simulate(trace, policy, engine=engine, load=rho, seed=seed)
+        differs = _first_difference(fast, exact)
+        if differs:
+            i, col, va, vb = differs
+            with checking():     # the same run again: does the policy carry state from one run to the next?
+                again = simulate(trace, policy, engine=engine, load=rho, seed=seed, exact=True)
+            moved = _first_difference(again, exact)
+            if moved:
+                j, col2, v2, v1 = moved
                 raise PolicyError(
-                    f"{_where(policy)}: at rho {rho:g} the fast mode gives request {i} {col} = {va!r}, stepping "
-                    f"every iteration gives {vb!r}: the keys do not move as its dynamics "
-                    f"({_dynamics(policy)}) declare")
+                    f"{_where(policy)}: at rho {rho:g} the same exact run twice in one process gives request {j} "
+                    f"{col2} = {v1!r}, then {v2!r}: the policy keeps state from one run to the next (a module- or "
+                    f"class-level variable, or randomness not drawn from the run's seed), so its results would "
+                    f"depend on which cells a worker ran before (--workers); keep a run's state on the ordering "
+                    f"itself (self), which each run gets fresh")
+            raise PolicyError(
+                f"{_where(policy)}: at rho {rho:g} the fast mode gives request {i} {col} = {va!r}, stepping "
+                f"every iteration gives {vb!r}: the keys do not move as its dynamics "
+                f"({_dynamics(policy)}) declare")
         out.completed.append(int(fast.summary["n_completed"]))
         out.preemptions.append(int(fast.summary["preemptions"]))
     return out
+
+
+def _first_difference(a, b):
+    """(request, column, value in `a`, value in `b`) of the first request whose outcome differs
+    between two runs' tables, or None when they agree bit for bit."""
+    for col in _COMPARED:
+        x, y = a.requests[col].to_numpy(), b.requests[col].to_numpy()
+        same = (x == y) | (_isnan(x) & _isnan(y))
+        if not same.all():
+            i = int(np.flatnonzero(~same)[0])
+            vx, vy = (v.item() if hasattr(v, "item") else v for v in (x[i], y[i]))
+            return i, col, vx, vy
+    return None
 
 
 def _isnan(a: np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ registry (`validate_for`) before a simulation starts.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 from collections.abc import Callable
@@ -69,10 +70,20 @@ class Policy:
         """The runtime object of one simulation (a user's policy binds a checking one)."""
         return BoundPolicy(self, sim, params)
 
-    def failure(self, exc: BaseException):
-        """The user-facing error for an exception a run of this policy raised, or None (a bug: let
-        it propagate). Built-in policies have none; a user's names its file (`engine.plugins`)."""
+    def failure(self, exc: BaseException, sim=None):
+        """The user-facing error for an exception a run of this policy (on simulator `sim`, once
+        made) raised, or None (a bug: let it propagate). Built-in policies have none; a user's
+        names its file (`engine.plugins`)."""
         return None
+
+    def after_run(self, sim) -> None:
+        """Check a finished run of this policy: nothing for a built-in; a user's policy must have
+        left every request's arrival and lengths as the trace gave them (`engine.plugins`)."""
+
+    def guarded(self):
+        """The context a run of this policy executes in: nothing for a built-in; a user's policy
+        turns an `os._exit` in its code into an error the run reports (`engine.plugins`)."""
+        return contextlib.nullcontext()
 
 
 class BoundPolicy:

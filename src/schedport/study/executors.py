@@ -3,6 +3,10 @@
 Every executor has the same small interface -- `put` (ship an object once), `submit`,
 `as_completed` (results as tasks finish, and an idle tick) and `shutdown` -- so the sweep and
 `schedport explain` drive any of them alike (`make_executor`).
+
+A local pool's worker says which task it starts (`describe_task`) before it runs it, so a worker
+that dies -- killed, out of memory -- ends the sweep with one line naming its task (`WorkerDied`),
+not the pool's traceback; the sweep keeps every cell finished before, and a rerun resumes.
 """
 
 from __future__ import annotations
@@ -16,13 +20,23 @@ from typing import Any
 
 from schedport.common.outputs import process_alive
 from schedport.errors import SchedportError
-from schedport.study.tasks import code_fingerprint
+from schedport.study.tasks import code_fingerprint, describe_task
 
 EXECUTORS = ("local", "ray")
 
+#: A pool worker's line back to the driver: (its pid, the task it starts), so that a worker that
+#: dies (killed, out of memory) can be reported with what it was running.
+_STARTED = None
 
-def _worker_init(driver_pid: int) -> None:
+
+class WorkerDied(SchedportError):
+    """A pool worker process ended while it ran a task (one line naming the task)."""
+
+
+def _worker_init(driver_pid: int, started=None) -> None:
     """Pool worker set-up: ignore Ctrl-C, die with the driver, pay the imports up front."""
+    global _STARTED
+    _STARTED = started
     # Ctrl-C reaches the whole process group; only the driver handles it (flush, mark, exit).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_driver, args=(driver_pid,), daemon=True, name="driver-watch").start()
@@ -39,6 +53,13 @@ def _watch_driver(pid: int, period: float = 1.0) -> None:
         time.sleep(period)
         if not process_alive(pid):
             os._exit(1)
+
+
+def _started(fn, args, what: str):
+    """Worker side of `_Pool.submit`: say which task this process starts, then run it."""
+    if _STARTED is not None:
+        _STARTED.put((os.getpid(), what))
+    return fn(*args)
 
 
 def _warmup() -> int:
@@ -87,8 +108,10 @@ class _Pool:
         from concurrent.futures import ProcessPoolExecutor
 
         ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+        self.started = ctx.SimpleQueue()
+        self.running: dict[int, str] = {}      # worker pid -> the task it last started
         self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                                        initargs=(os.getpid(),))
+                                        initargs=(os.getpid(), self.started))
         from concurrent.futures.process import BrokenProcessPool
 
         try:
@@ -98,24 +121,56 @@ class _Pool:
             self.pool.shutdown(wait=False, cancel_futures=True)
             raise SchedportError("the worker processes failed to start (a script calling run_sweep must "
                                  "guard its entry point with `if __name__ == \"__main__\":`)") from None
+        self.procs = list((getattr(self.pool, "_processes", None) or {}).values())
 
     def put(self, obj):
         return obj
 
     def submit(self, fn, *args):
-        return self.pool.submit(fn, *args)
+        return self.pool.submit(_started, fn, args, describe_task(fn, args))
+
+    def _read_started(self) -> None:
+        while not self.started.empty():
+            pid, what = self.started.get()
+            self.running[pid] = what
 
     def as_completed(self, handles, tick: float):
-        """Yield (handle, result) as tasks finish, and (None, None) every `tick` seconds idle."""
+        """Yield (handle, result) as tasks finish, and (None, None) every `tick` seconds idle; a
+        worker that dies is a `WorkerDied` naming the task it ran (the pool cannot go on)."""
         from concurrent.futures import FIRST_COMPLETED, wait
+        from concurrent.futures.process import BrokenProcessPool
 
         pending = set(handles)
         while pending:
             done, pending = wait(pending, timeout=tick, return_when=FIRST_COMPLETED)
+            self._read_started()
             if not done:
                 yield None, None
             for f in done:
-                yield f, f.result()
+                try:
+                    res = f.result()
+                except BrokenProcessPool:
+                    raise self._died() from None
+                yield f, res
+
+    def _died(self) -> WorkerDied:
+        """The line for a pool broken by a worker's death: which worker, how, and what it ran."""
+        self._read_started()
+        dead = [p for p in self.procs if p.exitcode is not None]
+        if not dead:
+            for p in self.procs:      # the pool saw it first: give the processes a moment to be reaped
+                p.join(timeout=1)
+            dead = [p for p in self.procs if p.exitcode is not None]
+        parts = []
+        for p in dead[:3]:
+            code = p.exitcode
+            how = (f"killed by signal {-code} ({_signal_name(-code)})" if code is not None and code < 0
+                   else f"exit code {code}")
+            parts.append(f"pid {p.pid}, {how}, while running {self.running.get(p.pid, 'no task it had reported')}")
+        which = "; ".join(parts) or "which one the pool does not say"
+        return WorkerDied(f"a worker process died ({which}); the cells finished before it are kept in the store, "
+                          f"and rerunning the same command resumes from them (a worker killed by the system may "
+                          f"have run out of memory: try fewer --workers)")
 
     def shutdown(self, cancel: bool = False) -> None:
         if cancel:
@@ -206,6 +261,13 @@ class _Ray:
         if self.started:
             self.ray.shutdown()
             self.started = False
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
 
 
 def _check_reachable(address: str, timeout: float = 5.0) -> None:

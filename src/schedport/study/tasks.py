@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import schedport
-from schedport.engine.plugins import PolicySource
+from schedport.engine.plugins import PolicyError, PolicySource
 from schedport.engine.runner import simulate
 from schedport.study.regions import parse_region_def, time_scale
 
@@ -33,7 +33,8 @@ def run_chunk(trace, cfg, scheduler: str | PolicySource, window: tuple[str, str,
 
     `scheduler` is a built-in or installed policy's name, or a user policy's `PolicySource` (its
     code travels with the task: a worker loads exactly the version the driver hashed).
-    `window` is (source, window_id, sha256, capacity_rps). Returns the stored rows, the
+    `window` is (source, window_id, sha256, capacity_rps); a user policy's failure (`PolicyError`)
+    is raised again with the window, region and seed it happened in. Returns the stored rows, the
     per-request tables when `keep_requests` (else None), and the seconds spent inside
     `api.simulate` (to measure the sweep machinery's overhead).
     """
@@ -45,7 +46,11 @@ def run_chunk(trace, cfg, scheduler: str | PolicySource, window: tuple[str, str,
     for region, rho, seed in cells:
         scale = time_scale(trace, cap, rho)
         t0 = time.perf_counter()
-        res = simulate(trace, scheduler, engine=cfg, seed=seed, time_scale=scale, check_tables=False)
+        try:
+            res = simulate(trace, scheduler, engine=cfg, seed=seed, time_scale=scale, check_tables=False)
+        except PolicyError as e:     # a user policy's failure: say which cell it happened in
+            seed_part = f", seed {seed}" if seed else ""
+            raise PolicyError(f"{e} (in window {window_id}, region {region} at rho {rho:g}{seed_part})") from None
         sim_s += time.perf_counter() - t0
         row = {"source": source, "window_id": window_id, "region": region, "scheduler": name,
                "seed": int(seed), "rho": float(rho), "time_scale": float(scale), "capacity_rps": float(cap),
@@ -55,6 +60,23 @@ def run_chunk(trace, cfg, scheduler: str | PolicySource, window: tuple[str, str,
         if reqs is not None:
             reqs.append(res.requests)
     return rows, reqs, sim_s
+
+
+def describe_task(fn, args) -> str:
+    """What a worker task computes, in a user's terms, for a line about a worker that died running it:
+    ``window W under scheduler S (regions R)`` for `run_chunk`, ``the capacity of window W`` for
+    `measure_capacity`."""
+    if fn is run_chunk and len(args) >= 5:
+        scheduler, window, cells = args[2], args[3], args[4]
+        name = scheduler.name if isinstance(scheduler, PolicySource) else scheduler
+        regions = list(dict.fromkeys(str(c[0]) for c in cells))
+        regions = ("region " if len(regions) == 1 else "regions ") + ", ".join(regions)
+        seeds = sorted({int(c[2]) for c in cells})
+        seed = f", seed {seeds[0]}" if len(seeds) == 1 and seeds[0] else (f", seeds {seeds}" if len(seeds) > 1 else "")
+        return f"window {window[1]} under scheduler {name!r} ({regions}{seed})"
+    if fn is measure_capacity and args:
+        return f"the capacity of window {getattr(args[0], 'name', '?')}"
+    return getattr(fn, "__name__", "a task")
 
 
 def code_fingerprint() -> str:
