@@ -4,7 +4,8 @@ The parts of a store are named by uuid and hold cells in the order workers finis
 stores with the same cells differ file by file; this digest does not. With ``--portability`` it
 also prints the sha256 of ``portability.json`` without its ``run_info`` (wall times) and the
 provenance fields that name one run of the sweep (``started``, ``ended``, ``git_commit``,
-``results_dir``): the fields that differ between two analyses of the same cells. With
+``results_dir``) and the store's creation time (``store.created``): the fields that differ
+between two analyses of the same cells. With
 ``--without simulator`` it leaves that block out too. Used to show that a change leaves the default study bit-identical.
 
     python tools/store_digest.py results [--portability] [--without simulator]
@@ -49,6 +50,7 @@ def portability_digest(path: Path, without: list[str]) -> str:
         d.pop(k, None)
     for k in RUN_FIELDS:
         (d.get("provenance") or {}).pop(k, None)
+    (d.get("store") or {}).pop("created", None)
     return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
