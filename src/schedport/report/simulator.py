@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Optional
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -83,7 +84,9 @@ def fig_survival_map(sim: dict, regions: list[str]) -> Optional[str]:
     ax.set_xticks(range(len(regions)), regions, rotation=30, ha="right", fontsize=9)
     ax.set_yticks(range(len(pairs)), labels, fontsize=8)
     ax.set_xlabel("operating region", fontsize=9)
-    fig.colorbar(im, ax=ax, label="cross-source reversals (main metrics)")
+    cb = fig.colorbar(im, ax=ax, label="cross-source reversals (main metrics)")
+    cb.locator = matplotlib.ticker.MaxNLocator(integer=True)
+    cb.update_ticks()
     shown = f", top {len(pairs)} of {len(totals)} pairs" if len(totals) > len(pairs) else ""
     ax.set_title(f"Study-form reversals; (k\u25cf) = k survive all {sim['n_variants']} engine variants{shown}",
                  fontsize=9)
