@@ -133,6 +133,7 @@ def test_a_changed_helper_is_a_new_version_and_the_manifest_says_what_was_hashed
     (work / "helper.py").write_text("SIGN = -1\n")                      # main.py itself is unchanged
     line = error_line(run(work, corpus, "main.py:Signed"))
     assert "its cells of scheduler 'Signed' were made by" in line and rec["sha256"][:12] in line, line
+    assert "helper module(s) helper changed" in line, line
 
 
 def test_a_recorded_policy_whose_helper_changed_is_not_rerun(tmp_path):

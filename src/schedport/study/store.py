@@ -116,6 +116,19 @@ class StoreMismatch(StoreError):
     """A results store made for another corpus, engine config or store schema."""
 
 
+def _changed_part(old: dict, src) -> str:
+    """What changed between a recorded user policy and this run's: its file, or which helper modules
+    of its folder (the version covers both, `engine.plugins.PolicySource`)."""
+    new = src.record()
+    if old.get("file_sha256", old.get("sha256")) != new.get("file_sha256", new.get("sha256")):
+        return "its file changed"
+    was = {h.get("module"): h.get("sha256") for h in old.get("helpers") or []}
+    now = {h["module"]: h["sha256"] for h in new.get("helpers") or []}
+    changed = sorted(m for m in set(was) | set(now) if was.get(m) != now.get(m))
+    return ("its file is unchanged; helper module(s) " + ", ".join(changed) + " changed") if changed else \
+        "its version changed"
+
+
 def part_policies(schema: pa.Schema, where) -> dict[str, str]:
     """{user scheduler: sha256 of its source} that a runs part records in its Parquet metadata."""
     raw = (schema.metadata or {}).get(POLICIES_META)
@@ -286,10 +299,11 @@ class ResultsStore:
             if has_cells and old_sha != src.sha256:
                 made_by = f"{old.get('path', 'a policy file')} with sha256 {str(old_sha)[:12]}" if old_sha \
                     else "a policy file this store did not record"
+                what = _changed_part(old, src)
                 raise StoreMismatch(f"{self.root}: its cells of scheduler {name!r} were made by {made_by}; this "
-                                    f"run's {src.path} hashes to {src.sha256[:12]}: a changed policy file is a new "
-                                    f"scheduler version, not mixed with the old results (use a new --out, or give "
-                                    f"the changed policy another name)")
+                                    f"run's {src.path} hashes to {src.sha256[:12]} ({what}): a changed policy is a "
+                                    f"new scheduler version, not mixed with the old results (use a new --out, or "
+                                    f"give the changed policy another name)")
             if not has_cells or not old:
                 recorded[name] = src.record()
         if policies:
