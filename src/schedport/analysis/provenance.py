@@ -91,6 +91,22 @@ def user_policies(manifest: dict) -> dict:
             if isinstance(rec, dict)}
 
 
+def _windows_taken(st: Study) -> str:
+    """Which windows a subset took per source, by part where a source has several ("azure: conv 2,
+    code 2; bailian 4"): window ids are ``<source>-<part>-NN`` or ``<source>-NN``."""
+    out = []
+    for s in st.sources:
+        parts = Counter()
+        for wid in st.windows[s]:
+            rest = str(wid)[len(s) + 1:] if str(wid).startswith(s + "-") else str(wid)
+            parts[rest.rsplit("-", 1)[0] if "-" in rest else ""] += 1
+        if len(parts) > 1 or "" not in parts:
+            out.append(f"{s}: " + ", ".join(f"{p} {k}" for p, k in parts.items()))
+        else:
+            out.append(f"{s} {parts['']}")
+    return "; ".join(out)
+
+
 def subset_info(manifest: dict, st: Study, workload: Optional[dict]) -> dict:
     """Whether the store holds a subset of the study (``--quick``, fewer schedulers, windows or regions).
 
@@ -112,8 +128,8 @@ def subset_info(manifest: dict, st: Study, workload: Optional[dict]) -> dict:
         corpus_n = Counter(str(w.get("source")) for w in workload.get("windows", []))
         total = sum(corpus_n.get(s, 0) for s in st.sources)
         if total and n_win < total:
-            reasons.append(f"{n_win} of {total} windows")
+            reasons.append(f"{n_win} of {total} windows ({_windows_taken(st)})")
     elif sel.get("quick"):
-        reasons.append(f"{n_win} windows")
+        reasons.append(f"{n_win} windows ({_windows_taken(st)})")
     return {"is_subset": bool(reasons), "reasons": reasons,
             "n_schedulers": len(st.schedulers), "n_windows": n_win, "n_regions": len(st.regions)}

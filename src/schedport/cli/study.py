@@ -41,7 +41,8 @@ def run_command(
         None, "--regions", help="Comma-separated regions: light,moderate,high,near-saturation,overload,severe "
                                 "(rho 0.3..1.6), or custom name=rho. Default: all six."),
     windows: Optional[int] = typer.Option(
-        None, "--windows", help="Run only the first N windows of each source (default: all)."),
+        None, "--windows", help="Run only N windows of each source, taken in turn from its parts (Azure's conv and code) "
+                           "(default: all)."),
     seeds: int = typer.Option(1, "--seeds", help="Run seeds 0..N-1 of every cell."),
     corpus: Path = typer.Option(
         DEFAULT_CORPUS, "--corpus", parser=out_path_parser,

@@ -135,16 +135,29 @@ def select(corpus, *, schedulers: str | list[str] | None = None, sources: str | 
         for s in src:
             if s not in known:
                 raise SchedportError(f"--sources: unknown source {s!r} in this corpus (known: {', '.join(known)})")
-    chosen: list[Window] = []
-    per_source: dict[str, int] = {}
-    for w in corpus.windows:
-        if src and w.source not in src:
-            continue
-        if windows is not None and per_source.get(w.source, 0) >= windows:
-            continue
-        per_source[w.source] = per_source.get(w.source, 0) + 1
-        chosen.append(w)
+    pool = [w for w in corpus.windows if not src or w.source in src]
+    chosen = pool if windows is None else spread_windows(pool, windows)
     return Selection(tuple(sch), tuple(chosen), reg, tuple(range(seeds)), policies)
+
+
+def spread_windows(windows: list[Window], n: int) -> list[Window]:
+    """The first `n` windows of each source, taken in turn from its parts (Azure's ``conv`` and
+    ``code`` traces, the manifest's ``label``), in corpus order. Why: a source's parts can differ
+    in kind (Azure's conversation windows have an index of dispersion of 11, its code windows 1.1),
+    so a subset of one part would stand for the source in a way the full study does not."""
+    parts: dict[str, dict] = {}
+    for w in windows:
+        parts.setdefault(w.source, {}).setdefault(w.meta.get("label"), []).append(w)
+    keep = set()
+    for by_label in parts.values():
+        queues = [list(ws) for ws in by_label.values()]
+        taken = 0
+        while taken < n and any(queues):
+            for q in queues:
+                if q and taken < n:
+                    keep.add(q.pop(0).window_id)
+                    taken += 1
+    return [w for w in windows if w.window_id in keep]
 
 
 def metric_columns(cfg) -> list[str]:

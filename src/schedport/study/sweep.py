@@ -3,8 +3,8 @@
 `run_sweep` is the engine of ``schedport run``:
 
 1. Read the corpus (``DIR/manifest.json`` + ``DIR/windows/*.parquet``) and select the
-   cells: ``schedulers x windows x regions x seeds`` (``--windows N`` keeps the first N
-   windows of each source, in manifest order; ``--seeds N`` runs seeds 0..N-1).
+   cells: ``schedulers x windows x regions x seeds`` (``--windows N`` keeps N windows of each
+   source, taken in turn from its parts, `selection.spread_windows`; ``--seeds N`` runs seeds 0..N-1).
 2. Open the results store (`schedport.study.store`): refuse a store of another corpus or engine
    config, a corrupt or foreign directory; collect the cells already finished.
 3. Measure each selected window's capacity once (in parallel, same executor), cached in
@@ -35,7 +35,8 @@ system -- only the same schedport version installed (checked at start).
 
 ``--quick`` selects `QUICK`: 5 schedulers (vllm-fcfs, sarathi, sjf, vtc, slo-admission:
 cheap to simulate, and batching, ordering, fairness and admission all represented), the
-first 4 windows of each source (enough for the analysis's per-window statistics), 3
+first 4 windows of each source, taken in turn from its parts (Azure: 2 conv, 2 code; enough for
+the analysis's per-window statistics), 3
 regions (moderate, near-saturation, overload: below, at and past the knee), 1 seed --
 180 runs on the 3-source corpus: on a busy 2-core machine (load average 8) 17 s of sweep and
 about 15 s of analysis and start-up, plus 37 s for the corpus build on a fresh clone. Explicit
