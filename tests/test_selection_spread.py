@@ -33,3 +33,24 @@ def test_the_subset_banner_names_the_windows_taken():
                          windows={"azure": ["azure-conv-00", "azure-code-00"], "bailian": ["bailian-00", "bailian-01"]})
     info = subset_info({"selectors": {"quick": True}}, st, None)
     assert "4 windows (azure: conv 1, code 1; bailian 2)" in info["reasons"]
+
+
+def test_a_users_source_is_flagged_in_the_report_and_small_windows_warned():
+    from _synthstore import make_runs
+
+    from schedport.analysis.portability import compute_portability
+    from schedport.report.html import build_html
+
+    runs = make_runs(sources=["azure", "mine"], n_windows=6, regions=[("high", 0.8)])
+    workload = {"available": True, "note": "", "windows": (
+        [{"source": "azure", "window_id": f"azure-{i}", "n_requests": 1000} for i in range(6)]
+        + [{"source": "mine", "window_id": f"mine-{i}", "n_requests": 100} for i in range(6)])}
+    res = compute_portability(runs, {"selectors": {}}, n_boot=50, n_splits=10, robustness=False, workload=workload)
+    page = build_html(res)
+    assert "Sources from your own traces" in page and "<b>mine</b>" in page
+    assert "Its windows are small</b> (median 100 requests against 1,000" in page
+    assert [d["source"] for d in res["provenance"]["data_sources"] if d.get("user")] == ["mine"]
+    plain = build_html(compute_portability(make_runs(sources=["azure", "bailian"], n_windows=6,
+                                                     regions=[("high", 0.8)]), {"selectors": {}}, n_boot=50,
+                                           n_splits=10, robustness=False))
+    assert "Sources from your own traces" not in plain

@@ -62,7 +62,7 @@ def source_info(label: str, corpus_sources: Optional[dict] = None) -> dict:
     cite = rec.get("cite") if isinstance(rec.get("cite"), str) and rec.get("cite") else None
     return {"source": label, "name": label, "license": "unknown (see the citation)" if cite else "unknown",
             "citation": cite or "not known to schedport", "modeled": bool(rec.get("modeled")),
-            "note": "a source of the corpus's own spec, cited as the spec cites it" if cite else ""}
+            "note": "a source of the corpus's own spec, cited as the spec cites it" if cite else "", "user": True}
 
 
 def provenance(manifest: dict, sources: list[str], results_dir: Optional[str],
