@@ -199,6 +199,11 @@ def test_run_variants_end_to_end_reuses_default_cells_and_is_deterministic(tmp_p
         sorted(x.name for x in (tmp_path / "plain" / "runs").iterdir())
     rec = json.loads((tmp_path / "v" / "variants" / "set.json").read_text())
     assert [v["name"] for v in rec["variants"]] == ["decode-up", "kv-small"]
+    from schedport.study.variants import read_variant_table
+
+    table = read_variant_table(tmp_path / "v")       # one table, a variant column
+    assert table.groupby("variant").size().to_dict() == {"decode-up": 16, "default": 16, "kv-small": 16}
+    assert (read_variant_table(tmp_path / "plain").variant == "default").all()
     # one worker gives the same rows
     p = cli("run", "--corpus", corpus, "--out", tmp_path / "w1", *sel, "--variants", f, "--workers", "1")
     assert p.returncode == 0, p.stderr

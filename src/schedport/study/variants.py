@@ -45,7 +45,7 @@ from schedport.study.sweep import run_sweep
 
 __all__ = ["DEFAULT_VARIANT", "SHIPPED", "Variant", "VariantSet", "load_variant_set", "variant_configs",
            "variants_dir", "variant_store", "read_set_record", "write_set_record", "read_variant_runs",
-           "run_variant_sweeps"]
+           "run_variant_sweeps", "read_variant_table"]
 
 #: The variant that is the study itself.
 DEFAULT_VARIANT = "default"
@@ -277,3 +277,23 @@ def run_variant_sweeps(corpus_dir, out, vset: VariantSet, *, engine=None, consol
         if not i:      # the default's store exists now: record the set in it before its variants run
             write_set_record(out, vset, configs)
     return results
+
+
+def read_variant_table(out: str | Path):
+    """Every cell of the store at `out` and of its variants' stores as one pandas DataFrame with a
+    ``variant`` column ("default" for the study's own cells), each store verified as `run` and
+    `analyze` verify it (`schedport.study.store.verified_runs`). A store without variants gives its
+    own cells, all "default"."""
+    import pandas as pd
+
+    from schedport.study.store import verified_runs
+
+    def load(path):
+        manifest = json.loads((Path(path) / "manifest.json").read_text(encoding="utf-8"))
+        return verified_runs(path, manifest), manifest
+
+    runs, _ = read_variant_runs(out, load)
+    if not runs:
+        df, _ = load(out)
+        return df.assign(variant=DEFAULT_VARIANT)
+    return pd.concat([df for df, _ in runs.values()], ignore_index=True)
