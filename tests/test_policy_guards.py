@@ -280,10 +280,13 @@ def test_a_policys_params_are_checked_as_an_engine_configs_tables_are(work, name
 
 def test_a_policys_own_declared_parameters_are_taken(work):
     (work / "params.py").write_text(PARAMS)
-    for name in ("OWN", "Own", "Unknown"):
+    for name in ("OWN", "Unknown"):
         p = simulate(work, f"params.py:{name}")
         assert p.returncode == 0, p.stderr
         (work / "out" / "summary.json").unlink()
+    # OWN declares Own with another alpha: the bare class would be a second scheduler, so it is refused
+    assert re.search(r"Own is the ordering of the policy OWN \('own'\), declared with other params .* name it as "
+                     r"params\.py:OWN", error_line(simulate(work, "params.py:Own")))
 
 
 # ============================================================================ case 15: a worker that dies
