@@ -183,6 +183,10 @@ def test_wrong_dynamics_fail_the_check_naming_the_request(files, tmp_path):
     ok = cli("schedulers", "las.py:LAS", cwd=files)
     assert ok.returncode == 0, ok.stderr
     assert "las: fast == exact on 300 example requests" in ok.stdout and "[file " in ok.stdout
+    # the check reaches the preemption and swap paths (a tight KV pool in overload), and says how often
+    got = re.search(r"on a \d+-block KV pool: 300/300 completed, (\d+) preemptions, (\d+) blocks swapped.*"
+                    r"exercised (\d+) preemptions and (\d+) swapped blocks", ok.stdout)
+    assert got and all(int(g) > 0 for g in got.groups()), ok.stdout
 
 
 def test_every_name_of_a_policy_runs_one_scheduler_or_the_bare_one_is_an_error(files, tmp_path):
