@@ -459,7 +459,6 @@ def test_a_module_on_the_path_is_a_policy_too(tmp_path, monkeypatch):
     a = schedport.simulate(trace, "my_las_module:LAS", load=1.2)
     b = schedport.simulate(trace, pol.source, load=1.2)          # a worker's form: the recorded source
     pd.testing.assert_frame_equal(a.requests, b.requests)
-    pd.testing.assert_frame_equal(a.requests, c.requests)      # the class's params: one scheduler, two names
     assert pol.params == {"preemption": "swap"}
     from schedport.engine.plugins import from_source
 
