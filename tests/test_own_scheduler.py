@@ -44,12 +44,13 @@ class LeastAttained(Ordering):
 
     preemptive = True
     dynamics = PerServedToken(+1)
+    params = {"preemption": "swap"}
 
     def key(self, req, now):
         return (req.generated, req.arrival, req.idx)
 
 
-LAS = Policy("las", "Least attained service", Continuous, LeastAttained, params={"preemption": "swap"})
+LAS = Policy("las", "Least attained service", Continuous, LeastAttained)
 '''
 
 BAD = '''
@@ -182,6 +183,32 @@ def test_wrong_dynamics_fail_the_check_naming_the_request(files, tmp_path):
     ok = cli("schedulers", "las.py:LAS", cwd=files)
     assert ok.returncode == 0, ok.stderr
     assert "las: fast == exact on 300 example requests" in ok.stdout and "[file " in ok.stdout
+    # the check reaches the preemption and swap paths (a tight KV pool in overload), and says how often
+    got = re.search(r"on a \d+-block KV pool: 300/300 completed, (\d+) preemptions, (\d+) blocks swapped.*"
+                    r"exercised (\d+) preemptions and (\d+) swapped blocks", ok.stdout)
+    assert got and all(int(g) > 0 for g in got.groups()), ok.stdout
+
+
+def test_every_name_of_a_policy_runs_one_scheduler_or_the_bare_one_is_an_error(files, tmp_path):
+    """las.py:LAS and las.py:LeastAttained: the params live with the class, so both run the same
+    requests; where a declaration's own params make it another scheduler, the bare class is refused."""
+    runs = {}
+    for name in ("LAS", "LeastAttained"):
+        p = cli("simulate", "--trace", "trace.csv", "--scheduler", f"las.py:{name}", "--load", "1.2",
+                "--out", tmp_path / name, cwd=files)
+        assert p.returncode == 0, p.stderr
+        runs[name] = pd.read_parquet(tmp_path / name / "requests.parquet")
+    pd.testing.assert_frame_equal(runs["LAS"], runs["LeastAttained"])
+    old = tmp_path / "old" / "las.py"          # the params in the declaration only: two schedulers, one class
+    old.parent.mkdir()
+    old.write_text(LAS.replace('    params = {"preemption": "swap"}\n', "").replace(
+        "LeastAttained)", 'LeastAttained, params={"preemption": "swap"})'))
+    line = one_line_error(cli("simulate", "--trace", files / "trace.csv", "--scheduler", "las.py:LeastAttained",
+                              "--load", "1.2", "--out", tmp_path / "bare", cwd=old.parent))
+    assert re.search(r"las\.py: LeastAttained is the ordering of the policy LAS \('las'\), declared with other "
+                     r"params .*: name it as las\.py:LAS", line), line
+    assert cli("simulate", "--trace", files / "trace.csv", "--scheduler", "las.py:LAS", "--load", "1.2",
+               "--out", tmp_path / "decl", cwd=old.parent).returncode == 0
 
 
 # ============================================================================ the Python API
@@ -194,6 +221,8 @@ def test_python_api_takes_a_spec_or_a_policy_and_gets_the_same_run(files):
     b = schedport.simulate(trace, pol, load=1.3)
     c = schedport.simulate(trace, f"{files}/las.py:LeastAttained", load=1.3)   # a bare Ordering class
     pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.requests, c.requests)      # the class's params: one scheduler, two names
+    assert pol.params == {"preemption": "swap"}
     assert pol.name == "las" and pol.source.sha256 == hashlib.sha256(LAS.encode()).hexdigest()
     assert get_scheduler(f"{files}/las.py:LeastAttained").name == "LeastAttained"
     # LAS is neither FCFS nor srpt on this trace: the user's key really ranks
@@ -430,6 +459,7 @@ def test_a_module_on_the_path_is_a_policy_too(tmp_path, monkeypatch):
     a = schedport.simulate(trace, "my_las_module:LAS", load=1.2)
     b = schedport.simulate(trace, pol.source, load=1.2)          # a worker's form: the recorded source
     pd.testing.assert_frame_equal(a.requests, b.requests)
+    assert pol.params == {"preemption": "swap"}
     from schedport.engine.plugins import from_source
 
     changed = PolicySource("las", "module", "my_las_module:LAS", "LAS", pol.source.path, "0" * 64)

@@ -107,7 +107,7 @@ def test_a_key_that_climbs_is_not_fast_forwarded_past_its_crossing():
 
 def test_the_contract_is_small():
     public = {n for n in vars(Ordering) if not n.startswith("_")}
-    assert public == {"preemptive", "dynamics", "victim", "key", "on_admit", "on_finish"}
+    assert public == {"preemptive", "dynamics", "victim", "key", "on_admit", "on_finish", "rng"}
     assert repr(FIXED) == "FIXED" and repr(WITH_TIME) == "WITH_TIME" and repr(PerServedToken(-1)) == "PerServedToken(-1)"
     with pytest.raises(TypeError):
         PerServedToken(0.5)

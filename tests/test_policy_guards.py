@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from schedport.workload.examples import make_example_trace
@@ -280,10 +282,13 @@ def test_a_policys_params_are_checked_as_an_engine_configs_tables_are(work, name
 
 def test_a_policys_own_declared_parameters_are_taken(work):
     (work / "params.py").write_text(PARAMS)
-    for name in ("OWN", "Own", "Unknown"):
+    for name in ("OWN", "Unknown"):
         p = simulate(work, f"params.py:{name}")
         assert p.returncode == 0, p.stderr
         (work / "out" / "summary.json").unlink()
+    # OWN declares Own with another alpha: the bare class would be a second scheduler, so it is refused
+    assert re.search(r"Own is the ordering of the policy OWN \('own'\), declared with other params .* name it as "
+                     r"params\.py:OWN", error_line(simulate(work, "params.py:Own")))
 
 
 # ============================================================================ case 15: a worker that dies
@@ -361,3 +366,26 @@ def test_a_policy_file_with_a_utf8_bom_loads_as_python_runs_it(work):
     p = cli("schedulers", "bom.py:Bom", cwd=work)
     assert p.returncode == 0, p.stderr
     assert f"sha256 {hashlib.sha256(data).hexdigest()[:12]}" in p.stdout and "fast == exact" in p.stdout
+
+
+# ============================================================================ the run's seed and generator
+
+RANDOM = HEAD + """
+
+class Coin(Ordering):
+    def key(self, req, now):
+        return (float(self.rng.random()), req.idx)
+"""
+
+
+def test_a_policy_that_draws_from_self_rng_follows_the_runs_seed(work):
+    (work / "coin.py").write_text(RANDOM)
+    finish = {}
+    for tag, seed in (("a", 1), ("b", 1), ("c", 2)):
+        p = cli("simulate", "--trace", "trace.csv", "--scheduler", "coin.py:Coin", "--load", "1.6", "--seed", seed,
+                "--out", tag, cwd=work)
+        assert p.returncode == 0, p.stderr
+        finish[tag] = pd.read_parquet(work / tag / "requests.parquet")["finish_s"].to_numpy()
+    assert np.array_equal(finish["a"], finish["b"])
+    assert not np.array_equal(finish["a"], finish["c"])
+    assert cli("schedulers", "coin.py:Coin", cwd=work).returncode == 0     # one process, runs identical

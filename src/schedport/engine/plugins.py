@@ -58,7 +58,7 @@ from schedport.engine.policyguard import (  # noqa: F401  (re-exported: a user p
     CheckedPolicy, PolicyError, checking, exit_call, exits_trapped, frame_at, line_in, one_line,
 )
 from schedport.engine.queues import Queue
-from schedport.engine.schedulers import PARAM_RULES, REGISTRY, Policy, validate_scheduler_params
+from schedport.engine.schedulers import PARAM_RULES, REGISTRY, Policy, class_params, validate_scheduler_params
 from schedport.errors import SchedportError
 
 #: The entry-point group an installed package registers its policies in.
@@ -476,7 +476,8 @@ def _user_policy(module: types.ModuleType, src: PolicySource, name: str | None =
             raise PolicyError(f"{where}: {src.attr} is an Ordering without a key(req, now) method")
         doc = (obj.__doc__ or "").strip().splitlines()
         pol = Policy(src.attr, doc[0] if doc else f"{src.attr} (user policy)", Continuous, obj,
-                     params=dict(getattr(obj, "params", None) or {}), cite=str(getattr(obj, "cite", "") or ""))
+                     params=class_params(obj), cite=str(getattr(obj, "cite", "") or ""))
+        _check_bare_class(module, pol, where, src.attr)
     else:
         what = (f"a {type(obj).__name__}" if not isinstance(obj, type)
                 else f"the class {obj.__name__}, which is not an Ordering")
@@ -488,6 +489,23 @@ def _user_policy(module: types.ModuleType, src: PolicySource, name: str | None =
     src = dataclasses.replace(src, name=pol.name)
     return UserPolicy(pol.name, pol.summary, pol.batching, pol.order, pol.admission, dict(pol.params), pol.cite,
                       source=src)
+
+
+def _check_bare_class(module: types.ModuleType, bare: Policy, where: str, attr: str) -> None:
+    """A bare ordering class named as a scheduler runs as `bare` (continuous batching, the class's
+    own ``params``). Where its module also declares a `Policy` over that class that would run
+    otherwise (other params, batching or gate), the two names would be two schedulers under one
+    class, silently: the bare name is then an error that says which name to use."""
+    for name, v in vars(module).items():
+        if not isinstance(v, Policy) or v.order is not bare.order:
+            continue
+        what = [w for w, differs in (("params", v.params != bare.params), ("batching", v.batching is not Continuous),
+                                     ("admission gate", v.admission is not bare.admission)) if differs]
+        if what:
+            raise PolicyError(
+                f"{where}: {attr} is the ordering of the policy {name} ({v.name!r}), declared with other "
+                f"{' and '.join(what)} than the bare class runs with ({bare.params or 'no params'}): name it as "
+                f"{Path(where).name}:{name}, or declare those params in {attr}.params so both names are one scheduler")
 
 
 def _is_policy_like(v) -> bool:
@@ -518,11 +536,7 @@ def _check_params(pol: Policy, where: str, attr: str) -> None:
     gate) class declares as its own in a class attribute ``params`` (a dict of defaults). Anything
     else -- a misspelt ``preemtion`` -- would be ignored by the engine, so it is an error; so is an
     own parameter named within a letter or two of an engine parameter."""
-    own = {}
-    for part in (pol.order, pol.admission):
-        declared = getattr(part, "params", None)
-        if isinstance(part, type) and isinstance(declared, dict):
-            own.update(declared)
+    own = class_params(pol.order, pol.admission)
     for key, value in pol.params.items():
         rule = PARAM_RULES.get(key)
         if rule is not None:

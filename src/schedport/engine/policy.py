@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from schedport.engine.simulator import Request
 from schedport.errors import ConfigError
 
@@ -122,6 +124,16 @@ class Ordering:
     def __init__(self, sim, params: dict):
         self.sim = sim
         self.params = params
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """This run's random generator, for a policy that draws: seeded from the run's seed
+        (`sim.seed`, ``--seed``) alone, made at first use and kept for the run, so the same seed
+        gives the same draws in every process and a new seed new ones."""
+        rng = self.__dict__.get("_rng")
+        if rng is None:
+            rng = self.__dict__["_rng"] = np.random.Generator(np.random.PCG64([int(self.sim.seed), 0x5E1F]))
+        return rng
 
     def key(self, req: Request, now: float) -> tuple:
         raise NotImplementedError(f"{type(self).__name__} must define key(req, now)")

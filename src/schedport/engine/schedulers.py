@@ -48,7 +48,10 @@ class Policy:
     """A scheduling policy as a declaration: batching mode + ordering + admission gate.
 
     `params` are the policy's documented defaults; `[scheduler.<name>]` in the engine config
-    overrides them. `cite` names the published source of the mechanism.
+    overrides them. `cite` names the published source of the mechanism. An ordering (or gate)
+    class may hold defaults of its own in a class attribute ``params`` (a dict): they are the
+    declaration's too, under the declaration's own `params`, so a policy's parameters can live with
+    its class and every name of it gives one scheduler (`class_params`; no built-in has any).
     """
 
     name: str
@@ -58,6 +61,12 @@ class Policy:
     admission: Callable[..., Any] = AdmitAll
     params: dict = field(default_factory=dict)
     cite: str = ""
+
+    def __post_init__(self):
+        """Take the class defaults of the ordering and gate (`class_params`) under the declared ones."""
+        inherited = class_params(self.order, self.admission)
+        if inherited and isinstance(self.params, dict):
+            object.__setattr__(self, "params", {**inherited, **self.params})
 
     def bind(self, sim) -> "BoundPolicy":
         """Instantiate the parts for one simulation (fresh state each run)."""
@@ -84,6 +93,18 @@ class Policy:
         """The context a run of this policy executes in: nothing for a built-in; a user's policy
         turns an `os._exit` in its code into an error the run reports (`engine.plugins`)."""
         return contextlib.nullcontext()
+
+
+def class_params(*parts) -> dict:
+    """The defaults that policy parts (ordering, gate classes) declare in a class attribute
+    ``params``, merged in order: what a bare `Ordering` class named as a scheduler runs with, and
+    what a `Policy` declared over it inherits."""
+    out: dict = {}
+    for part in parts:
+        declared = getattr(part, "params", None)
+        if isinstance(part, type) and isinstance(declared, dict):
+            out.update(declared)
+    return out
 
 
 class BoundPolicy:
