@@ -103,6 +103,13 @@ def test_planted_prefill_decode_flip_is_fragile_and_a_dominant_order_robust(tmp_
     assert sim["distribution"]["all"] >= 1 and sim["distribution"]["under_50"] >= 1
     pred = sim["predicted"]
     assert pred["most_stable_ranking"]["survival"] == 1.0
+    from schedport.cli.analyze import simulator_lines     # what `schedport analyze` prints of it
+
+    lines = simulator_lines(res)
+    assert lines[0].startswith(f"simulator: {sim['distribution']['all']} of {len(sim['reversals'])} reversals survive "
+                               "all 12 engine variants of uncertainty")
+    assert any(ln.startswith("strongest reversal: ") and "survives" in ln for ln in lines)
+    assert any(ln.startswith("most stable ranking: ") and "12 of 12" in ln for ln in lines)
     # every claim's verdict is counted over the 12 variants
     assert all(c["n_variants"] == 12 and len(c["by_variant"]) == 12 for c in sim["claims"])
     # the default's own analysis is the plain one: the simulator block is all that was added

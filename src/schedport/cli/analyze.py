@@ -149,4 +149,27 @@ def summary_lines(res: dict) -> list[str]:
     rc = res.get("region_comparison") or {}
     if rc.get("selection_differs"):
         lines.append(f"warning (--compare): {rc['selection_note']}")
+    return lines + simulator_lines(res)
+
+
+def simulator_lines(res: dict) -> list[str]:
+    """The simulator axis in a few lines (a store run with --variants): how many reversals survive
+    every engine variant, and the predicted real-engine check with each one's survival."""
+    sim = res.get("simulator")
+    if not sim:
+        return []
+    d, V = sim["distribution"], sim["n_variants"]
+    lines = [f"simulator: {d['all']} of {d['n_reversals']} reversals survive all {V} engine variants of "
+             f"{sim['set']['name']}, {d['at_least_75']} at least 75% of them, {d['under_50']} fewer than half; "
+             f"rank tau vs the default {fmt((sim.get('rank_tau_vs_default') or {}).get('median'))} (median)"]
+    if sim.get("note"):
+        lines.append(f"warning (variants): {sim['note']}")
+    pr = sim.get("predicted") or {}
+    s, m = pr.get("strongest_reversal"), pr.get("most_stable_ranking")
+    if s:
+        lines.append(f"strongest reversal: {s['scheduler_pair']} on {s['metric']} at {s['region']}, {s['source_a']} vs "
+                     f"{s['source_b']}: survives {s['n_survived']} of {V} variants ({s['class']})")
+    if m:
+        lines.append(f"most stable ranking: {m['winner']} ahead of {m['loser']} on {m['metric']} at {m['region']} in "
+                     f"every source: survives {m['n_survived']} of {V} (test both: schedport validate --predicted)")
     return lines
