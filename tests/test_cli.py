@@ -132,3 +132,12 @@ def test_simulate_region_def_names_what_load_is_relative_to(tmp_path):
     assert got["sustainable"] > got["drain"]      # the drain's lower capacity is a lighter "overload"
     p = cli("simulate", "--trace", trace, "--scheduler", "vllm-fcfs", "--region-def", "drain", "--out", tmp_path / "x")
     assert p.returncode != 0 and "give --load too" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_version_prints_the_package_version():
+    from schedport.__about__ import __version__
+
+    r = cli("--version")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"schedport {__version__}"
+    assert "--version" in cli("--help").stdout

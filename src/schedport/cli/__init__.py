@@ -34,6 +34,24 @@ trace_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Conve
 app.add_typer(trace_app, name="trace")
 
 
+def _print_version(value: bool) -> None:
+    """`--version`: print the package's version (`schedport.__about__`, a leaf module) and stop."""
+    if value:
+        from schedport.__about__ import __version__
+
+        typer.echo(f"schedport {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, expose_value=False,
+                                 help="Print schedport's version and exit."),
+) -> None:
+    # the options of `schedport` itself, before any command; the app's help is the Typer's
+    pass
+
+
 def _register() -> None:
     """Attach the stages' commands, each defined in its own module of this package (corpus,
     run, analyze, conformance, explain)."""
