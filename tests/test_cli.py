@@ -141,3 +141,36 @@ def test_version_prints_the_package_version():
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"schedport {__version__}"
     assert "--version" in cli("--help").stdout
+
+
+HEAVY = ("numpy", "pandas", "pyarrow", "scipy", "matplotlib", "rich", "schedport.api")  # (pydantic: typer's own)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["run", "--help"], ["analyze", "--help"],
+                                  ["explain", "--help"], ["conformance", "--help"], ["corpus", "list", "--help"]])
+def test_help_and_version_import_no_heavy_module(args):
+    # `schedport --help` starts at once: numpy, pandas, scipy, rich and schedport.api are imported
+    # by the commands that use them, never to list or describe the commands
+    code = ("import sys\nsys.argv = ['schedport', *sys.argv[1:]]\nfrom schedport.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            f"print('LOADED', sorted(m for m in sys.modules if m in {HEAVY!r} or m.split('.')[0] in {HEAVY!r}))")
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "LOADED []", r.stdout.splitlines()[-1]
+
+
+def test_cli_defaults_copied_for_a_fast_start_match_the_library():
+    # the command modules keep literal copies of a few library constants (to avoid importing the
+    # library at start-up); they must not drift from the originals
+    from schedport.analysis.explain import DEFAULT_BOOT, FEATURES
+    from schedport.cli import conformance as cli_conformance, corpus as cli_corpus, explain as cli_explain
+    from schedport.cli import study as cli_study
+    from schedport.realengine.conformance import VLLM_POLICY
+    from schedport.study import sweep
+    from schedport.workload import corpus as corpus_lib
+
+    assert cli_explain.DEFAULT_BOOT == DEFAULT_BOOT
+    assert cli_explain.FEATURES == tuple(FEATURES)
+    assert cli_conformance.VLLM_SCHEDULERS == tuple(VLLM_POLICY)
+    assert cli_corpus.DEFAULT_OUT == corpus_lib.DEFAULT_OUT
+    assert (cli_study.DEFAULT_CORPUS, cli_study.DEFAULT_OUT) == (sweep.DEFAULT_CORPUS, sweep.DEFAULT_OUT)

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
 from schedport.errors import SchedportError, read_json
 from schedport.common.guard import check_file_target, check_not_inside_store, claim_dir, claim_names, dir_kind
@@ -99,7 +98,21 @@ def _checked_analyze(command):
     return analyze
 
 
-out = Console()
+class _Console:
+    """rich's Console for the commands' output, created on first use: importing rich at start-up
+    would slow `schedport --help` and every command that prints plainly."""
+
+    _console = None
+
+    def __getattr__(self, name: str):
+        if _Console._console is None:
+            from rich.console import Console
+
+            _Console._console = Console()
+        return getattr(_Console._console, name)
+
+
+out = _Console()
 
 #: The largest `schedport example` trace: its columns take about 32 bytes a request while built.
 MAX_EXAMPLE_REQUESTS = 100_000_000

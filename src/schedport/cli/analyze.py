@@ -14,7 +14,6 @@ import typer
 
 from schedport.analysis.defaults import ABS_THRESHOLD, N_BOOT, PRACTICAL_THRESHOLD, Q, SPLITS
 from schedport.cli.params import out_path_parser
-from schedport.analysis.explain import check_results_dir, explanation_lines, parse_selection
 from schedport.common.formatting import fmt, pct
 from schedport.errors import SchedportError
 
@@ -56,6 +55,7 @@ def analyze_command(
 ) -> None:
     """Rank schedulers per source, region and metric; map where rankings hold and where they flip."""
     from schedport import api   # numpy, pandas, scipy (~3 s): loaded on use, not at every command's start
+    from schedport.analysis.explain import explanation_lines
 
     check_analyze_options(results=results, q=q, n_boot=n_boot, seed=seed, n_splits=n_splits, threshold=threshold,
                           abs_threshold=abs_threshold, metrics=metrics, explain=explain)
@@ -83,6 +83,8 @@ def analyze_command(
 
 def check_analyze_options(*, results, q, n_boot, seed, n_splits, threshold, abs_threshold, metrics, explain) -> None:
     """Every `analyze` option checked before any work, each error naming its flag."""
+    from schedport.analysis.explain import check_results_dir, parse_selection   # numpy, pandas: on use
+
     check_results_dir(results)
     if not (0 < q < 1):
         raise SchedportError(f"--q must be in (0, 1), got {q}")

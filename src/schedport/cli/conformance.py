@@ -9,15 +9,12 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
-from schedport.engine.config import load_engine_config
-from schedport.engine.runner import scaled
 from schedport.errors import SchedportError
-from schedport.realengine.conformance import (VLLM_POLICY, Case, format_divergence, format_table, run_conformance,
-                                              standard_cases, vllm_policy)
-from schedport.workload import corpus as corpus_lib
-from schedport.workload.trace import load_trace
+
+# The engine, the traces and rich are imported in the command, so that `schedport --help` starts at
+# once; these are the keys of `schedport.realengine.conformance.VLLM_POLICY` (a test checks it).
+VLLM_SCHEDULERS = ("vllm-fcfs", "sjf", "spf", "edf")
 
 
 def conformance_command(
@@ -28,7 +25,7 @@ def conformance_command(
     trace: Optional[Path] = typer.Option(None, "--trace", help="Check your own trace instead of the standard "
                                          "cases (with --scheduler and --load)."),
     scheduler: str = typer.Option("vllm-fcfs", "--scheduler", help="With --trace: comma-separated schedulers "
-                                  f"({', '.join(VLLM_POLICY)}, or your own FILE.py:NAME when it is a fixed, "
+                                  f"({', '.join(VLLM_SCHEDULERS)}, or your own FILE.py:NAME when it is a fixed, "
                                   "non-preemptive key: vLLM's priorities)."),
     load: Optional[float] = typer.Option(None, "--load", help="With --trace: offered load rho (default: the "
                                          "trace's own time axis)."),
@@ -44,6 +41,15 @@ def conformance_command(
 
     Exits 0 when every case is bit-identical in every mode, 1 when some case differs, 2 on
     bad input."""
+    from rich.console import Console
+
+    from schedport.engine.config import load_engine_config
+    from schedport.engine.runner import scaled
+    from schedport.realengine.conformance import (Case, format_divergence, format_table, run_conformance,
+                                                  standard_cases, vllm_policy)
+    from schedport.workload import corpus as corpus_lib
+    from schedport.workload.trace import load_trace
+
     con = Console()
     modes = tuple(m.strip() for m in mode.split(",") if m.strip())
     if not modes or any(m not in ("exact", "fast") for m in modes):

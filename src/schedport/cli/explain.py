@@ -16,9 +16,12 @@ import typer
 from schedport.errors import SchedportError
 from schedport.common.guard import check_file_target, claim_dir
 from schedport.common.outputs import io_error, output_file
-from schedport.analysis.explain import (DEFAULT_BOOT, FEATURES, check_results_dir, explain, ranked_reversals,
-                                        read_portability)
 from schedport.cli.params import out_path_parser
+
+# `schedport.analysis.explain` (numpy, pandas, scipy) is imported in the command, so that `schedport
+# --help` starts at once; these are its DEFAULT_BOOT and the names of its FEATURES (a test checks them).
+DEFAULT_BOOT = 1000
+FEATURES = ("arrival", "burstiness", "input", "output", "coupling", "clients", "clients_removed")
 
 __all__ = ["explain_command"]
 
@@ -52,6 +55,8 @@ def explain_command(
 ) -> None:
     """Explain why a ranking flips: run the pair on hybrid windows that each take one traffic feature from the
     other source, and name the feature whose transplant reproduces the flip."""
+    from schedport.analysis.explain import check_results_dir, explain, ranked_reversals, read_portability
+
     check_results_dir(results)
     if out is not None and out.exists() and out.is_dir():
         raise SchedportError(f"--out: {out} is a directory; give a file name (FILE.json)")

@@ -14,21 +14,28 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
-from schedport import api
 from schedport.analysis.defaults import MIN_WINDOWS
 from schedport.cli.params import out_path_parser
 from schedport.common.guard import claim_dir
 from schedport.common.outputs import output_dir
-from schedport.engine.config import load_engine_config
-from schedport.engine.plugins import check_scheduler_tables, resolve_schedulers
 from schedport.errors import SchedportError
-from schedport.study.progress import fmt_wall
-from schedport.study.variants import load_variant_set, run_variant_sweeps, variant_configs, variants_dir
-from schedport.study.sweep import (DEFAULT_CORPUS, DEFAULT_OUT, Selection, SweepInterrupted, load_corpus, run_sweep,
-                                   select)
-from schedport.workload import corpus as corpus_lib
+
+# The sweep, the engine, the analysis (`schedport.api`) and rich are imported on use, so that
+# `schedport --help` starts at once; these defaults are `schedport.study.sweep`'s DEFAULT_CORPUS
+# and DEFAULT_OUT (a test checks them).
+DEFAULT_CORPUS = Path("corpus")
+DEFAULT_OUT = Path("results")
+
+
+def __getattr__(name: str):
+    # `schedport.cli.study.api`, loaded on first use (numpy, pandas, scipy), as before this module
+    # deferred it
+    if name == "api":
+        from schedport import api
+
+        return api
+    raise AttributeError(name)
 
 
 def run_command(
@@ -84,6 +91,10 @@ def run_command(
                                              "leaves `schedport analyze` for later."),
 ) -> None:
     """Run the experiment matrix (schedulers x windows x regions x seeds), resumable, then the analysis."""
+    from rich.console import Console
+
+    from schedport.study.sweep import SweepInterrupted
+
     try:
         _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
                      workers, executor, ray_address, keep_requests, region_def, do_analyze, variants)
@@ -96,6 +107,16 @@ def run_command(
 def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
                  workers, executor, ray_address, keep_requests, region_def="sustainable", do_analyze=True,
                  variants=None) -> None:
+    from rich.console import Console
+
+    from schedport import api
+    from schedport.engine.config import load_engine_config
+    from schedport.engine.plugins import check_scheduler_tables, resolve_schedulers
+    from schedport.study.progress import fmt_wall
+    from schedport.study.sweep import load_corpus, run_sweep, select
+    from schedport.study.variants import load_variant_set, run_variant_sweeps, variant_configs, variants_dir
+    from schedport.workload import corpus as corpus_lib
+
     con = Console()
     # a store (resumed) or a new folder; never a corpus, an analysis, a cache or a run output
     claim_dir(out, {"results"}, inputs=[corpus, engine, data_dir])
@@ -171,10 +192,11 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
                       soft_wrap=True)
 
 
-def check_analysable(sel: Selection) -> None:
+def check_analysable(sel) -> None:
     """Refuse up front a selection the analysis that ends `schedport run` cannot use, instead of
     running every cell first: it ranks at least two schedulers, and its statistics are over
-    windows, so some source needs `schedport.analysis.defaults.MIN_WINDOWS` windows."""
+    windows, so some source needs `schedport.analysis.defaults.MIN_WINDOWS` windows (`sel`: a
+    `schedport.study.sweep.Selection`)."""
     if len(sel.schedulers) < 2:
         raise SchedportError(f"--schedulers: the analysis that ends `run` ranks schedulers, so it needs at "
                              f"least 2 (got {', '.join(sel.schedulers)})")
