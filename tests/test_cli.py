@@ -174,3 +174,20 @@ def test_cli_defaults_copied_for_a_fast_start_match_the_library():
     assert cli_conformance.VLLM_SCHEDULERS == tuple(VLLM_POLICY)
     assert cli_corpus.DEFAULT_OUT == corpus_lib.DEFAULT_OUT
     assert (cli_study.DEFAULT_CORPUS, cli_study.DEFAULT_OUT) == (sweep.DEFAULT_CORPUS, sweep.DEFAULT_OUT)
+
+
+@pytest.mark.parametrize("group", [[], ["corpus"], ["trace"]])
+def test_help_lists_commands_in_pipeline_order_each_on_one_whole_line(group):
+    import os
+
+    r = subprocess.run([sys.executable, "-m", "schedport.cli", *group, "--help"], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    block = r.stdout.split("Commands:\n", 1)[1].splitlines()
+    rows = [ln for ln in block if ln.strip()]
+    assert all(ln.startswith("  ") and not ln.startswith("   ") for ln in rows), r.stdout  # no wrapped line
+    assert not any(ln.rstrip().endswith("...") for ln in rows), r.stdout                 # none cut off
+    names = [ln.split()[0] for ln in rows]
+    if not group:
+        assert names[:6] == ["corpus", "run", "analyze", "explain", "simulate", "schedulers"]
+        assert names.index("calibrate") > names.index("trace") and names[-1] == "conformance"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from typer.core import TyperGroup
 
 from schedport.errors import SchedportError, read_json
 from schedport.common.guard import check_file_target, check_not_inside_store, claim_dir, claim_names, dir_kind
@@ -27,7 +28,21 @@ try:  # typer >= 0.2x vendors click; its exceptions are not click's
 except ImportError:  # pragma: no cover - typer on top of an installed click
     from click import exceptions as _click_errors
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+#: The commands as `schedport --help` lists them: the study's pipeline, then the tools for one trace
+#: or policy, then those that need a real server.
+COMMAND_ORDER = ("corpus", "run", "analyze", "explain", "simulate", "schedulers", "example", "trace",
+                 "calibrate", "replay", "validate", "conformance")
+
+
+class _PipelineOrder(TyperGroup):
+    """The top-level group, listing its commands in `COMMAND_ORDER` (any other after them)."""
+
+    def list_commands(self, ctx) -> list[str]:
+        rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
+        return sorted(super().list_commands(ctx), key=lambda name: rank.get(name, len(rank)))
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, cls=_PipelineOrder,
                   help="Do LLM-serving scheduler rankings carry over across workloads, loads and metrics?")
 trace_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Convert and check request traces.")
 app.add_typer(trace_app, name="trace")
@@ -61,10 +76,13 @@ def _register() -> None:
     from schedport.cli.study import run_command
 
     app.add_typer(corpus_app, name="corpus", help="Build, verify and list the frozen window corpus.")
-    app.command("run")(run_command)
-    app.command("analyze")(_checked_analyze(analyze_command))
-    app.command("conformance")(conformance_command)
-    app.command("explain")(explain_command)
+    app.command("run", short_help="Run the study's simulations, resumable, then analyse them.")(run_command)
+    app.command("analyze", short_help="Map where scheduler rankings hold and where they flip.")(
+        _checked_analyze(analyze_command))
+    app.command("conformance", short_help="Check the engine against vLLM's real scheduler, step for step.")(
+        conformance_command)
+    app.command("explain", short_help="Explain why a ranking flips, one traffic feature at a time.")(
+        explain_command)
 
 
 def _checked_analyze(command):
@@ -121,7 +139,7 @@ MAX_EXAMPLE_REQUESTS = 100_000_000
 _out_path = out_path_parser
 
 
-@app.command()
+@app.command(short_help="Simulate one trace under one scheduler.")
 def simulate(
     trace: Path = typer.Option(..., "--trace", help="Canonical trace (CSV or Parquet)."),
     scheduler: str = typer.Option(..., "--scheduler", help="Policy name (see `schedport schedulers`), or your "
@@ -165,7 +183,7 @@ def simulate(
                              f"written, but nothing was served (check the lengths against [engine] max_model_len)")
 
 
-@app.command()
+@app.command(short_help="Replay a trace against a real streaming server, open loop.")
 def replay(
     endpoint: str = typer.Option(..., "--endpoint", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000."),
     trace: Path = typer.Option(..., "--trace", help="Canonical trace (CSV or Parquet)."),
@@ -211,7 +229,7 @@ def replay(
                              f"the measurements are written but do not replay the trace faithfully")
 
 
-@app.command()
+@app.command(short_help="Fit the simulator's latency model and limits to a real server.")
 def calibrate(
     endpoint: str = typer.Option(..., "--endpoint", help="OpenAI-compatible vLLM server, e.g. http://127.0.0.1:8000."),
     out_path: Path = typer.Option(..., "--out", parser=_out_path, help="Engine config TOML to write."),
@@ -248,7 +266,7 @@ def calibrate(
     out.print(f"wrote {out_path}")
 
 
-@app.command()
+@app.command(short_help="Simulate and replay the same runs; compare their rankings.")
 def validate(
     endpoint: str = typer.Option(..., "--endpoint", help="The real server (vLLM with --scheduling-policy priority)."),
     engine: Path = typer.Option(..., "--engine", help="The server's engine config (from `schedport calibrate`)."),
@@ -373,7 +391,7 @@ def _f(v) -> str:
     return "n/a" if v is None else f"{v:.3f}"
 
 
-@app.command()
+@app.command(short_help="List the scheduling policies, or check your own.")
 def schedulers(
     check: Optional[list[str]] = typer.Argument(
         None, metavar="[FILE.py:NAME | module:NAME | NAME]...",
@@ -408,7 +426,7 @@ def schedulers(
         typer.echo(f"{name:<{width}}  {summary}  [installed: {dist}, {ep.value}]")
 
 
-@app.command()
+@app.command(short_help="Write the bundled synthetic example trace.")
 def example(
     out_path: Path = typer.Option(Path("example-trace.csv"), "--out", parser=_out_path, help="Where to write the trace."),
     n: int = typer.Option(1000, "--requests", help="Number of requests."),
@@ -429,7 +447,7 @@ def example(
     out.print(f"wrote {n} requests to {out_path}")
 
 
-@trace_app.command("convert")
+@trace_app.command("convert", short_help="Turn a public trace file into the canonical trace.")
 def trace_convert(
     inputs: list[Path] = typer.Argument(..., help="Input file(s) or folder (servegen)."),
     fmt: str = typer.Option(..., "--from", help="azure | burstgpt | servegen | jsonl | canonical"),

@@ -25,7 +25,7 @@ corpus_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup
                          help="Build, verify and list the frozen corpus of workload windows.")
 
 
-@corpus_app.command("build")
+@corpus_app.command("build", short_help="Build the corpus and compare it with the frozen hashes.")
 def build_cmd(
     spec: Optional[Path] = typer.Option(None, "--spec", help="Corpus spec TOML (default: the packaged 120-window study)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Where the public files are (default: $SCHEDPORT_DATA, ../shared/datasets, the user cache)."),
@@ -51,7 +51,7 @@ def build_cmd(
             typer.echo(f"note: {s} is {source_label(MODELED_ADAPTER)}, not the real BurstGPT trace")
 
 
-@corpus_app.command("verify")
+@corpus_app.command("verify", short_help="Recompute every hash of a corpus; exit 2 on any change.")
 def verify_cmd(
     corpus_dir: Path = typer.Option(DEFAULT_OUT, "--corpus", help="Corpus directory."),
 ) -> None:
@@ -77,7 +77,7 @@ def _fmt(v, nd: int = 1) -> str:
     return f"{v:.{nd}f}"
 
 
-@corpus_app.command("list")
+@corpus_app.command("list", short_help="One line per window with its statistics.")
 def list_cmd(
     corpus_dir: Path = typer.Option(DEFAULT_OUT, "--corpus", help="Corpus directory."),
     regions: bool = typer.Option(False, "--regions", help="Also show each window's capacity and time-scale factor per region."),
