@@ -191,3 +191,25 @@ def test_help_lists_commands_in_pipeline_order_each_on_one_whole_line(group):
     if not group:
         assert names[:6] == ["corpus", "run", "analyze", "explain", "simulate", "schedulers"]
         assert names.index("calibrate") > names.index("trace") and names[-1] == "conformance"
+
+
+COMMANDS = [["corpus", "build"], ["corpus", "verify"], ["corpus", "list"], ["run"], ["analyze"], ["explain"],
+            ["simulate"], ["schedulers"], ["example"], ["trace", "convert"], ["trace", "check"], ["calibrate"],
+            ["replay"], ["validate"], ["conformance"]]
+
+
+def test_every_placeholder_has_one_style():
+    # one style for every value placeholder: an upper-case word (FILE, DIR, N, LIST, ...), never
+    # typer's `<path>`, `<Path>` or `<list[str]>`
+    import os
+    import re
+
+    env = {**os.environ, "COLUMNS": "200"}
+    for args in COMMANDS:
+        r = subprocess.run([sys.executable, "-m", "schedport.cli", *args, "--help"], capture_output=True, text=True,
+                           timeout=120, env=env)
+        assert r.returncode == 0, (args, r.stderr)
+        assert "<" not in r.stdout, (args, r.stdout)
+        for m in re.finditer(r"^  (--[\w-]+)(?:, --[\w-]+)* (\S+)", r.stdout, re.M):
+            placeholder = m.group(2)
+            assert placeholder == "/" or re.fullmatch(r"[A-Z]+", placeholder), (args, m.group(0))

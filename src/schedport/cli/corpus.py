@@ -27,9 +27,11 @@ corpus_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup
 
 @corpus_app.command("build", short_help="Build the corpus and compare it with the frozen hashes.")
 def build_cmd(
-    spec: Optional[Path] = typer.Option(None, "--spec", help="Corpus spec TOML (default: the packaged 120-window study)."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Where the public files are (default: $SCHEDPORT_DATA, ../shared/datasets, the user cache)."),
-    out: Path = typer.Option(DEFAULT_OUT, "--out", parser=out_path_parser,
+    spec: Optional[Path] = typer.Option(None, "--spec", metavar="FILE",
+                                        help="Corpus spec TOML (default: the packaged 120-window study)."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", metavar="DIR",
+                                            help="Where the public files are (default: $SCHEDPORT_DATA, ../shared/datasets, the user cache)."),
+    out: Path = typer.Option(DEFAULT_OUT, "--out", metavar="DIR", parser=out_path_parser,
                              help="Corpus directory to write (replaced atomically)."),
 ) -> None:
     """Build the corpus: cut every window, write windows/*.parquet and manifest.json, compare with the frozen hashes."""
@@ -53,7 +55,7 @@ def build_cmd(
 
 @corpus_app.command("verify", short_help="Recompute every hash of a corpus; exit 2 on any change.")
 def verify_cmd(
-    corpus_dir: Path = typer.Option(DEFAULT_OUT, "--corpus", help="Corpus directory."),
+    corpus_dir: Path = typer.Option(DEFAULT_OUT, "--corpus", metavar="DIR", help="Corpus directory."),
 ) -> None:
     """Recompute every hash; exit 2 with one line per problem if anything changed or is missing."""
     from schedport.workload.corpus import compare_expected, load_corpus, verify_corpus
@@ -79,9 +81,10 @@ def _fmt(v, nd: int = 1) -> str:
 
 @corpus_app.command("list", short_help="One line per window with its statistics.")
 def list_cmd(
-    corpus_dir: Path = typer.Option(DEFAULT_OUT, "--corpus", help="Corpus directory."),
+    corpus_dir: Path = typer.Option(DEFAULT_OUT, "--corpus", metavar="DIR", help="Corpus directory."),
     regions: bool = typer.Option(False, "--regions", help="Also show each window's capacity and time-scale factor per region."),
-    engine: Optional[Path] = typer.Option(None, "--engine", help="Engine config TOML for --regions (default engine otherwise)."),
+    engine: Optional[Path] = typer.Option(None, "--engine", metavar="FILE",
+                                          help="Engine config TOML for --regions (default engine otherwise)."),
 ) -> None:
     """One line per window with its statistics (and, with --regions, capacity and scale factors)."""
     from schedport.engine.config import load_engine_config
