@@ -132,3 +132,84 @@ def test_simulate_region_def_names_what_load_is_relative_to(tmp_path):
     assert got["sustainable"] > got["drain"]      # the drain's lower capacity is a lighter "overload"
     p = cli("simulate", "--trace", trace, "--scheduler", "vllm-fcfs", "--region-def", "drain", "--out", tmp_path / "x")
     assert p.returncode != 0 and "give --load too" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_version_prints_the_package_version():
+    from schedport.__about__ import __version__
+
+    r = cli("--version")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"schedport {__version__}"
+    assert "--version" in cli("--help").stdout
+
+
+HEAVY = ("numpy", "pandas", "pyarrow", "scipy", "matplotlib", "rich", "schedport.api")  # (pydantic: typer's own)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["run", "--help"], ["analyze", "--help"],
+                                  ["explain", "--help"], ["conformance", "--help"], ["corpus", "list", "--help"]])
+def test_help_and_version_import_no_heavy_module(args):
+    # `schedport --help` starts at once: numpy, pandas, scipy, rich and schedport.api are imported
+    # by the commands that use them, never to list or describe the commands
+    code = ("import sys\nsys.argv = ['schedport', *sys.argv[1:]]\nfrom schedport.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            f"print('LOADED', sorted(m for m in sys.modules if m in {HEAVY!r} or m.split('.')[0] in {HEAVY!r}))")
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "LOADED []", r.stdout.splitlines()[-1]
+
+
+def test_cli_defaults_copied_for_a_fast_start_match_the_library():
+    # the command modules keep literal copies of a few library constants (to avoid importing the
+    # library at start-up); they must not drift from the originals
+    from schedport.analysis.explain import DEFAULT_BOOT, FEATURES
+    from schedport.cli import conformance as cli_conformance, corpus as cli_corpus, explain as cli_explain
+    from schedport.cli import study as cli_study
+    from schedport.realengine.conformance import VLLM_POLICY
+    from schedport.study import sweep
+    from schedport.workload import corpus as corpus_lib
+
+    assert cli_explain.DEFAULT_BOOT == DEFAULT_BOOT
+    assert cli_explain.FEATURES == tuple(FEATURES)
+    assert cli_conformance.VLLM_SCHEDULERS == tuple(VLLM_POLICY)
+    assert cli_corpus.DEFAULT_OUT == corpus_lib.DEFAULT_OUT
+    assert (cli_study.DEFAULT_CORPUS, cli_study.DEFAULT_OUT) == (sweep.DEFAULT_CORPUS, sweep.DEFAULT_OUT)
+
+
+@pytest.mark.parametrize("group", [[], ["corpus"], ["trace"]])
+def test_help_lists_commands_in_pipeline_order_each_on_one_whole_line(group):
+    import os
+
+    r = subprocess.run([sys.executable, "-m", "schedport.cli", *group, "--help"], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    block = r.stdout.split("Commands:\n", 1)[1].splitlines()
+    rows = [ln for ln in block if ln.strip()]
+    assert all(ln.startswith("  ") and not ln.startswith("   ") for ln in rows), r.stdout  # no wrapped line
+    assert not any(ln.rstrip().endswith("...") for ln in rows), r.stdout                 # none cut off
+    names = [ln.split()[0] for ln in rows]
+    if not group:
+        assert names[:6] == ["corpus", "run", "analyze", "explain", "simulate", "schedulers"]
+        assert names.index("calibrate") > names.index("trace") and names[-1] == "conformance"
+
+
+COMMANDS = [["corpus", "build"], ["corpus", "verify"], ["corpus", "list"], ["run"], ["analyze"], ["explain"],
+            ["simulate"], ["schedulers"], ["example"], ["trace", "convert"], ["trace", "check"], ["calibrate"],
+            ["replay"], ["validate"], ["conformance"]]
+
+
+def test_every_placeholder_has_one_style():
+    # one style for every value placeholder: an upper-case word (FILE, DIR, N, LIST, ...), never
+    # typer's `<path>`, `<Path>` or `<list[str]>`
+    import os
+    import re
+
+    env = {**os.environ, "COLUMNS": "200"}
+    for args in COMMANDS:
+        r = subprocess.run([sys.executable, "-m", "schedport.cli", *args, "--help"], capture_output=True, text=True,
+                           timeout=120, env=env)
+        assert r.returncode == 0, (args, r.stderr)
+        assert "<" not in r.stdout, (args, r.stdout)
+        for m in re.finditer(r"^  (--[\w-]+)(?:, --[\w-]+)* (\S+)", r.stdout, re.M):
+            placeholder = m.group(2)
+            assert placeholder == "/" or re.fullmatch(r"[A-Z]+", placeholder), (args, m.group(0))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from schedport.errors import SchedportError, read_json
 from schedport.common.guard import check_file_target, check_not_inside_store, claim_dir, claim_names, dir_kind
@@ -28,10 +28,60 @@ try:  # typer >= 0.2x vendors click; its exceptions are not click's
 except ImportError:  # pragma: no cover - typer on top of an installed click
     from click import exceptions as _click_errors
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+#: The commands as `schedport --help` lists them: the study's pipeline, then the tools for one trace
+#: or policy, then those that need a real server.
+COMMAND_ORDER = ("corpus", "run", "analyze", "explain", "simulate", "schedulers", "example", "trace",
+                 "calibrate", "replay", "validate", "conformance")
+
+
+class _PipelineOrder(TyperGroup):
+    """The top-level group, listing its commands in `COMMAND_ORDER` (any other after them)."""
+
+    def list_commands(self, ctx) -> list[str]:
+        rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
+        return sorted(super().list_commands(ctx), key=lambda name: rank.get(name, len(rank)))
+
+
+class _Argument(TyperArgument):
+    """A positional argument shown by its metavar alone (`FILE`), as options are, without typer's
+    `<type>` beside it."""
+
+    def display_type_rich(self, ctx) -> None:
+        return None
+
+
+class _Command(TyperCommand):
+    """A command whose positional arguments are shown as `_Argument`s: one placeholder style."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for p in self.params:
+            if type(p) is TyperArgument:
+                p.__class__ = _Argument
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, cls=_PipelineOrder,
                   help="Do LLM-serving scheduler rankings carry over across workloads, loads and metrics?")
 trace_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Convert and check request traces.")
 app.add_typer(trace_app, name="trace")
+
+
+def _print_version(value: bool) -> None:
+    """`--version`: print the package's version (`schedport.__about__`, a leaf module) and stop."""
+    if value:
+        from schedport.__about__ import __version__
+
+        typer.echo(f"schedport {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, expose_value=False,
+                                 help="Print schedport's version and exit."),
+) -> None:
+    # the options of `schedport` itself, before any command; the app's help is the Typer's
+    pass
 
 
 def _register() -> None:
@@ -44,10 +94,13 @@ def _register() -> None:
     from schedport.cli.study import run_command
 
     app.add_typer(corpus_app, name="corpus", help="Build, verify and list the frozen window corpus.")
-    app.command("run")(run_command)
-    app.command("analyze")(_checked_analyze(analyze_command))
-    app.command("conformance")(conformance_command)
-    app.command("explain")(explain_command)
+    app.command("run", short_help="Run the study's simulations, resumable, then analyse them.")(run_command)
+    app.command("analyze", short_help="Map where scheduler rankings hold and where they flip.")(
+        _checked_analyze(analyze_command))
+    app.command("conformance", short_help="Check the engine against vLLM's real scheduler, step for step.")(
+        conformance_command)
+    app.command("explain", short_help="Explain why a ranking flips, one traffic feature at a time.")(
+        explain_command)
 
 
 def _checked_analyze(command):
@@ -81,7 +134,21 @@ def _checked_analyze(command):
     return analyze
 
 
-out = Console()
+class _Console:
+    """rich's Console for the commands' output, created on first use: importing rich at start-up
+    would slow `schedport --help` and every command that prints plainly."""
+
+    _console = None
+
+    def __getattr__(self, name: str):
+        if _Console._console is None:
+            from rich.console import Console
+
+            _Console._console = Console()
+        return getattr(_Console._console, name)
+
+
+out = _Console()
 
 #: The largest `schedport example` trace: its columns take about 32 bytes a request while built.
 MAX_EXAMPLE_REQUESTS = 100_000_000
@@ -90,20 +157,25 @@ MAX_EXAMPLE_REQUESTS = 100_000_000
 _out_path = out_path_parser
 
 
-@app.command()
+@app.command(short_help="Simulate one trace under one scheduler.")
 def simulate(
-    trace: Path = typer.Option(..., "--trace", help="Canonical trace (CSV or Parquet)."),
-    scheduler: str = typer.Option(..., "--scheduler", help="Policy name (see `schedport schedulers`), or your "
+    trace: Path = typer.Option(..., "--trace", metavar="FILE", help="Canonical trace (CSV or Parquet)."),
+    scheduler: str = typer.Option(..., "--scheduler", metavar="NAME",
+                                  help="Policy name (see `schedport schedulers`), or your "
                                   "own as FILE.py:NAME or module:NAME (docs/own-scheduler.md)."),
-    out_dir: Path = typer.Option(..., "--out", parser=_out_path, help="Directory for requests.parquet and summary.json."),
-    engine: Optional[Path] = typer.Option(None, "--engine", help="Engine config TOML (defaults: docs/engine.md)."),
-    load: Optional[float] = typer.Option(None, "--load", help="Scale time to offered load RHO vs capacity."),
-    seed: int = typer.Option(0, "--seed", help="Seed for the policy's randomness (e.g. ltr's predictor)."),
+    out_dir: Path = typer.Option(..., "--out", metavar="DIR",
+                                 parser=_out_path, help="Directory for requests.parquet and summary.json."),
+    engine: Optional[Path] = typer.Option(None, "--engine", metavar="FILE",
+                                          help="Engine config TOML (defaults: docs/engine.md)."),
+    load: Optional[float] = typer.Option(None, "--load", metavar="RHO",
+                                         help="Scale time to offered load RHO vs capacity."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Seed for the policy's randomness (e.g. ltr's predictor)."),
     exact: bool = typer.Option(False, "--exact/--fast", help="--exact steps every iteration (the oracle; "
                                "slower); --fast, the default, fast-forwards with bit-identical results."),
-    horizon: Optional[float] = typer.Option(None, "--horizon", help="Stop the simulation at S seconds."),
+    horizon: Optional[float] = typer.Option(None, "--horizon", metavar="SECONDS",
+                                            help="Stop the simulation at S seconds."),
     region_def: Optional[str] = typer.Option(
-        None, "--region-def", help="What --load is relative to, as in `run`: 'sustainable' (the default), 'drain' "
+        None, "--region-def", metavar="TEXT", help="What --load is relative to, as in `run`: 'sustainable' (the default), 'drain' "
                                    "or 'slo[:PROFILE[:TARGET]]'."),
 ) -> None:
     """Simulate one trace under one scheduler; write per-request results and the run summary."""
@@ -134,19 +206,28 @@ def simulate(
                              f"written, but nothing was served (check the lengths against [engine] max_model_len)")
 
 
-@app.command()
+@app.command(short_help="Replay a trace against a real streaming server, open loop.")
 def replay(
-    endpoint: str = typer.Option(..., "--endpoint", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000."),
-    trace: Path = typer.Option(..., "--trace", help="Canonical trace (CSV or Parquet)."),
-    out_dir: Path = typer.Option(..., "--out", parser=_out_path, help="Directory for requests.parquet and summary.json."),
-    engine: Path = typer.Option(..., "--engine", help="The server's engine config (from `schedport calibrate`)."),
-    scheduler: str = typer.Option("vllm-fcfs", "--scheduler", help="vllm-fcfs, sjf, spf, edf or ltr (as priorities)."),
-    load: Optional[float] = typer.Option(None, "--load", help="Scale time to offered load RHO vs the engine's capacity."),
-    seed: int = typer.Option(0, "--seed", help="Seed for prompts and ltr's predictor."),
-    model: Optional[str] = typer.Option(None, "--model", help="Model id to request (default: the first served)."),
-    request_timeout: float = typer.Option(600.0, "--request-timeout", help="Seconds before a request counts as timed out."),
-    max_lag: float = typer.Option(0.05, "--max-lag", help="Bound on the 99th-percentile send lag (s); beyond it the run fails."),
-    retries: int = typer.Option(2, "--retries", help="Replays of a run whose send lag broke the bound before failing."),
+    endpoint: str = typer.Option(..., "--endpoint", metavar="URL",
+                                 help="OpenAI-compatible server, e.g. http://127.0.0.1:8000."),
+    trace: Path = typer.Option(..., "--trace", metavar="FILE", help="Canonical trace (CSV or Parquet)."),
+    out_dir: Path = typer.Option(..., "--out", metavar="DIR",
+                                 parser=_out_path, help="Directory for requests.parquet and summary.json."),
+    engine: Path = typer.Option(..., "--engine", metavar="FILE",
+                                help="The server's engine config (from `schedport calibrate`)."),
+    scheduler: str = typer.Option("vllm-fcfs", "--scheduler", metavar="NAME",
+                                  help="vllm-fcfs, sjf, spf, edf or ltr (as priorities)."),
+    load: Optional[float] = typer.Option(None, "--load", metavar="RHO",
+                                         help="Scale time to offered load RHO vs the engine's capacity."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Seed for prompts and ltr's predictor."),
+    model: Optional[str] = typer.Option(None, "--model", metavar="NAME",
+                                        help="Model id to request (default: the first served)."),
+    request_timeout: float = typer.Option(600.0, "--request-timeout", metavar="SECONDS",
+                                          help="Seconds before a request counts as timed out."),
+    max_lag: float = typer.Option(0.05, "--max-lag", metavar="SECONDS",
+                                  help="Bound on the 99th-percentile send lag (s); beyond it the run fails."),
+    retries: int = typer.Option(2, "--retries", metavar="N",
+                                help="Replays of a run whose send lag broke the bound before failing."),
 ) -> None:
     """Replay a trace against a real streaming server, open loop; write the same files as simulate."""
     from schedport.realengine.replay import replay as run_replay
@@ -180,19 +261,23 @@ def replay(
                              f"the measurements are written but do not replay the trace faithfully")
 
 
-@app.command()
+@app.command(short_help="Fit the simulator's latency model and limits to a real server.")
 def calibrate(
-    endpoint: str = typer.Option(..., "--endpoint", help="OpenAI-compatible vLLM server, e.g. http://127.0.0.1:8000."),
-    out_path: Path = typer.Option(..., "--out", parser=_out_path, help="Engine config TOML to write."),
-    model: Optional[str] = typer.Option(None, "--model", help="Model id (default: the first served)."),
-    repeats: int = typer.Option(5, "--repeats", help="Repetitions per probe (the median is fitted)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the probes' shuffled order."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Known running-sequence cap (skip its probe)."),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Known token budget."),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Known context limit."),
-    block_size: Optional[int] = typer.Option(None, "--block-size", help="Known KV block size."),
-    num_gpu_blocks: Optional[int] = typer.Option(None, "--num-gpu-blocks", help="Known number of KV blocks."),
-    request_timeout: float = typer.Option(300.0, "--request-timeout",
+    endpoint: str = typer.Option(..., "--endpoint", metavar="URL",
+                                 help="OpenAI-compatible vLLM server, e.g. http://127.0.0.1:8000."),
+    out_path: Path = typer.Option(..., "--out", metavar="FILE", parser=_out_path, help="Engine config TOML to write."),
+    model: Optional[str] = typer.Option(None, "--model", metavar="NAME", help="Model id (default: the first served)."),
+    repeats: int = typer.Option(5, "--repeats", metavar="N", help="Repetitions per probe (the median is fitted)."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the probes' shuffled order."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", metavar="N",
+                                               help="Known running-sequence cap (skip its probe)."),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", metavar="N",
+                                                         help="Known token budget."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", metavar="N", help="Known context limit."),
+    block_size: Optional[int] = typer.Option(None, "--block-size", metavar="N", help="Known KV block size."),
+    num_gpu_blocks: Optional[int] = typer.Option(None, "--num-gpu-blocks", metavar="N",
+                                                 help="Known number of KV blocks."),
+    request_timeout: float = typer.Option(300.0, "--request-timeout", metavar="SECONDS",
                                           help="Seconds any one probe request may take before the calibration "
                                                "fails (the model list: at most 30)."),
 ) -> None:
@@ -217,32 +302,43 @@ def calibrate(
     out.print(f"wrote {out_path}")
 
 
-@app.command()
+@app.command(short_help="Simulate and replay the same runs; compare their rankings.")
 def validate(
-    endpoint: str = typer.Option(..., "--endpoint", help="The real server (vLLM with --scheduling-policy priority)."),
-    engine: Path = typer.Option(..., "--engine", help="The server's engine config (from `schedport calibrate`)."),
-    out_dir: Path = typer.Option(..., "--out", parser=_out_path, help="Directory for runs/, validation.json and validation.html."),
-    trace: Optional[list[Path]] = typer.Option(None, "--trace", help="Trace file(s) to validate on (repeatable)."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="A built corpus to take windows from."),
-    windows: int = typer.Option(3, "--windows", help="With --corpus: how many windows (round-robin over sources)."),
-    max_requests: Optional[int] = typer.Option(None, "--max-requests", help="Replay only each window's first N requests."),
-    schedulers: str = typer.Option("vllm-fcfs,sjf,spf,edf", "--schedulers", help="Comma-separated, expressible ones."),
-    regions: str = typer.Option("light,moderate,high", "--regions", help="Region names or name=rho, comma-separated."),
-    seed: int = typer.Option(0, "--seed"),
-    model: Optional[str] = typer.Option(None, "--model", help="Model id (default: the first served)."),
-    threshold: float = typer.Option(0.05, "--threshold", help="Relative difference below which two runs tie."),
-    request_timeout: float = typer.Option(600.0, "--request-timeout", help="Seconds before a request times out."),
-    max_lag: float = typer.Option(0.05, "--max-lag", help="Bound on the 99th-percentile send lag (s)."),
-    retries: int = typer.Option(2, "--retries", help="Replays of a run whose send lag broke the bound."),
-    repeats: int = typer.Option(1, "--repeats", help="Replays per run, in rounds; the median is compared "
+    endpoint: str = typer.Option(..., "--endpoint", metavar="URL",
+                                 help="The real server (vLLM with --scheduling-policy priority)."),
+    engine: Path = typer.Option(..., "--engine", metavar="FILE",
+                                help="The server's engine config (from `schedport calibrate`)."),
+    out_dir: Path = typer.Option(..., "--out", metavar="DIR",
+                                 parser=_out_path, help="Directory for runs/, validation.json and validation.html."),
+    trace: Optional[list[Path]] = typer.Option(None, "--trace", metavar="FILE",
+                                               help="Trace file(s) to validate on (repeatable)."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", metavar="DIR", help="A built corpus to take windows from."),
+    windows: int = typer.Option(3, "--windows", metavar="N",
+                                help="With --corpus: how many windows (round-robin over sources)."),
+    max_requests: Optional[int] = typer.Option(None, "--max-requests", metavar="N",
+                                               help="Replay only each window's first N requests."),
+    schedulers: str = typer.Option("vllm-fcfs,sjf,spf,edf", "--schedulers", metavar="LIST",
+                                   help="Comma-separated, expressible ones."),
+    regions: str = typer.Option("light,moderate,high", "--regions", metavar="LIST",
+                                help="Region names or name=rho, comma-separated."),
+    seed: int = typer.Option(0, "--seed", metavar="N"),
+    model: Optional[str] = typer.Option(None, "--model", metavar="NAME", help="Model id (default: the first served)."),
+    threshold: float = typer.Option(0.05, "--threshold", metavar="NUMBER",
+                                    help="Relative difference below which two runs tie."),
+    request_timeout: float = typer.Option(600.0, "--request-timeout", metavar="SECONDS",
+                                          help="Seconds before a request times out."),
+    max_lag: float = typer.Option(0.05, "--max-lag", metavar="SECONDS",
+                                  help="Bound on the 99th-percentile send lag (s)."),
+    retries: int = typer.Option(2, "--retries", metavar="N", help="Replays of a run whose send lag broke the bound."),
+    repeats: int = typer.Option(1, "--repeats", metavar="N", help="Replays per run, in rounds; the median is compared "
                                 "and the spread reported as the real engine's noise."),
     speed_probe: bool = typer.Option(True, "--speed-probe/--no-speed-probe",
                                      help="Before each replay, time a lone prompt against the engine config."),
     predicted: Optional[Path] = typer.Option(
-        None, "--predicted", help="An analysis (portability.json) of a store run with --variants: validate exactly "
+        None, "--predicted", metavar="FILE", help="An analysis (portability.json) of a store run with --variants: validate exactly "
         "its strongest reversal and most stable ranking (their schedulers, regions and, with --corpus, sources); "
         "docs/validation.md."),
-    min_completed: float = typer.Option(0.5, "--min-completed",
+    min_completed: float = typer.Option(0.5, "--min-completed", metavar="NUMBER",
                                         help="Share of each replay's requests (not rejected by the server) that "
                                              "must complete; below it the validation fails."),
 ) -> None:
@@ -342,13 +438,13 @@ def _f(v) -> str:
     return "n/a" if v is None else f"{v:.3f}"
 
 
-@app.command()
+@app.command(short_help="List the scheduling policies, or check your own.", cls=_Command)
 def schedulers(
     check: Optional[list[str]] = typer.Argument(
-        None, metavar="[FILE.py:NAME | module:NAME | NAME]...",
-        help="Your own policies to load and check: each is simulated on the example trace at rho 0.5, 1 "
+        None, metavar="POLICY",
+        help="Your own policies (FILE.py:NAME, module:NAME or NAME) to load and check: each is simulated on the example trace at rho 0.5, 1 "
              "and 1.6, fast and stepping every iteration, and must agree bit for bit."),
-    engine: Optional[Path] = typer.Option(None, "--engine", help="Engine config TOML for the check."),
+    engine: Optional[Path] = typer.Option(None, "--engine", metavar="FILE", help="Engine config TOML for the check."),
 ) -> None:
     """List the scheduling policies, one line each (built-in, then installed); or check your own."""
     from schedport.engine.plugins import get_scheduler, installed_policies, load_entry_point, source_of
@@ -377,11 +473,12 @@ def schedulers(
         typer.echo(f"{name:<{width}}  {summary}  [installed: {dist}, {ep.value}]")
 
 
-@app.command()
+@app.command(short_help="Write the bundled synthetic example trace.")
 def example(
-    out_path: Path = typer.Option(Path("example-trace.csv"), "--out", parser=_out_path, help="Where to write the trace."),
-    n: int = typer.Option(1000, "--requests", help="Number of requests."),
-    seed: int = typer.Option(0, "--seed"),
+    out_path: Path = typer.Option(Path("example-trace.csv"), "--out", metavar="FILE",
+                                  parser=_out_path, help="Where to write the trace."),
+    n: int = typer.Option(1000, "--requests", metavar="N", help="Number of requests."),
+    seed: int = typer.Option(0, "--seed", metavar="N"),
 ) -> None:
     """Write the bundled synthetic example trace (project-generated, two clients)."""
     from schedport.workload.examples import make_example_trace
@@ -398,17 +495,20 @@ def example(
     out.print(f"wrote {n} requests to {out_path}")
 
 
-@trace_app.command("convert")
+@trace_app.command("convert", short_help="Turn a public trace file into the canonical trace.", cls=_Command)
 def trace_convert(
-    inputs: list[Path] = typer.Argument(..., help="Input file(s) or folder (servegen)."),
-    fmt: str = typer.Option(..., "--from", help="azure | burstgpt | servegen | jsonl | canonical"),
-    out_path: Path = typer.Option(..., "--out", parser=_out_path, help="Canonical CSV or Parquet to write."),
-    start: Optional[float] = typer.Option(None, "--start", help="Window start, seconds from the file start."),
-    duration: Optional[float] = typer.Option(None, "--duration", help="Window length in seconds."),
-    rows: Optional[int] = typer.Option(None, "--rows", help="Take N requests from the start."),
-    slot: Optional[int] = typer.Option(None, "--slot", help="servegen: 600 s slot start (seconds)."),
-    seed: int = typer.Option(0, "--seed", help="servegen: generation seed."),
-    rate_scale: float = typer.Option(1.0, "--rate-scale", help="servegen: multiply every client's rate."),
+    inputs: list[Path] = typer.Argument(..., metavar="FILE", help="Input file(s) or folder (servegen)."),
+    fmt: str = typer.Option(..., "--from", metavar="TEXT", help="azure | burstgpt | servegen | jsonl | canonical"),
+    out_path: Path = typer.Option(..., "--out", metavar="FILE",
+                                  parser=_out_path, help="Canonical CSV or Parquet to write."),
+    start: Optional[float] = typer.Option(None, "--start", metavar="SECONDS",
+                                          help="Window start, seconds from the file start."),
+    duration: Optional[float] = typer.Option(None, "--duration", metavar="SECONDS", help="Window length in seconds."),
+    rows: Optional[int] = typer.Option(None, "--rows", metavar="N", help="Take N requests from the start."),
+    slot: Optional[int] = typer.Option(None, "--slot", metavar="N", help="servegen: 600 s slot start (seconds)."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="servegen: generation seed."),
+    rate_scale: float = typer.Option(1.0, "--rate-scale", metavar="NUMBER",
+                                     help="servegen: multiply every client's rate."),
 ) -> None:
     """Turn a public trace file into the canonical trace, reporting what was dropped and why."""
     from schedport.workload import sources
@@ -434,8 +534,8 @@ def trace_convert(
         out.print(f"skipped {len(names)}: {', '.join(names)} (see `sources.read(...).skipped` for why)")
 
 
-@trace_app.command("check")
-def trace_check(path: Path = typer.Argument(..., help="Canonical trace to validate.")) -> None:
+@trace_app.command("check", cls=_Command)
+def trace_check(path: Path = typer.Argument(..., metavar="FILE", help="Canonical trace to validate.")) -> None:
     """Validate a canonical trace and print its statistics."""
     import numpy as np
 

@@ -14,48 +14,57 @@ import typer
 
 from schedport.analysis.defaults import ABS_THRESHOLD, N_BOOT, PRACTICAL_THRESHOLD, Q, SPLITS
 from schedport.cli.params import out_path_parser
-from schedport.analysis.explain import check_results_dir, explanation_lines, parse_selection
 from schedport.common.formatting import fmt, pct
 from schedport.errors import SchedportError
 
 
 def analyze_command(
-    results: Path = typer.Option(..., "--results", parser=out_path_parser, help="Results store written by `schedport run`."),
-    out: Optional[Path] = typer.Option(None, "--out", parser=out_path_parser,
+    results: Path = typer.Option(..., "--results", metavar="DIR",
+                                 parser=out_path_parser, help="Results store written by `schedport run`."),
+    out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", parser=out_path_parser,
                                        help="Where to write portability.json and report.html "
                                                           "(default: the results directory)."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Corpus directory (its manifest.json) for the "
+    corpus: Optional[Path] = typer.Option(None, "--corpus", metavar="DIR",
+                                          help="Corpus directory (its manifest.json) for the "
                                                                  "workload-characterization figure."),
-    threshold: float = typer.Option(PRACTICAL_THRESHOLD, "--threshold", help="Practical threshold on |relative effect| "
+    threshold: float = typer.Option(PRACTICAL_THRESHOLD, "--threshold", metavar="NUMBER",
+                                    help="Practical threshold on |relative effect| "
                                                                              "(unbounded metrics)."),
-    abs_threshold: float = typer.Option(ABS_THRESHOLD, "--abs-threshold",
+    abs_threshold: float = typer.Option(ABS_THRESHOLD, "--abs-threshold", metavar="NUMBER",
                                         help="Practical threshold on |absolute difference| for bounded metrics "
                                              "(attainment, Jain indices, shares): 0.02 = 2 percentage points."),
-    n_splits: int = typer.Option(SPLITS, "--splits", help="Random splits for the split-half reliability."),
-    compare: Optional[Path] = typer.Option(None, "--compare", help="portability.json (or its directory) of the "
+    n_splits: int = typer.Option(SPLITS, "--splits", metavar="N", help="Random splits for the split-half reliability."),
+    compare: Optional[Path] = typer.Option(None, "--compare", metavar="PATH",
+                                           help="portability.json (or its directory) of the "
                                                                   "same study under the other region definition: "
                                                                   "show both headlines side by side."),
-    q: float = typer.Option(Q, "--q", help="Benjamini-Hochberg false discovery rate."),
-    n_boot: int = typer.Option(N_BOOT, "--boot", "--n-boot", help="Bootstrap replicates (>= 1000 for reporting)."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    q: float = typer.Option(Q, "--q", metavar="NUMBER", help="Benjamini-Hochberg false discovery rate."),
+    n_boot: int = typer.Option(N_BOOT, "--boot", "--n-boot", metavar="N",
+                               help="Bootstrap replicates (>= 1000 for reporting)."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Bootstrap seed."),
     robustness: bool = typer.Option(True, "--robustness/--no-robustness",
                                     help="Recompute the study's five claims under every protocol of the "
                                          "multiverse (portability.json's robustness; about a minute on 2 cores "
                                          "for the default study)."),
-    robustness_boot: int = typer.Option(200, "--robustness-boot",
+    robustness_boot: int = typer.Option(200, "--robustness-boot", metavar="N",
                                         help="Resamples of windows behind each protocol's verdict (intervals "
                                              "not shown)."),
-    metrics: Optional[str] = typer.Option(None, "--metrics", help="Comma-separated metrics (default: all)."),
-    expect_corpus: Optional[str] = typer.Option(None, "--expect-corpus", help="Refuse a store from another corpus."),
-    validation: Optional[Path] = typer.Option(None, "--validation", help="validation.json from `schedport "
+    metrics: Optional[str] = typer.Option(None, "--metrics", metavar="LIST",
+                                          help="Comma-separated metrics (default: all)."),
+    expect_corpus: Optional[str] = typer.Option(None, "--expect-corpus", metavar="TEXT",
+                                                help="Refuse a store from another corpus."),
+    validation: Optional[Path] = typer.Option(None, "--validation", metavar="FILE",
+                                              help="validation.json from `schedport "
                                                                          "validate`: add its section to the report."),
-    explain: Optional[str] = typer.Option(None, "--explain", help="K: explain the K strongest study-form reversals "
+    explain: Optional[str] = typer.Option(None, "--explain", metavar="TEXT",
+                                          help="K: explain the K strongest study-form reversals "
                                           "(`schedport explain`, cached in RESULTS/explain) and add a 'Why it flips' "
                                           "section to the report; or N1,N2,...: those reversals (numbers as in "
                                           "`schedport explain --list`)."),
 ) -> None:
     """Rank schedulers per source, region and metric; map where rankings hold and where they flip."""
     from schedport import api   # numpy, pandas, scipy (~3 s): loaded on use, not at every command's start
+    from schedport.analysis.explain import explanation_lines
 
     check_analyze_options(results=results, q=q, n_boot=n_boot, seed=seed, n_splits=n_splits, threshold=threshold,
                           abs_threshold=abs_threshold, metrics=metrics, explain=explain)
@@ -83,6 +92,8 @@ def analyze_command(
 
 def check_analyze_options(*, results, q, n_boot, seed, n_splits, threshold, abs_threshold, metrics, explain) -> None:
     """Every `analyze` option checked before any work, each error naming its flag."""
+    from schedport.analysis.explain import check_results_dir, parse_selection   # numpy, pandas: on use
+
     check_results_dir(results)
     if not (0 < q < 1):
         raise SchedportError(f"--q must be in (0, 1), got {q}")

@@ -9,41 +9,55 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
-from schedport.engine.config import load_engine_config
-from schedport.engine.runner import scaled
 from schedport.errors import SchedportError
-from schedport.realengine.conformance import (VLLM_POLICY, Case, format_divergence, format_table, run_conformance,
-                                              standard_cases, vllm_policy)
-from schedport.workload import corpus as corpus_lib
-from schedport.workload.trace import load_trace
+
+# The engine, the traces and rich are imported in the command, so that `schedport --help` starts at
+# once; these are the keys of `schedport.realengine.conformance.VLLM_POLICY` (a test checks it).
+VLLM_SCHEDULERS = ("vllm-fcfs", "sjf", "spf", "edf")
 
 
 def conformance_command(
-    corpus: Path = typer.Option(Path("corpus"), "--corpus", help="Corpus directory for the standard cases "
+    corpus: Path = typer.Option(Path("corpus"), "--corpus", metavar="DIR",
+                                help="Corpus directory for the standard cases "
                                 "(built from the public data if missing)."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Public data directory, used only to "
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", metavar="DIR",
+                                            help="Public data directory, used only to "
                                             "build a missing corpus."),
-    trace: Optional[Path] = typer.Option(None, "--trace", help="Check your own trace instead of the standard "
+    trace: Optional[Path] = typer.Option(None, "--trace", metavar="FILE",
+                                         help="Check your own trace instead of the standard "
                                          "cases (with --scheduler and --load)."),
-    scheduler: str = typer.Option("vllm-fcfs", "--scheduler", help="With --trace: comma-separated schedulers "
-                                  f"({', '.join(VLLM_POLICY)}, or your own FILE.py:NAME when it is a fixed, "
+    scheduler: str = typer.Option("vllm-fcfs", "--scheduler", metavar="LIST",
+                                  help="With --trace: comma-separated schedulers "
+                                  f"({', '.join(VLLM_SCHEDULERS)}, or your own FILE.py:NAME when it is a fixed, "
                                   "non-preemptive key: vLLM's priorities)."),
-    load: Optional[float] = typer.Option(None, "--load", help="With --trace: offered load rho (default: the "
+    load: Optional[float] = typer.Option(None, "--load", metavar="RHO",
+                                         help="With --trace: offered load rho (default: the "
                                          "trace's own time axis)."),
-    engine: Optional[Path] = typer.Option(None, "--engine", help="Engine config TOML (defaults: docs/engine.md)."),
-    cases: Optional[str] = typer.Option(None, "--cases", help="Run only the standard cases whose name contains "
+    engine: Optional[Path] = typer.Option(None, "--engine", metavar="FILE",
+                                          help="Engine config TOML (defaults: docs/engine.md)."),
+    cases: Optional[str] = typer.Option(None, "--cases", metavar="LIST",
+                                        help="Run only the standard cases whose name contains "
                                         "one of these comma-separated strings."),
-    mode: str = typer.Option("exact,fast", "--mode", help="Simulator modes to compare: exact, fast or both."),
-    vllm_python: Optional[Path] = typer.Option(None, "--vllm-python", help="Interpreter with vLLM "
+    mode: str = typer.Option("exact,fast", "--mode", metavar="LIST",
+                             help="Simulator modes to compare: exact, fast or both."),
+    vllm_python: Optional[Path] = typer.Option(None, "--vllm-python", metavar="FILE", help="Interpreter with vLLM "
                                                "(default: $SCHEDPORT_VLLM_PYTHON or ./.venv-vllm)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Also write the per-case results as JSON."),
+    out: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="Also write the per-case results as JSON."),
 ) -> None:
     """Check the engine against vLLM's real v1 scheduler, step for step (docs/validation.md).
 
     Exits 0 when every case is bit-identical in every mode, 1 when some case differs, 2 on
     bad input."""
+    from rich.console import Console
+
+    from schedport.engine.config import load_engine_config
+    from schedport.engine.runner import scaled
+    from schedport.realengine.conformance import (Case, format_divergence, format_table, run_conformance,
+                                                  standard_cases, vllm_policy)
+    from schedport.workload import corpus as corpus_lib
+    from schedport.workload.trace import load_trace
+
     con = Console()
     modes = tuple(m.strip() for m in mode.split(",") if m.strip())
     if not modes or any(m not in ("exact", "fast") for m in modes):

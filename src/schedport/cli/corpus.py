@@ -15,24 +15,28 @@ import typer
 
 from schedport.cli.params import out_path_parser
 from schedport.common.outputs import output_dir
-from schedport.engine.config import load_engine_config
 from schedport.errors import SchedportError
-from schedport.study.regions import REGIONS, capacity_cache, time_scale
-from schedport.workload.corpus import (DEFAULT_OUT, MODELED_ADAPTER, Corpus, Window, build_corpus, compare_expected,
-                                       load_corpus, source_label, verify_corpus)
+
+# The library modules (numpy, pandas, the engine) are imported in each command, so that `schedport
+# --help` starts at once; this default is `schedport.workload.corpus.DEFAULT_OUT` (a test checks it).
+DEFAULT_OUT = Path("corpus")
 
 corpus_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                          help="Build, verify and list the frozen corpus of workload windows.")
 
 
-@corpus_app.command("build")
+@corpus_app.command("build", short_help="Build the corpus and compare it with the frozen hashes.")
 def build_cmd(
-    spec: Optional[Path] = typer.Option(None, "--spec", help="Corpus spec TOML (default: the packaged 120-window study)."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Where the public files are (default: $SCHEDPORT_DATA, ../shared/datasets, the user cache)."),
-    out: Path = typer.Option(DEFAULT_OUT, "--out", parser=out_path_parser,
+    spec: Optional[Path] = typer.Option(None, "--spec", metavar="FILE",
+                                        help="Corpus spec TOML (default: the packaged 120-window study)."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", metavar="DIR",
+                                            help="Where the public files are (default: $SCHEDPORT_DATA, ../shared/datasets, the user cache)."),
+    out: Path = typer.Option(DEFAULT_OUT, "--out", metavar="DIR", parser=out_path_parser,
                              help="Corpus directory to write (replaced atomically)."),
 ) -> None:
     """Build the corpus: cut every window, write windows/*.parquet and manifest.json, compare with the frozen hashes."""
+    from schedport.workload.corpus import MODELED_ADAPTER, build_corpus, source_label
+
     output_dir(out, create=False)  # before reading (or downloading) any public file
     t0 = time.perf_counter()
     corpus = build_corpus(spec, data_dir, out, progress=typer.echo)
@@ -49,11 +53,13 @@ def build_cmd(
             typer.echo(f"note: {s} is {source_label(MODELED_ADAPTER)}, not the real BurstGPT trace")
 
 
-@corpus_app.command("verify")
+@corpus_app.command("verify", short_help="Recompute every hash of a corpus; exit 2 on any change.")
 def verify_cmd(
-    corpus_dir: Path = typer.Option(DEFAULT_OUT, "--corpus", help="Corpus directory."),
+    corpus_dir: Path = typer.Option(DEFAULT_OUT, "--corpus", metavar="DIR", help="Corpus directory."),
 ) -> None:
     """Recompute every hash; exit 2 with one line per problem if anything changed or is missing."""
+    from schedport.workload.corpus import compare_expected, load_corpus, verify_corpus
+
     problems = verify_corpus(corpus_dir)
     if problems:
         for p in problems:
@@ -73,13 +79,18 @@ def _fmt(v, nd: int = 1) -> str:
     return f"{v:.{nd}f}"
 
 
-@corpus_app.command("list")
+@corpus_app.command("list", short_help="One line per window with its statistics.")
 def list_cmd(
-    corpus_dir: Path = typer.Option(DEFAULT_OUT, "--corpus", help="Corpus directory."),
+    corpus_dir: Path = typer.Option(DEFAULT_OUT, "--corpus", metavar="DIR", help="Corpus directory."),
     regions: bool = typer.Option(False, "--regions", help="Also show each window's capacity and time-scale factor per region."),
-    engine: Optional[Path] = typer.Option(None, "--engine", help="Engine config TOML for --regions (default engine otherwise)."),
+    engine: Optional[Path] = typer.Option(None, "--engine", metavar="FILE",
+                                          help="Engine config TOML for --regions (default engine otherwise)."),
 ) -> None:
     """One line per window with its statistics (and, with --regions, capacity and scale factors)."""
+    from schedport.engine.config import load_engine_config
+    from schedport.study.regions import REGIONS, capacity_cache
+    from schedport.workload.corpus import MODELED_ADAPTER, load_corpus, source_label
+
     corpus = load_corpus(corpus_dir)
     width = max(len(w.window_id) for w in corpus.windows)
     swidth = max(len(w.source) for w in corpus.windows)
@@ -118,8 +129,11 @@ def list_cmd(
                    f"({', '.join(f'{n} {r:g}' for n, r in regs.items())}); >1 stretches time (lighter)")
 
 
-def _region_cells(corpus: Corpus, w: Window, cfg, cache, regs: dict[str, float]) -> str:
-    """Capacity and per-region time-scale cells of one window ("n/a" where undefined)."""
+def _region_cells(corpus, w, cfg, cache, regs: dict[str, float]) -> str:
+    """Capacity and per-region time-scale cells of one window (a `schedport.workload.corpus.Corpus`
+    and its `Window`; "n/a" where undefined)."""
+    from schedport.study.regions import time_scale
+
     tr = corpus.trace(w.window_id)
     try:
         cap = cache.capacity(tr, cfg, w.sha256)

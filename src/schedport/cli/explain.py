@@ -16,42 +16,59 @@ import typer
 from schedport.errors import SchedportError
 from schedport.common.guard import check_file_target, claim_dir
 from schedport.common.outputs import io_error, output_file
-from schedport.analysis.explain import (DEFAULT_BOOT, FEATURES, check_results_dir, explain, ranked_reversals,
-                                        read_portability)
 from schedport.cli.params import out_path_parser
+
+# `schedport.analysis.explain` (numpy, pandas, scipy) is imported in the command, so that `schedport
+# --help` starts at once; these are its DEFAULT_BOOT and the names of its FEATURES (a test checks them).
+DEFAULT_BOOT = 1000
+FEATURES = ("arrival", "burstiness", "input", "output", "coupling", "clients", "clients_removed")
 
 __all__ = ["explain_command"]
 
 
 def explain_command(
-    results: Path = typer.Option(..., "--results", parser=out_path_parser,
+    results: Path = typer.Option(..., "--results", metavar="DIR", parser=out_path_parser,
                                  help="Results store written by `schedport run` (read only)."),
-    reversal: Optional[int] = typer.Option(None, "--reversal", help="Number of a study-form reversal, strongest "
+    reversal: Optional[int] = typer.Option(None, "--reversal", metavar="N",
+                                           help="Number of a study-form reversal, strongest "
                                                                     "first (see --list; needs portability.json)."),
-    pair: Optional[str] = typer.Option(None, "--pair", help="Scheduler pair A,B (with --metric, --region, --sources)."),
-    metric: Optional[str] = typer.Option(None, "--metric", help="Metric of the comparison, e.g. ttft_p99_s."),
-    region: Optional[str] = typer.Option(None, "--region", help="Region of the comparison, e.g. severe."),
-    sources: Optional[str] = typer.Option(None, "--sources", help="The two sources X,Y compared."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write the explanation JSON here (default: print it)."),
+    pair: Optional[str] = typer.Option(None, "--pair", metavar="LIST",
+                                       help="Scheduler pair A,B (with --metric, --region, --sources)."),
+    metric: Optional[str] = typer.Option(None, "--metric", metavar="NAME",
+                                         help="Metric of the comparison, e.g. ttft_p99_s."),
+    region: Optional[str] = typer.Option(None, "--region", metavar="NAME",
+                                         help="Region of the comparison, e.g. severe."),
+    sources: Optional[str] = typer.Option(None, "--sources", metavar="LIST", help="The two sources X,Y compared."),
+    out: Optional[Path] = typer.Option(None, "--out", metavar="FILE",
+                                       help="Write the explanation JSON here (default: print it)."),
     list_only: bool = typer.Option(False, "--list", help="List the study form's reversals with their numbers "
                                                          "and stop."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Corpus directory (default: the one the store "
+    corpus: Optional[Path] = typer.Option(None, "--corpus", metavar="DIR",
+                                          help="Corpus directory (default: the one the store "
                                                                  "names)."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Variant windows and finished runs (default: "
+    cache: Optional[Path] = typer.Option(None, "--cache", metavar="DIR",
+                                         help="Variant windows and finished runs (default: "
                                                                "RESULTS/explain); reruns skip finished runs."),
-    features: Optional[str] = typer.Option(None, "--features", help=f"Comma-separated features (default: all that "
+    features: Optional[str] = typer.Option(None, "--features", metavar="LIST",
+                                           help=f"Comma-separated features (default: all that "
                                                                     f"apply): {', '.join(FEATURES)}."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes or local Ray CPUs (default: "
+    workers: Optional[int] = typer.Option(None, "--workers", metavar="N",
+                                          help="Worker processes or local Ray CPUs (default: "
                                                                   "all cores)."),
-    executor: str = typer.Option("local", "--executor", help="local (process pool) or ray."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Existing Ray cluster (with --executor "
+    executor: str = typer.Option("local", "--executor", metavar="TEXT", help="local (process pool) or ray."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="TEXT",
+                                              help="Existing Ray cluster (with --executor "
                                                                           "ray)."),
-    n_boot: int = typer.Option(DEFAULT_BOOT, "--boot", help="Window resamples for the intervals (the analysis's "
+    n_boot: int = typer.Option(DEFAULT_BOOT, "--boot", metavar="N",
+                               help="Window resamples for the intervals (the analysis's "
                                                             "default)."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed (the analysis's default, so resamples match)."),
+    seed: int = typer.Option(0, "--seed", metavar="N",
+                             help="Bootstrap seed (the analysis's default, so resamples match)."),
 ) -> None:
     """Explain why a ranking flips: run the pair on hybrid windows that each take one traffic feature from the
     other source, and name the feature whose transplant reproduces the flip."""
+    from schedport.analysis.explain import check_results_dir, explain, ranked_reversals, read_portability
+
     check_results_dir(results)
     if out is not None and out.exists() and out.is_dir():
         raise SchedportError(f"--out: {out} is a directory; give a file name (FILE.json)")

@@ -14,68 +14,77 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
-from schedport import api
 from schedport.analysis.defaults import MIN_WINDOWS
 from schedport.cli.params import out_path_parser
 from schedport.common.guard import claim_dir
 from schedport.common.outputs import output_dir
-from schedport.engine.config import load_engine_config
-from schedport.engine.plugins import check_scheduler_tables, resolve_schedulers
 from schedport.errors import SchedportError
-from schedport.study.progress import fmt_wall
-from schedport.study.variants import load_variant_set, run_variant_sweeps, variant_configs, variants_dir
-from schedport.study.sweep import (DEFAULT_CORPUS, DEFAULT_OUT, Selection, SweepInterrupted, load_corpus, run_sweep,
-                                   select)
-from schedport.workload import corpus as corpus_lib
+
+# The sweep, the engine, the analysis (`schedport.api`) and rich are imported on use, so that
+# `schedport --help` starts at once; these defaults are `schedport.study.sweep`'s DEFAULT_CORPUS
+# and DEFAULT_OUT (a test checks them).
+DEFAULT_CORPUS = Path("corpus")
+DEFAULT_OUT = Path("results")
+
+
+def __getattr__(name: str):
+    # `schedport.cli.study.api`, loaded on first use (numpy, pandas, scipy), as before this module
+    # deferred it
+    if name == "api":
+        from schedport import api
+
+        return api
+    raise AttributeError(name)
 
 
 def run_command(
     schedulers: Optional[str] = typer.Option(
-        None, "--schedulers", help="Comma-separated scheduler names (default: all 13; see `schedport schedulers`); your own "
+        None, "--schedulers", metavar="LIST", help="Comma-separated scheduler names (default: all 13; see `schedport schedulers`); your own "
                                "as FILE.py:NAME or module:NAME (docs/own-scheduler.md)."),
     sources: Optional[str] = typer.Option(
-        None, "--sources", help="Comma-separated corpus sources (default: all, e.g. azure,bailian,burstgpt-modeled)."),
+        None, "--sources", metavar="LIST", help="Comma-separated corpus sources (default: all, e.g. azure,bailian,burstgpt-modeled)."),
     regions: Optional[str] = typer.Option(
-        None, "--regions", help="Comma-separated regions: light,moderate,high,near-saturation,overload,severe "
+        None, "--regions", metavar="LIST", help="Comma-separated regions: light,moderate,high,near-saturation,overload,severe "
                                 "(rho 0.3..1.6), or custom name=rho. Default: all six."),
     windows: Optional[int] = typer.Option(
-        None, "--windows", help="Run only N windows of each source, taken in turn from its parts (Azure's conv and code) "
-                           "(default: all)."),
-    seeds: int = typer.Option(1, "--seeds", help="Run seeds 0..N-1 of every cell."),
+        None, "--windows", metavar="N", help="Run only N windows of each source, taken in turn from its parts (Azure's "
+                                               "conv and code) (default: all)."),
+    seeds: int = typer.Option(1, "--seeds", metavar="N", help="Run seeds 0..N-1 of every cell."),
     corpus: Path = typer.Option(
-        DEFAULT_CORPUS, "--corpus", parser=out_path_parser,
-        help="Corpus directory (built from the public data if missing)."),
-    engine: Optional[Path] = typer.Option(None, "--engine", help="Engine config TOML (defaults: docs/engine.md)."),
+        DEFAULT_CORPUS, "--corpus", metavar="DIR", parser=out_path_parser,
+        help="Corpus directory (built from the public data if missing; your own traces: `schedport corpus build "
+             "--spec`, docs/corpus.md)."),
+    engine: Optional[Path] = typer.Option(None, "--engine", metavar="FILE",
+                                          help="Engine config TOML (defaults: docs/engine.md)."),
     data_dir: Optional[Path] = typer.Option(
-        None, "--data-dir", help="Public data directory, used only to build a missing corpus."),
+        None, "--data-dir", metavar="DIR", help="Public data directory, used only to build a missing corpus."),
     quick: bool = typer.Option(
         False, "--quick", help="Small first-contact subset (180 runs, about half a minute on 2 cores plus a first "
                                "corpus build): schedulers "
                                "vllm-fcfs,sarathi,sjf,vtc,slo-admission; 4 windows per source; regions "
                                "moderate,near-saturation,overload. Explicit selectors override it."),
     out: Path = typer.Option(
-        DEFAULT_OUT, "--out", parser=out_path_parser, help="Results directory: Parquet dataset OUT/runs/ + OUT/manifest.json. "
+        DEFAULT_OUT, "--out", metavar="DIR", parser=out_path_parser, help="Results directory: Parquet dataset OUT/runs/ + OUT/manifest.json. "
                                    "Rerunning resumes, skipping finished cells."),
     force: bool = typer.Option(
         False, "--force", help="If OUT holds results of another corpus/engine config, or is corrupt or foreign, "
-                               "move it aside to OUT.old-<timestamp> and start afresh (nothing is deleted)."),
+                               "move it aside to OUT.old-TIMESTAMP and start afresh (nothing is deleted)."),
     workers: Optional[int] = typer.Option(
-        None, "--workers", help="Worker processes (local) or CPUs of a local Ray instance (default: all cores)."),
-    executor: str = typer.Option("local", "--executor", help="local (process pool) or ray."),
+        None, "--workers", metavar="N", help="Worker processes (local) or CPUs of a local Ray instance (default: all cores)."),
+    executor: str = typer.Option("local", "--executor", metavar="TEXT", help="local (process pool) or ray."),
     ray_address: Optional[str] = typer.Option(
-        None, "--ray-address", help="Existing Ray cluster (e.g. ray://host:10001 or auto); default: start a "
+        None, "--ray-address", metavar="TEXT", help="Existing Ray cluster (e.g. ray://host:10001 or auto); default: start a "
                                     "local instance."),
     keep_requests: bool = typer.Option(
         False, "--keep-requests", help="Also keep every run's per-request table in OUT/requests/ (large)."),
     region_def: str = typer.Option(
-        "sustainable", "--region-def", help="How rho is anchored: 'sustainable' (offered / the rate the engine "
+        "sustainable", "--region-def", metavar="TEXT", help="How rho is anchored: 'sustainable' (offered / the rate the engine "
         "sustains with a queue, the default), 'drain' (offered / requests per makespan of an all-at-once replay, "
         "the earlier definition) or 'slo[:PROFILE[:TARGET]]' (offered / the rate at which vllm-fcfs meets TARGET "
         "of PROFILE's SLO; default slo:standard:0.9)."),
     variants: Optional[str] = typer.Option(
-        None, "--variants", help="Run the matrix once per engine variant of a set: 'uncertainty' (the engine "
+        None, "--variants", metavar="TEXT", help="Run the matrix once per engine variant of a set: 'uncertainty' (the engine "
         "perturbed within its fit errors and published simulator errors, docs/engine.md §3.6) or your own set's "
         "TOML; the default variant's cells are the study's, reused. The analysis then gives each reversal its "
         "survival across the variants."),
@@ -85,6 +94,10 @@ def run_command(
                                              "leaves `schedport analyze` for later."),
 ) -> None:
     """Run the experiment matrix (schedulers x windows x regions x seeds), resumable, then the analysis."""
+    from rich.console import Console
+
+    from schedport.study.sweep import SweepInterrupted
+
     try:
         _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
                      workers, executor, ray_address, keep_requests, region_def, do_analyze, variants)
@@ -97,6 +110,16 @@ def run_command(
 def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
                  workers, executor, ray_address, keep_requests, region_def="sustainable", do_analyze=True,
                  variants=None) -> None:
+    from rich.console import Console
+
+    from schedport import api
+    from schedport.engine.config import load_engine_config
+    from schedport.engine.plugins import check_scheduler_tables, resolve_schedulers
+    from schedport.study.progress import fmt_wall
+    from schedport.study.sweep import load_corpus, run_sweep, select
+    from schedport.study.variants import load_variant_set, run_variant_sweeps, variant_configs, variants_dir
+    from schedport.workload import corpus as corpus_lib
+
     con = Console()
     # a store (resumed) or a new folder; never a corpus, an analysis, a cache or a run output
     claim_dir(out, {"results"}, inputs=[corpus, engine, data_dir])
@@ -172,10 +195,11 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
                       soft_wrap=True)
 
 
-def check_analysable(sel: Selection) -> None:
+def check_analysable(sel) -> None:
     """Refuse up front a selection the analysis that ends `schedport run` cannot use, instead of
     running every cell first: it ranks at least two schedulers, and its statistics are over
-    windows, so some source needs `schedport.analysis.defaults.MIN_WINDOWS` windows."""
+    windows, so some source needs `schedport.analysis.defaults.MIN_WINDOWS` windows (`sel`: a
+    `schedport.study.sweep.Selection`)."""
     if len(sel.schedulers) < 2:
         raise SchedportError(f"--schedulers: the analysis that ends `run` ranks schedulers, so it needs at "
                              f"least 2 (got {', '.join(sel.schedulers)})")
