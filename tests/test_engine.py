@@ -28,6 +28,15 @@ def small_engine(blocks=64, seqs=8, budget=None, extra=None):
     return engine_config_from_dict(d)
 
 
+def assert_same_run(fast, out):
+    """Fast mode's per-request results are exact mode's, bit for bit."""
+    assert np.array_equal(fast.status, out.status)
+    assert np.array_equal(fast.first_token_s, out.first_token_s, equal_nan=True)
+    assert np.array_equal(fast.finish_s, out.finish_s, equal_nan=True)
+    assert np.array_equal(fast.preemptions, out.preemptions)
+    assert fast.iterations == out.iterations
+
+
 def run(trace, name, cfg, exact, observer=None, seed=0):
     sim = Simulator(trace, get_policy(name), cfg, make_latency_model(cfg), seed=seed, exact=exact,
                     observer=observer)
@@ -82,11 +91,7 @@ def test_invariants_and_fast_equals_exact(name, trace, blocks, seqs, budget):
     assert sim.cache.num_blocks == (cfg.usable_gpu_blocks if v1 else cfg.num_gpu_blocks)
     # fast mode gives bit-identical per-request results
     _, fast = run(trace, name, cfg, exact=False)
-    assert np.array_equal(fast.status, out.status)
-    assert np.array_equal(fast.first_token_s, out.first_token_s, equal_nan=True)
-    assert np.array_equal(fast.finish_s, out.finish_s, equal_nan=True)
-    assert np.array_equal(fast.preemptions, out.preemptions)
-    assert fast.iterations == out.iterations
+    assert_same_run(fast, out)
     assert done.sum() + (out.status == "rejected").sum() == len(trace)
 
 
@@ -104,11 +109,7 @@ def test_fast_equals_exact_under_the_variants_perturbations(name, trace, blocks,
     assert type(make_latency_model(cfg)).__name__ == "ScaledCalibratedLatency"
     _, out = run(trace, name, cfg, exact=True)
     _, fast = run(trace, name, cfg, exact=False)
-    assert np.array_equal(fast.status, out.status)
-    assert np.array_equal(fast.first_token_s, out.first_token_s, equal_nan=True)
-    assert np.array_equal(fast.finish_s, out.finish_s, equal_nan=True)
-    assert np.array_equal(fast.preemptions, out.preemptions)
-    assert fast.iterations == out.iterations
+    assert_same_run(fast, out)
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -128,11 +129,7 @@ def test_fast_equals_exact_with_quadratic_prefill_term(name, trace, blocks, seqs
     _, out = run(trace, name, cfg, exact=True, observer=steps.append)
     assert all(s.end > s.start for s in steps)
     _, fast = run(trace, name, cfg, exact=False)
-    assert np.array_equal(fast.status, out.status)
-    assert np.array_equal(fast.first_token_s, out.first_token_s, equal_nan=True)
-    assert np.array_equal(fast.finish_s, out.finish_s, equal_nan=True)
-    assert np.array_equal(fast.preemptions, out.preemptions)
-    assert fast.iterations == out.iterations
+    assert_same_run(fast, out)
 
 
 @pytest.mark.parametrize("scalar_steps", [0, 10**9])
@@ -149,11 +146,7 @@ def test_fast_forward_timing_paths_agree_with_exact(monkeypatch, name, blocks, s
     _, out = run(t, name, cfg, exact=True)
     sim, fast = run(t, name, cfg, exact=False)
     assert sim.steps_fast_forwarded > 0
-    assert np.array_equal(fast.status, out.status)
-    assert np.array_equal(fast.first_token_s, out.first_token_s, equal_nan=True)
-    assert np.array_equal(fast.finish_s, out.finish_s, equal_nan=True)
-    assert np.array_equal(fast.preemptions, out.preemptions)
-    assert fast.iterations == out.iterations
+    assert_same_run(fast, out)
 
 
 def test_quadratic_prefill_term_slows_prefills_only():
