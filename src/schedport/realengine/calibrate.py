@@ -531,13 +531,15 @@ async def _observe_max_num_seqs(lim: _Limits, prober: _Prober, samples, base: st
         log(f"max_num_seqs probe: {n} sent, at most {best} running, some waiting: {waited}")
         if not waited and seen < n:
             # not every probe reached the server's queues in time (a busy machine): a
-            # plateau below n without a queue is no evidence of a cap; look once more
-            best, waited, seen = await prober.running_plateau(n, deadline_s=60.0)
+            # plateau below n without a queue is no evidence of a cap; look once more, as long
+            # as one probe request may take (--request-timeout), not a fixed wall-clock time: a
+            # starved server is slow, not wrong, and the look ends once all n have arrived
+            best, waited, seen = await prober.running_plateau(n, deadline_s=prober.timeout_s)
             log(f"max_num_seqs probe again: at most {best} running, some waiting: {waited}")
             if not waited and seen < n:
                 raise EndpointError(f"{base}: only {seen} of {n} probe requests reached the server "
-                                    f"within 60 s, so its running-sequence cap could not be "
-                                    f"observed; give --max-num-seqs")
+                                    f"within {prober.timeout_s:g} s (--request-timeout), so its "
+                                    f"running-sequence cap could not be observed; give --max-num-seqs")
         if waited or best < n:
             lim.put("max_num_seqs", best, f"observed plateau of num_requests_running ({n} sent)")
             return
