@@ -189,11 +189,11 @@ def test_help_lists_commands_in_pipeline_order_each_on_one_whole_line(group):
     assert not any(ln.rstrip().endswith("...") for ln in rows), r.stdout                 # none cut off
     names = [ln.split()[0] for ln in rows]
     if not group:
-        assert names[:6] == ["corpus", "run", "analyze", "explain", "simulate", "schedulers"]
+        assert names[:7] == ["corpus", "run", "analyze", "explain", "report", "simulate", "schedulers"]
         assert names.index("calibrate") > names.index("trace") and names[-1] == "conformance"
 
 
-COMMANDS = [["corpus", "build"], ["corpus", "verify"], ["corpus", "list"], ["run"], ["analyze"], ["explain"],
+COMMANDS = [["corpus", "build"], ["corpus", "verify"], ["corpus", "list"], ["run"], ["analyze"], ["explain"], ["report"],
             ["simulate"], ["schedulers"], ["example"], ["trace", "convert"], ["trace", "check"], ["calibrate"],
             ["replay"], ["validate"], ["conformance"]]
 

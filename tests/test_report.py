@@ -84,6 +84,8 @@ def test_every_first_screen_number_is_read_from_portability_json(study):
         assert text == _FORMATTERS[kind](resolve_key(on_disk, key)), key
     keys = {k for k, _, _ in p.spans}
     for must in ("headline.cross_source.min_pair.value", "study_form.reversals.0.share",
+                 "headline.cross_region.adjacent", "headline.flips.n_comparisons",
+                 "headline.metrics.mean_pairwise_tau.ci_low", "robustness.n_protocols",
                  "study_form.reversals.0.ci_low", "study_form.reversals.0.n_comparisons",
                  "study_form.best_changes_with_metric.share", "study_form.claims.0.verdict",
                  "study_form.claims.4.here", "study_form.split_half.0.value",
@@ -165,8 +167,8 @@ def test_report_is_self_contained_and_complete(study):
     assert len(imgs) >= 5  # headline tau, main-metric matrix, heatmap, reversal map, trajectories, matrix
     for b64 in imgs:
         assert base64.b64decode(b64)[:8] == b"\x89PNG\r\n\x1a\n"
-    for text in ("Methodology", "Provenance", "Rankings per source and region", "Reversal map",
-                 "Rank trajectories", "Workload characterization skipped", "--corpus", "CC-BY 4.0",
+    for text in ("Methodology", "Provenance", "Rankings per source and region", "the reversal map",
+                 "rank trajectories", "How Portable Are LLM-Serving Scheduler Rankings", "Workload characterization skipped", "--corpus", "CC-BY 4.0",
                  "Apache-2.0", "Splitwise", "2505.09999", "MODELED", "burstgpt-modeled", "Wilson",
                  "Benjamini-Hochberg", "Wilcoxon", "complete block", "B = 200", "seed 3"):
         assert text in html, text
@@ -201,3 +203,130 @@ def test_report_renders_in_headless_chromium(study, tmp_path):
                           "--dump-dom", (d / "report.html").as_uri()], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0
     assert 'id="headline"' in dom.stdout and 'id="provenance"' in dom.stdout
+
+
+# ----------------------------------------------------------------------------- the first screen's answer
+
+
+def test_the_answer_says_what_the_numbers_say(study):
+    """Five generated points, each word chosen by the stated thresholds from the numbers it
+    prints, and the same sentences in the HTML and in Markdown."""
+    from schedport.report.answer import WORDS, answer_points, render_markdown
+
+    _, _, res, html = study
+    points = answer_points(res)
+    assert len(points) == 5
+    md = render_markdown(res)
+    leads = ["Across traffic sources", "Across load levels", "Across metrics", "Where rankings flip",
+             "How firm this is"]
+    for lead in leads:
+        assert f"**{lead}**" in md and f"<b>{lead}</b>" in html
+    adj = min(d["adjusted"] for d in res["study_form"]["cross_source_half"]["by_pair"] if d.get("adjusted") is not None)
+    word = next(w for bound, w in WORDS["sources"] if adj >= bound)
+    assert f"rankings carry over {word}:" in md
+    ext = res["headline"]["cross_region"]["extremes"]
+    assert f"rankings {next(w for b, w in WORDS['regions'] if ext >= b)}:" in md
+    flips = res["headline"]["flips"]
+    assert flips["n_reversals"] == sum(e["n_reversals"] for e in res["study_form"]["reversals"])
+    assert flips["n_comparisons"] == sum(e["n_comparisons"] for e in res["study_form"]["reversals"])
+    assert f"{flips['n_reversals']} of {flips['n_comparisons']:,} cross-source comparisons" in md
+
+
+def test_the_answer_words_follow_their_thresholds():
+    from schedport.report.answer import _word
+
+    assert _word("sources", 0.95) == "almost fully" and _word("sources", 0.72) == "largely, not fully"
+    assert _word("sources", 0.3) == "hardly" and _word("metrics", 0.06) == "do not carry over"
+    assert _word("regions", 0.9) == "hold" and _word("regions", 0.35) == "change a lot"
+    assert _word("metrics", None) == "cannot be told"
+
+
+def test_cross_region_headline_averages_neighbours_and_extremes():
+    from schedport.analysis.answer import cross_region_headline
+
+    rows = [{"metric": m, "source": s, "region_a": a, "region_b": b, "tau": t}
+            for m, s, a, b, t in [("x", "s1", "r1", "r2", 0.8), ("x", "s1", "r2", "r3", 0.6),
+                                  ("x", "s1", "r1", "r3", 0.2), ("y", "s1", "r1", "r3", 0.9),
+                                  ("x", "s2", "r1", "r2", 1.0), ("x", "s2", "r1", "r3", None)]]
+    h = cross_region_headline(rows, ["r1", "r2", "r3"], ["x"])
+    assert h["adjacent"] == pytest.approx((0.8 + 0.6 + 1.0) / 3)
+    assert h["extremes"] == pytest.approx(0.2)   # y is not a main metric; s2's tau is undefined
+    assert {d["source"]: d["extremes"] for d in h["by_source"]} == {"s1": pytest.approx(0.2), "s2": None}
+
+
+def test_own_scheduler_and_source_get_a_card(study):
+    """A user's scheduler: its mean ranks and whom it out-ranks in two thirds of the conditions;
+    a user's source: its tau against the others. Neither appears without them."""
+    import copy
+
+    from schedport.analysis.answer import own_standing
+    from schedport.report.answer import own_card
+
+    _, _, res, html = study
+    assert "card-own" not in html
+    res = copy.deepcopy(res)
+    main = res["headline"]["main_metrics"]
+    regions = [r["name"] for r in res["parameters"]["regions"]]
+    res["headline"]["own"] = own_standing(res["rankings"], ["edf"], main, res["parameters"]["sources"], regions)
+    res["provenance"]["user_policies"] = {"edf": {"kind": "file", "spec": "mine.py:EDF", "sha256": "0" * 64}}
+    res["provenance"]["data_sources"][1] = {**res["provenance"]["data_sources"][1], "user": True}
+    mine = res["headline"]["own"][0]
+    # _order ranks schedulers in list order except on slowdown_jain (reversed): edf is first on 4 of 5
+    assert set(mine["beats"]) == {"fastserve", "hrrn", "ltr", "orca"} and mine["loses_to"] == []
+    card = own_card(res)
+    assert "out-ranks <b>fastserve, hrrn, ltr, orca</b>" in card
+    assert "bailian</b> (your trace)" in card and "It is in none of the study" in card
+    page = build_html(res)
+    assert page.index("card-own") < page.index('id="figures"')
+
+
+def test_study_page_is_written_from_the_store_and_names_it(study, tmp_path):
+    """`schedport report --study-md` writes the study's figures from portability.json, stamped
+    with the digest of the store's cells and of the file; the same store gives the same bytes."""
+    import hashlib
+
+    from typer.testing import CliRunner
+
+    from schedport.cli import _register, app
+    from schedport.study.digest import cells_digest
+
+    d, _, res, _ = study
+    _register()
+    page = tmp_path / "study.md"
+    r = CliRunner().invoke(app, ["report", "--results", str(d), "--study-md", str(page), "--no-html"])
+    assert r.exit_code == 0, r.output
+    text = page.read_text()
+    digest, n = cells_digest(d / "runs")
+    assert f"{n:,} cells, sha256 `{digest}`" in text
+    assert hashlib.sha256((d / "portability.json").read_bytes()).hexdigest() in text
+    mp = res["headline"]["cross_source"]["min_pair"]
+    assert f"{mp['value']:.3f}" in text and "How Portable Are LLM-Serving Scheduler Rankings" in text
+    for section in ("## The answer", "## Across sources", "## Where rankings flip", "## How robust"):
+        assert section in text
+    first = page.read_bytes()
+    assert CliRunner().invoke(app, ["report", "--results", str(d), "--study-md", str(page),
+                                    "--no-html"]).exit_code == 0
+    assert page.read_bytes() == first
+    # a store without an analysis: one line, exit 2
+    (tmp_path / "empty").mkdir()
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "schedport.cli", "report", "--results", str(tmp_path / "empty")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "portability.json: cannot be read" in r.stderr
+
+
+def test_figures_leave_out_what_carries_no_information(study):
+    from schedport.report.figures import _data_range, trajectory_styles, trivial_metrics
+
+    _, _, res, _ = study
+    dropped = trivial_metrics(res)
+    for m in dropped:
+        rows = [d for d in res["concordance"]["sources"] if d["metric"] == m]
+        assert all(d["tau"] is None or (d["tied"] and d["tau"] >= 0.999) for d in rows)
+    assert "ttft_p99_s" not in dropped
+    lo, hi = _data_range([0.45, 0.85, None, float("nan")])
+    assert 0.3 < lo < 0.45 and 0.85 < hi < 1.0
+    styles = trajectory_styles(res)
+    assert len({c for c, _ in styles.values()}) == len(styles)   # no two coloured lines share a colour

@@ -19,28 +19,11 @@ import json
 import sys
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from schedport.errors import SchedportError
+from schedport.study.digest import cells_digest
 
-KEY = ["source", "window_id", "region", "scheduler", "seed"]
 #: Provenance fields that name one run of the sweep, not what it computed.
 RUN_FIELDS = ("started", "ended", "git_commit", "results_dir")
-
-
-def cells_digest(runs: Path) -> tuple[str, int]:
-    """(sha256, rows) of every part under `runs`, sorted by the cell key."""
-    parts = sorted(p for p in runs.glob("part-*.parquet"))
-    if not parts:
-        raise SystemExit(f"store_digest: {runs}: no results parts")
-    table = pa.concat_tables([pq.read_table(p).replace_schema_metadata(None) for p in parts])
-    table = table.sort_by([(k, "ascending") for k in KEY])
-    h = hashlib.sha256(json.dumps(table.schema.names).encode())
-    for name in table.schema.names:
-        col = table.column(name).combine_chunks()
-        for buf in col.buffers():
-            if buf is not None:
-                h.update(buf.to_pybytes())
-    return h.hexdigest(), table.num_rows
 
 
 def portability_digest(path: Path, without: list[str]) -> str:
@@ -60,7 +43,10 @@ def main(argv=None) -> int:
     ap.add_argument("--portability", action="store_true")
     ap.add_argument("--without", action="append", default=[])
     a = ap.parse_args(argv)
-    digest, n = cells_digest(a.store / "runs")
+    try:
+        digest, n = cells_digest(a.store / "runs")
+    except SchedportError as e:
+        raise SystemExit(f"store_digest: {e}") from None
     print(f"cells {n} sha256 {digest}")
     if a.portability:
         print(f"portability.json sha256 {portability_digest(a.store / 'portability.json', a.without)} "

@@ -85,6 +85,61 @@ def render_report(res: dict, out_dir, validation=None) -> Path:
     return write_report(res, Path(out_dir) / "report.html", vdict)
 
 
+def report(results_dir, *, html: bool = True, study_md=None, command: str = "schedport report") -> dict:
+    """Write a store's pages again from its saved ``portability.json``, recomputing nothing:
+    ``report.html`` beside it (with `html`) and, with `study_md` (a path), the study's figures as
+    Markdown (`schedport.report.studymd`), stamped with the digest of the store's cells and of the
+    portability.json read, so a page in the docs always names the store it shows. Returns
+    {"html": path or None, "study_md": path or None}. A missing or unreadable portability.json,
+    or a store without results, is a one-line `SchedportError`."""
+    import hashlib
+    import json
+
+    from schedport.errors import SchedportError
+
+    results_dir = Path(results_dir)
+    path = results_dir / "portability.json"
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise SchedportError(f"{path}: cannot be read ({e.strerror or e}); run `schedport analyze --results "
+                             f"{results_dir}` first") from None
+    try:
+        res = json.loads(raw)
+    except ValueError as e:
+        raise SchedportError(f"{path}: not valid JSON ({' '.join(str(e).split())})") from None
+    if not isinstance(res, dict) or not str(res.get("schema", "")).startswith("schedport.portability/"):
+        raise SchedportError(f"{path}: not a schedport portability.json (no 'schema' of schedport.portability)")
+    out = {"html": None, "study_md": None}
+    with dir_lock(results_dir, "another schedport command (an analysis, or a run writing its store) is writing "
+                               "here right now; wait for it to finish"):
+        if study_md is not None:
+            from schedport.report.studymd import study_markdown
+            from schedport.study.digest import cells_digest
+            from schedport.study.regions import atomic_write_bytes
+
+            digest, n = cells_digest(results_dir / "runs")
+            stamp = {"cells_sha256": digest, "n_cells": n, "portability_sha256": hashlib.sha256(raw).hexdigest(),
+                     "command": command}
+            try:
+                text = study_markdown(res, stamp)
+            except (KeyError, TypeError, IndexError) as e:
+                raise SchedportError(f"{path}: lacks a field the study page needs ({type(e).__name__}: {e}); "
+                                     "analyse the store again with this version") from None
+            try:
+                atomic_write_bytes(Path(study_md), text.encode("utf-8"))
+            except OSError as e:
+                raise io_error(study_md, e) from None
+            out["study_md"] = Path(study_md)
+        if html:
+            try:
+                out["html"] = render_report(res, results_dir)
+            except (KeyError, TypeError, IndexError) as e:
+                raise SchedportError(f"{path}: lacks a field the report needs ({type(e).__name__}: {e}); "
+                                     "analyse the store again with this version") from None
+    return out
+
+
 #: The files `analyze` (the analysis, then the report) writes through a temporary name in its output directory.
 ANALYSIS_TEMP_FILES = ("portability.json.tmp", "report.html.tmp")
 

@@ -291,6 +291,7 @@ import numpy as np
 import pandas as pd
 
 from schedport.analysis import multiverse, studyform
+from schedport.analysis.answer import cross_region_headline, flips_headline, own_standing
 from schedport.analysis.comparison import headline_digest, load_comparison
 from schedport.analysis.concordance import (best_changes, cross_source_headline, cross_source_tau_by_metric,
                                             metric_concordance, metric_headline, metric_matrix, region_concordance,
@@ -477,11 +478,15 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
                                                                   "rk"))
     sc, conc_regions, mc, bc, cross = (core[k] for k in ("sc", "conc_regions", "mc", "bc", "cross"))
     met_main, met_all, rev, sform = (core[k] for k in ("met_main", "met_all", "rev", "sform"))
+    prov = provenance(manifest, st.sources, results_dir, (workload or {}).get("corpus_sources"))
     headline = {
         "main_metrics": main,
         "cross_source": {"basis": "Kendall tau-b between two sources' mean-rank vectors, averaged over the main "
                                   "metrics", **cross},
         "reversals": rev["headline"],
+        "cross_region": cross_region_headline(conc_regions, list(st.regions), main),
+        "flips": flips_headline(sform["reversals"], [d["source"] for d in prov["data_sources"] if d.get("modeled")]),
+        "own": own_standing(rk.table, sorted(prov["user_policies"]), main, list(st.sources), list(st.regions)),
         "metrics": {"mean_pairwise_tau": met_main, "mean_pairwise_tau_all_metrics": met_all,
                     "best_changes_with_metric": bc["bc"], "best_changes_pairwise": bc["bcp"]},
     }
@@ -515,7 +520,7 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         "metric_concordance_mean": met_main["value"],
         "reversals": rev["summary"],
         "parameters": parameters,
-        "provenance": provenance(manifest, st.sources, results_dir, (workload or {}).get("corpus_sources")),
+        "provenance": prov,
         "missing_cells": st.missing_cells,
         "complete_blocks": st.complete_blocks,
         "complete_blocks_only": True,

@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - typer on top of an installed click
 
 #: The commands as `schedport --help` lists them: the study's pipeline, then the tools for one trace
 #: or policy, then those that need a real server.
-COMMAND_ORDER = ("corpus", "run", "analyze", "explain", "simulate", "schedulers", "example", "trace",
+COMMAND_ORDER = ("corpus", "run", "analyze", "explain", "report", "simulate", "schedulers", "example", "trace",
                  "calibrate", "replay", "validate", "conformance")
 
 
@@ -87,7 +87,7 @@ def _options(
 def _register() -> None:
     """Attach the stages' commands, each defined in its own module of this package (corpus,
     run, analyze, conformance, explain)."""
-    from schedport.cli.analyze import analyze_command
+    from schedport.cli.analyze import analyze_command, report_command
     from schedport.cli.conformance import conformance_command
     from schedport.cli.corpus import corpus_app
     from schedport.cli.explain import explain_command
@@ -101,6 +101,8 @@ def _register() -> None:
         conformance_command)
     app.command("explain", short_help="Explain why a ranking flips, one traffic feature at a time.")(
         explain_command)
+    app.command("report", short_help="Rewrite report.html and the study page from portability.json.")(
+        report_command)
 
 
 def _checked_analyze(command):

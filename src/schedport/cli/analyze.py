@@ -184,3 +184,24 @@ def simulator_lines(res: dict) -> list[str]:
         lines.append(f"most stable ranking: {m['winner']} ahead of {m['loser']} on {m['metric']} at {m['region']} in "
                      f"every source: survives {m['n_survived']} of {V} (test both: schedport validate --predicted)")
     return lines
+
+
+def report_command(
+    results: Path = typer.Option(..., "--results", metavar="DIR", parser=out_path_parser,
+                                 help="Results store whose portability.json `schedport analyze` wrote."),
+    html: bool = typer.Option(True, "--html/--no-html", help="Write report.html again beside portability.json."),
+    study_md: Optional[Path] = typer.Option(None, "--study-md", metavar="FILE", parser=out_path_parser,
+                                            help="Also write the study's figures as Markdown (docs/study.md), "
+                                                 "stamped with the store's digest."),
+) -> None:
+    """Write the report and the study's figures page from a store's portability.json, recomputing nothing."""
+    from schedport import api
+    from schedport.common.outputs import output_file
+
+    if study_md is not None:
+        output_file(study_md, option="--study-md")
+    command = f"schedport report --results {results}" + (f" --study-md {study_md}" if study_md is not None else "")
+    out = api.report(results, html=html, study_md=study_md, command=command)
+    for kind in ("study_md", "html"):
+        if out[kind] is not None:
+            typer.echo(f"{'study page' if kind == 'study_md' else 'report'}: {out[kind]}")

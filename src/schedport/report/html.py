@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from schedport.common.formatting import fmt, pct  # noqa: F401  (the report's number style)
+from schedport.report.answer import own_card, render_html as render_answer
 from schedport.report.explain import render_section
+from schedport.report.numbers import FORMATTERS as _FORMATTERS, Nums as _Nums, resolve_key  # noqa: F401  (tests read them here)
 from schedport.report.robustness import robustness_card
 from schedport.report.simulator import claim_survival, simulator_card
 from schedport.report.figures import (fig_headline_tau, fig_metric_matrix, fig_rank_trajectories,  # noqa: F401
@@ -38,39 +40,6 @@ ROW_CAP = 200  # rows of long lists shown in the page (the JSON has all)
 
 
 # --------------------------------------------------------------------------- formatting
-
-
-_FORMATTERS = {"num": fmt, "pct": pct, "int": lambda v: "n/a" if v is None else str(int(v)), "str": str}
-
-
-def resolve_key(res: dict, key: str) -> Any:
-    """The value at dotted path `key` (list indices as integers) of the portability dict."""
-    cur: Any = res
-    for part in key.split("."):
-        cur = cur[int(part)] if isinstance(cur, list) else cur[part]
-    return cur
-
-
-class _Nums:
-    """Emits headline numbers tagged with their JSON path and format."""
-
-    def __init__(self, res: dict):
-        self.res = res
-
-    def __call__(self, key: str, kind: str = "num") -> str:
-        v = resolve_key(self.res, key)
-        text = _FORMATTERS[kind](v)
-        mark = ""
-        if key.endswith(".adjusted") and isinstance(v, (int, float)) and v > 1:
-            # a ratio over a noisy ceiling can pass 1: shown as it is, marked, never as "better than perfect"
-            mark = ("<sup class='flag' title='above 1: the split-half reliability it is divided by is itself "
-                    "noisy here; read as at the ceiling (1)'>&gt;1</sup>")
-        return f'<span class="num" data-key="{esc(key)}" data-fmt="{kind}">{esc(text)}</span>{mark}'
-
-    def ci(self, key: str, kind: str = "num") -> str:
-        """value [low, high] for a dict at `key` with value/ci_low/ci_high."""
-        return (f"{self(key + '.value', kind)} <span class='ci'>[{self(key + '.ci_low', kind)}, "
-                f"{self(key + '.ci_high', kind)}]</span>")
 
 
 # --------------------------------------------------------------------------- page
@@ -344,25 +313,6 @@ def _region_card(res: dict, n: _Nums) -> str:
             f"<th>{esc(b['region_def'])}</th></tr>" + "".join(rows) + "</table></div></div>")
 
 
-def _headline(res: dict, n: _Nums) -> str:
-    out = ['<section id="headline" aria-label="headline findings">']
-    rc = res.get("region_comparison") or {}
-    if rc.get("selection_differs"):
-        out.append(f"<p class='warn' id='compare-warning'><b>--compare: not one study.</b> "
-                   f"{esc(rc['selection_note'])}.</p>")
-    out.append(_regime_warning(res))
-    out.append(_claims_card(res, n))
-    out.append(robustness_card(res, n))
-    out.append(_region_card(res, n))
-    out.append(_tau_card(res, n))
-    out.append(_study_reversals_card(res, n))
-    out.append(simulator_card(res))
-    out.append(_metrics_card(res, n))
-    out.append(_artifacts_card(res))
-    out.append("</section>")
-    return "\n".join(out)
-
-
 def _rank_tables(res: dict) -> str:
     p = res["parameters"]
     regions = [r["name"] for r in p["regions"]]
@@ -618,9 +568,21 @@ def _provenance(res: dict) -> str:
     for name, rec in (pv.get("user_policies") or {}).items():
         rows.append(f"<tr><th class='l'>user scheduler {esc(name)}</th><td class='l'>{esc(rec.get('kind'))} "
                     f"<code>{esc(rec.get('spec'))}</code>, sha256 <code>{esc(rec.get('sha256'))}</code></td></tr>")
-    if pv.get("selectors") is not None:
-        rows.append(f"<tr><th class='l'>selectors</th><td class='l'><code>{esc(json.dumps(pv['selectors']))}"
-                    "</code></td></tr>")
+    sel = pv.get("selectors")
+    if isinstance(sel, dict):
+        for key, val in sel.items():
+            if isinstance(val, list) and key == "windows":
+                per: dict = {}
+                for w in val:
+                    per[str(w).rsplit("-", 1)[0]] = per.get(str(w).rsplit("-", 1)[0], 0) + 1
+                text = f"{len(val)}: " + ", ".join(f"{k} {v}" for k, v in per.items())
+            elif isinstance(val, list):
+                text = ", ".join(map(str, val))
+            elif isinstance(val, dict):
+                text = ", ".join(f"{k} = {v}" for k, v in val.items())
+            else:
+                text = "all" if val is None else str(val)
+            rows.append(f"<tr><th class='l'>selected {esc(key)}</th><td class='l'>{esc(text)}</td></tr>")
     srcs = []
     for d in pv["data_sources"]:
         cls = " class='modeled'" if d.get("modeled") else ""
@@ -628,8 +590,11 @@ def _provenance(res: dict) -> str:
         srcs.append(f"<li{cls}><b>{esc(d['source'])}</b>: {esc(d['name'])}{flag}. License: {esc(d['license'])}. "
                     f"Cite: {esc(d['citation'])}. {esc(d.get('note', ''))}</li>")
     eng = pv.get("engine_config")
-    eng_html = (f"<details><summary>engine config</summary><pre>{esc(json.dumps(eng, indent=1, sort_keys=True))}"
-                "</pre></details>") if eng else "<p>engine config: n/a</p>"
+    eng_rows = "".join(f"<tr><th class='l'>[{esc(sec)}] {esc(k)}</th><td class='l'>{esc(json.dumps(v))}</td></tr>"
+                       for sec, body in sorted((eng or {}).items()) if isinstance(body, dict)
+                       for k, v in sorted(body.items()))
+    eng_html = (f"<details><summary>engine config</summary><table>{eng_rows}</table></details>" if eng
+                else "<p>engine config: n/a</p>")
     return (f"<table>{''.join(rows)}</table>{eng_html}<h3>Data sources</h3><ul>{''.join(srcs)}</ul>")
 
 
@@ -691,18 +656,8 @@ def build_html(res: dict, validation: Optional[dict] = None) -> str:
     else:
         wl_html = (f"<p class='note'>Workload characterization skipped: {esc(wl.get('note', 'no corpus given'))}. "
                    "Pass <code>--corpus DIR</code> to include it.</p>")
-    figs = [
-        ("Cross-source agreement by region and metric", img_tag(fig_tau_heatmap(res), "tau heatmap")
-         or "<p>Only one source: nothing to compare.</p>"),
-        ("Reversal map", img_tag(fig_reversal_map(res), "reversal map") or "<p>No reversals to map.</p>"),
-        ("Rank trajectories", img_tag(fig_rank_trajectories(res), "rank trajectories")),
-        ("Metric x metric concordance (all metrics)", img_tag(fig_metric_matrix(res), "metric matrix")),
-        ("Workload characterization", wl_html),
-    ]
-    fig_html = "".join(f"<h3>{esc(t)}</h3>{b}" for t, b in figs)
-    validation_html = ""
-    if validation is not None:
-        validation_html = render_validation_section(validation) + "\n"
+    validation_html = render_validation_section(validation) + "\n" if validation is not None else ""
+    sim_card = simulator_card(res)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -711,31 +666,73 @@ def build_html(res: dict, validation: Optional[dict] = None) -> str:
 <body><main>
 <h1>Do scheduler rankings carry over?{subset_h1}</h1>
 <p class="sub">{len(p['schedulers'])} schedulers &middot; sources {esc(', '.join(p['sources']))} &middot;
-{len(p['regions'])} regions &middot; {len(p['metrics'])} distinct metrics &middot; corpus <code>{esc(str(corpus)[:16])}</code>
-&middot; B = {p['n_boot']} &middot; q = {p['q']} &middot; practical threshold {esc(pct(p['practical_threshold'], 0))}
-relative, {esc(pct(p.get('abs_threshold'), 0))} absolute for bounded metrics<br>regions:
-{esc(p.get('region_def_description') or 'throughput-anchored')}</p>
+{len(p['regions'])} load regions ({esc(p.get('region_def') or 'sustainable')} capacity) &middot; {len(p['metrics'])}
+distinct metrics &middot; corpus <code>{esc(str(corpus)[:16])}</code> &middot; 95% intervals from B = {p['n_boot']}
+bootstrap resamples of windows (<a href="#methodology">methodology</a>, <a href="#provenance">provenance</a>)</p>
 {modeled_note}{user_note}{user_src_note}{miss_note}
-{_headline(res, n)}
+<section id="headline" aria-label="headline findings">
+{_compare_warning(res)}{_regime_warning(res)}
+{render_answer(res)}
+{_claims_card(res, n)}
+{own_card(res)}
+</section>
+<h2 id="figures">The picture</h2>
+<div class="figrow">{img_tag(fig_headline_tau(res), "cross-source tau per region", "half")
+ or "<p>Only one source: nothing to compare.</p>"}{img_tag(fig_reversal_map(res), "reversal map", "half")
+ or "<p>No reversals to map.</p>"}</div>
+<p class="sub">Left: how well two sources agree at each load (1 = the same ranking). Right: the reversal map,
+where the {esc(_flip_count(res))} flips across sources on the main metrics sit, by scheduler pair and region.</p>
+{img_tag(fig_rank_trajectories(res), "rank trajectories")}
+{sim_card}
 {_why_it_flips(res)}
-<h2 id="regimes">Regime check: is a region the same load in every source?</h2>
-{_regime_table(res)}
-<h2 id="figures">Figures</h2>
-{fig_html}
-<h2 id="rankings">Rankings per source and region (main metrics)</h2>
-{_rank_tables(res)}
-<h2 id="pooled">Pooled reversals (secondary: every metric, cross-source and cross-region)</h2>
-{_breakdowns(res)}
-{_reversal_table(res)}
-<h2 id="missing">Missing cells</h2>
-{_missing(res)}
-{validation_html}<h2 id="methodology">Methodology</h2>
-{_methodology(res)}
-<h2 id="provenance">Provenance</h2>
-{_provenance(res)}
+<h2 id="detail">In detail</h2>
+{_fold("Across sources: tau per pair, metric and region, with the noise ceiling", _tau_card(res, n), "sources")}
+{_fold("Flips per main metric", _study_reversals_card(res, n), "reversals")}
+{_fold("Across metrics", _metrics_card(res, n), "metrics")}
+{_fold("How robust is each verdict: 31,104 analysis protocols".replace("31,104", _n_protocols(res)),
+       robustness_card(res, n), "robust")}
+{_fold("The headline under both region definitions", _region_card(res, n), "regiondefs")}
+{_fold("Duplicates found in the results", _artifacts_card(res), "artifacts")}
+{_fold("Regime check: is a region the same load in every source?", _regime_table(res), "regimes")}
+{_fold("Cross-source agreement by region and metric (every metric)",
+       img_tag(fig_tau_heatmap(res), "tau heatmap") or "<p>Only one source: nothing to compare.</p>", "heatmap")}
+{_fold("Metric x metric concordance (all metrics)", img_tag(fig_metric_matrix(res), "metric matrix"), "matrix")}
+{_fold("Workload characterization", wl_html, "workload")}
+{_fold("Rankings per source and region (main metrics)", _rank_tables(res), "rankings")}
+{_fold("Pooled reversals (secondary: every metric, cross-source and cross-region)",
+       _breakdowns(res) + _reversal_table(res), "pooled")}
+{_fold("Missing cells", _missing(res), "missing", open_=bool(res.get("missing_cells")))}
+{validation_html}{_fold("Methodology", _methodology(res), "methodology")}
+{_fold("Provenance", _provenance(res), "provenance")}
 <p class="sub">Generated by schedport {esc(pv.get('analysis_version'))} from portability.json.</p>
 </main></body></html>
 """
+
+
+def _fold(title: str, body: str, anchor: str, open_: bool = False) -> str:
+    """A folded section of the page's detail ("" when it has no body): its title is the summary."""
+    if not body:
+        return ""
+    return (f"<details id='{anchor}' class='fold'{' open' if open_ else ''}><summary>{esc(title)}</summary>"
+            f"{body}</details>")
+
+
+def _n_protocols(res: dict) -> str:
+    n = (res.get("robustness") or {}).get("n_protocols")
+    return f"{n:,}" if isinstance(n, int) else "every"
+
+
+def _flip_count(res: dict) -> str:
+    f = (res["headline"].get("flips") or {}).get("n_reversals")
+    return f"{f:,}" if isinstance(f, int) else ""
+
+
+def _compare_warning(res: dict) -> str:
+    rc = res.get("region_comparison") or {}
+    if not rc.get("selection_differs"):
+        return ""
+    return (f"<p class='warn' id='compare-warning'><b>--compare: not one study.</b> "
+            f"{esc(rc['selection_note'])}.</p>")
 
 
 def _user_sources_note(res: dict) -> str:

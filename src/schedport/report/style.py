@@ -34,8 +34,12 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;col
 main{max-width:1200px;margin:0 auto;padding:16px 24px}
 h1{font-size:1.5em;margin:0.2em 0}h2{border-bottom:1px solid #ccc;padding-bottom:2px;margin-top:1.6em}
 .sub{color:#555;font-size:0.9em}
-#headline{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:12px}
-#card-sources,#card-claims,#robustness,#card-reversals,#card-regiondefs{grid-column:1/-1}
+#headline>*{margin-bottom:12px}
+ul.answer{padding-left:1.2em;margin:10px 0;font-size:1.02em}ul.answer li{margin:6px 0}
+.figrow{display:flex;gap:12px;flex-wrap:wrap;align-items:flex-start}
+img.half{max-width:calc(50% - 6px);min-width:420px;height:auto;flex:1 1 420px;object-fit:contain}
+details.fold{border-top:1px solid #e0e0e0;padding:4px 0}details.fold>summary{font-size:1.05em;padding:4px 0}
+details.fold[open]>summary{margin-bottom:6px}
 .scroll{overflow-x:auto}
 .card{border:1px solid #d0d0d0;border-radius:6px;padding:10px 14px;background:#fafafa}
 .card h3{margin:0 0 6px 0;font-size:1.05em}
