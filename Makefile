@@ -31,7 +31,7 @@ run: setup
 	$(BIN)/schedport run
 
 # Why the study's rankings flip: explain its 8 strongest reversals into the report (after `make
-# run`; about 12 minutes on 2 cores, cached in results/explain).
+# run`; 5,760 runs, 26 minutes on 2 busy cores, less on quiet ones: docs/explain.md; cached in results/explain).
 explain: setup
 	$(BIN)/schedport analyze --results results --explain 8
 
