@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 from schedport.common.formatting import fmt, pct  # noqa: F401  (the report's number style)
 from schedport.report.explain import render_section
+from schedport.report.modeled import modeled_check_html
 from schedport.report.robustness import robustness_card
 from schedport.report.simulator import claim_survival, simulator_card
 from schedport.report.figures import (fig_headline_tau, fig_metric_matrix, fig_rank_trajectories,  # noqa: F401
@@ -667,6 +668,7 @@ def build_html(res: dict, validation: Optional[dict] = None) -> str:
     modeled = [d["source"] for d in pv["data_sources"] if d.get("modeled")]
     modeled_note = (f"<div class='modeled'>Modeled source(s): <b>{esc(', '.join(modeled))}</b> &mdash; generated "
                     "from the authors' published characterization, not the real trace.</div>") if modeled else ""
+    modeled_note += modeled_check_html(res)
     users = pv.get("user_policies") or {}
     user_note = ("<div class='note'>Schedulers from user files: " + "; ".join(
         f"<b>{esc(n)}</b> ({esc(r.get('kind'))} <code>{esc(r.get('spec'))}</code>, sha256 "

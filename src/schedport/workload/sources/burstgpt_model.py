@@ -259,6 +259,33 @@ def _segment(params: dict, seed: int, j: int, s: int) -> tuple[np.ndarray, ...]:
     return t, req, resp, failed
 
 
+CONVERSATION = "Conversation log"
+
+
+def conversation_sample(params: dict | None = None, *, seed: int = 0, days: int = 14) -> dict:
+    """The modeled Conversation streams over the first `days` days of the virtual trace `seed`.
+
+    Returns ``{"model": labels, "request", "response": tokens, "failed": bool}``, one entry per
+    generated request (failures included, with the lengths drawn for them), in stream order.
+    This is what the fidelity check (`schedport.workload.modelcheck`) holds against the real
+    Conversation rows: the same segments the windows are cut from, without the API streams.
+    """
+    p = DEFAULT_PARAMS if params is None else params
+    seg = int(p["segment_s"])
+    out: dict[str, list] = {"model": [], "request": [], "response": [], "failed": []}
+    for j, st in enumerate(p["streams"]):
+        model, _, log_type = st["client_id"].partition("/")
+        if log_type != CONVERSATION:
+            continue
+        for s in range(int(days) * DAY_S // seg):
+            t, req, resp, failed = _segment(p, seed, j, s)
+            out["model"].append(np.full(len(t), model, dtype=object))
+            out["request"].append(req)
+            out["response"].append(resp)
+            out["failed"].append(failed)
+    return {k: np.concatenate(v) if v else np.empty(0) for k, v in out.items()}
+
+
 def _check(selection: dict) -> dict:
     unknown = sorted(set(selection) - set(SELECTION_KEYS))
     if unknown:
