@@ -90,3 +90,28 @@ def test_report_fragment_shows_the_table_and_verdict():
     assert modeled_check_html({"workload": {"corpus_sources": {"azure": {"modeled": False}}}}) == ""
     assert "not run" in modeled_check_html({"workload": {"corpus_sources": {"burstgpt-modeled": {
         "modeled": True, "fidelity": {"available": False, "note": "fidelity check not run: x"}}}}})
+
+
+@needs_slices
+def test_refitted_conversation_stream_matches_the_slices():
+    # the issue's bar: KS < 0.1 per model and length (GPT-4: its 5% critical value, ~0.106);
+    # rank correlations and shares inside the rows' 95% bootstrap intervals
+    res = mc.check_model(ROWS)
+    for c in res.lengths:
+        assert c.ks < c.bound <= 0.107, c
+    for c in res.intervals:
+        assert c.lo <= c.modeled <= c.hi, c
+    assert res.verdict == "matches" and res.modeled["version"] == 2
+    fit = mc.fit_to_rows(ROWS)  # the shipped fit is the rows' own, recomputed
+    assert fit["knots"] == bm.FIT["knots"] and fit["gpt4_share"] == bm.FIT["gpt4_share"]
+    assert fit["failure_fraction"] == bm.FIT["failure_fraction"]
+    for model in ("ChatGPT", "GPT-4"):
+        for k in ("request", "response", "rank_correlation"):
+            assert fit["models"][model][k] == bm.FIT[model][k]
+
+
+def test_every_parameter_is_labelled():
+    labels = bm.DEFAULT_PARAMS["parameter_labels"]
+    assert set(labels.values()) == {"published", "fit-to-rows", "guessed"}
+    conv = [st for st in bm.DEFAULT_PARAMS["streams"] if st["client_id"].endswith("Conversation log")]
+    assert all(st["request"]["family"] == "log-quantile" for st in conv)

@@ -281,3 +281,36 @@ def fidelity_record(data_dir: str | Path | None = None, params: dict | None = No
     except SchedportError as e:
         return {"available": False, "note": f"fidelity check not run: {e}"}
     return {"available": True, **res.as_dict()}
+
+
+KNOTS = (0, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 99, 100)
+
+
+def fit_to_rows(rows: list[str | Path] | None = None, *, data_dir: str | Path | None = None) -> dict:
+    """The modeled Conversation stream's fit-to-rows parameters, computed from real BurstGPT rows.
+
+    Per model (ChatGPT, GPT-4), over the kept Conversation rows: the request- and response-token
+    quantiles at `KNOTS` (percent; numpy's linear percentiles, rounded to 0.1 token), which the
+    generator interpolates in log space, and the input-output Spearman correlation, which its
+    Gaussian copula reproduces; over all Conversation rows, the GPT-4 share of kept requests and
+    the failure share. `burstgpt_model.DEFAULT_PARAMS` holds these numbers for the mirror's slices
+    (a test recomputes them), so the study does not need the rows at build time.
+    """
+    from schedport.workload.sources import burstgpt
+
+    paths = [Path(p) for p in (rows if rows else default_rows(data_dir))]
+    rec = burstgpt.read_records(paths)
+    conv = rec.log_type == CONVERSATION
+    kept = conv & rec.kept
+    out: dict = {"knots": list(KNOTS), "models": {}}
+    for model in MODELS:
+        m = kept & (rec.model == model)
+        x, y = rec.request[m], rec.response[m]
+        out["models"][model] = {
+            "n": int(m.sum()),
+            "request": [round(float(v), 1) for v in np.percentile(x, KNOTS)],
+            "response": [round(float(v), 1) for v in np.percentile(y, KNOTS)],
+            "rank_correlation": round(spearman(x, y), 4)}
+    out["gpt4_share"] = round(float((rec.model[kept] == "GPT-4").mean()), 4)
+    out["failure_fraction"] = round(float((rec.reason[conv] == "failed_response").mean()), 4)
+    return out

@@ -94,14 +94,75 @@ def _shaped_per_hour(per_day: float, shape: list[float]) -> list[float]:
     return [per_day * s / total for s in shape]
 
 
+#: The Conversation stream fit to the real BurstGPT rows of the data mirror (the first 400 rows of
+#: BurstGPT_1.csv and BurstGPT_3.csv: 774 Conversation rows with tokens, 792 in all), as
+#: `schedport.workload.modelcheck.fit_to_rows` computes it (a test recomputes it): per model the
+#: request and response tokens at the percentiles `knots` (interpolated in log space) and the
+#: input-output Spearman correlation; the GPT-4 share of Conversation requests; the failure share.
+FIT: dict = {
+    "knots": [0, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 99, 100],
+    "ChatGPT": {
+        "request": [8.0, 19.0, 24.0, 49.2, 100.8, 179.4, 299.0, 437.8, 585.2, 851.4, 1290.8, 1526.8,
+                    1905.2, 2573.0],
+        "response": [2.0, 11.3, 16.6, 34.2, 57.0, 90.0, 140.0, 194.0, 271.2, 342.0, 488.4, 686.8,
+                     1362.0, 2019.0],
+        "rank_correlation": 0.2378},
+    "GPT-4": {
+        "request": [12.0, 20.0, 28.6, 66.0, 183.4, 320.8, 432.0, 540.2, 753.0, 984.8, 1576.8, 2086.7,
+                    12751.2, 25085.0],
+        "response": [2.0, 19.9, 25.6, 55.6, 79.0, 127.4, 214.0, 291.0, 369.8, 466.8, 552.4, 729.2,
+                     849.5, 879.0],
+        "rank_correlation": 0.0715},
+    "gpt4_share": 0.2158,
+    "failure_fraction": 0.0227,
+}
+
+
+def _conv_scale(share: float) -> tuple[float, float]:
+    """Rate factors of (ChatGPT, GPT-4) Conversation that give GPT-4 `share` of its requests while
+    keeping the published total (both streams share the weekend factor, so daily sums decide)."""
+    a, b = float(sum(_CHATGPT_CONV_PER_H)), float(sum(_GPT4_CONV_PER_H))
+    return round((1.0 - share) * (a + b) / a, 6), round(share * (a + b) / b, 6)
+
+
+_CONV_SCALE = _conv_scale(FIT["gpt4_share"])
+
+#: What each parameter rests on: published (author artifacts, paper sentences quoted by third
+#: parties, and arithmetic on them: tiers A, B, D of burstgpt-published-model.md), fit-to-rows
+#: (`FIT`, the real rows of the mirror) or guessed (tier G, or set from third-party numbers, C).
+PARAMETER_LABELS: dict = {
+    "streams (Model x Log Type), client ids": "published",
+    "segment_s (20-min Gamma windows)": "published",
+    "first_day_weekday": "guessed",
+    "Conversation weekday_per_hour, weekend_factor (diurnal and weekly shape, total rate)": "published",
+    "Conversation rate_scale (GPT-4 share of Conversation)": "fit-to-rows",
+    "Conversation gamma_shape (arrival CV)": "guessed",
+    "Conversation day_sigma, segment_sigma": "guessed",
+    "Conversation request tokens (log-quantile knots)": "fit-to-rows",
+    "Conversation response tokens (log-quantile knots)": "fit-to-rows",
+    "Conversation input-output rank correlation (Gaussian copula)": "fit-to-rows",
+    "Conversation failure_fraction": "fit-to-rows",
+    "API weekday_per_hour (ChatGPT 17.9k/day, GPT-4 3.0k/day; the API share)": "guessed",
+    "API total rate (1,429.7k rows / 61 days minus Conversation)": "published",
+    "API GPT-4 night shape": "published",
+    "API gamma_shape 0.5 (arrival CV 1.41)": "published",
+    "API day_sigma, segment_sigma": "guessed",
+    "API request tokens (Zipf-Mandelbrot family, means)": "published",
+    "API request tokens theta": "guessed",
+    "API response tokens (lognormal medians 20 / 60-250, sigma 1.5)": "guessed",
+    "API failure_fraction 1.78 %": "published",
+    "max_request_tokens, max_response_tokens": "guessed",
+}
+
 #: Every model parameter (JSON-able; its sha256 is the modeled source's "origin" hash).
 DEFAULT_PARAMS: dict = {
     "model": NAME,
-    "version": 1,
+    "version": 2,
     "label": LABEL,
+    "parameter_labels": PARAMETER_LABELS,
     "segment_s": SEGMENT_S,
     "first_day_weekday": 0,  # day 0 is a Monday (G)
-    "failure_fraction": 0.0178,  # D: README 1,429.7k rows vs 1,404.3k without failures
+    "failure_fraction": 0.0178,  # D: README 1,429.7k rows vs 1,404.3k without failures (API streams)
     "max_request_tokens": 32000,  # C: largest request in the public viewer is 31.4k
     "max_response_tokens": 12500,  # C: largest response in the public viewer
     "streams": [
@@ -109,32 +170,31 @@ DEFAULT_PARAMS: dict = {
             "client_id": "ChatGPT/Conversation log",
             "weekday_per_hour": _CHATGPT_CONV_PER_H,  # A: Fig. daily periodicity, medians
             "weekend_factor": 0.5,  # A: weekly heatmap, eyeballed
+            "rate_scale": _CONV_SCALE[0],  # fit-to-rows: GPT-4 share of Conversation
             "gamma_shape": 1.0,  # G (third-party CV 0.92, C)
             "day_sigma": 0.2,  # G
             "segment_sigma": 0.25,  # G
-            "request": {"family": "zipf-mandelbrot", "theta": 4.3, "q": 1473.9,
-                        "target_mean": 640},  # B family, D mean, G theta
-            "response": {"family": "lognormal-conditional", "sigma": 0.7,
-                         # A: Fig. 4 ChatGPT (Conv.) conditional median, eyeballed
-                         "median_at_request": [[1, 240], [50, 240], [100, 85], [300, 130],
-                                               [500, 160], [1000, 260], [1500, 355],
-                                               [2000, 455]],
-                         "slope_beyond": 0.2, "median_cap": 1000},
+            "failure_fraction": FIT["failure_fraction"],  # fit-to-rows
+            "request": {"family": "log-quantile", "knots": FIT["knots"],
+                        "tokens": FIT["ChatGPT"]["request"]},  # fit-to-rows
+            "response": {"family": "copula-log-quantile", "knots": FIT["knots"],
+                         "tokens": FIT["ChatGPT"]["response"],
+                         "rank_correlation": FIT["ChatGPT"]["rank_correlation"]},  # fit-to-rows
         },
         {
             "client_id": "GPT-4/Conversation log",
             "weekday_per_hour": _GPT4_CONV_PER_H,
             "weekend_factor": 0.5,
+            "rate_scale": _CONV_SCALE[1],
             "gamma_shape": 1.0,
             "day_sigma": 0.2,
             "segment_sigma": 0.25,
-            "request": {"family": "zipf-mandelbrot", "theta": 4.3, "q": 1705.9,
-                        "target_mean": 740},
-            "response": {"family": "lognormal-conditional", "sigma": 0.8,
-                         # A: Fig. 4 GPT-4 (Conv.) conditional median, eyeballed
-                         "median_at_request": [[1, 280], [50, 280], [300, 80], [500, 170],
-                                               [1000, 265], [1500, 320], [2000, 400]],
-                         "slope_beyond": 0.15, "median_cap": 1000},
+            "failure_fraction": FIT["failure_fraction"],
+            "request": {"family": "log-quantile", "knots": FIT["knots"],
+                        "tokens": FIT["GPT-4"]["request"]},
+            "response": {"family": "copula-log-quantile", "knots": FIT["knots"],
+                         "tokens": FIT["GPT-4"]["response"],
+                         "rank_correlation": FIT["GPT-4"]["rank_correlation"]},
         },
         {
             "client_id": "ChatGPT/API log",
@@ -181,6 +241,26 @@ def _zm_cdf(q: float, theta: float, kmax: int) -> np.ndarray:
     c[-1] = 1.0
     c.flags.writeable = False
     return c
+
+
+def _log_quantile(spec: dict, u: np.ndarray, cap: int) -> np.ndarray:
+    """Tokens at probabilities `u`: the knots' log tokens interpolated linearly in probability."""
+    x = np.exp(np.interp(u * 100.0, np.asarray(spec["knots"], dtype=np.float64),
+                         np.log(np.asarray(spec["tokens"], dtype=np.float64))))
+    return np.clip(np.rint(x), 1, cap).astype(np.int64)
+
+
+def _sample_copula(rng: np.random.Generator, st: dict, n: int, params: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Request and response tokens from their fit-to-rows quantiles, joined by a Gaussian copula
+    whose correlation 2 sin(pi rho_s / 6) gives the fitted Spearman correlation rho_s."""
+    from scipy.special import ndtr
+
+    rho = 2.0 * math.sin(math.pi * float(st["response"]["rank_correlation"]) / 6.0)
+    z1 = rng.standard_normal(n)
+    z2 = rho * z1 + math.sqrt(1.0 - rho * rho) * rng.standard_normal(n)
+    req = _log_quantile(st["request"], ndtr(z1), int(params["max_request_tokens"]))
+    resp = _log_quantile(st["response"], ndtr(z2), int(params["max_response_tokens"]))
+    return req, resp
 
 
 def _sample_requests(rng: np.random.Generator, spec: dict, kmax: int, n: int) -> np.ndarray:
@@ -244,7 +324,8 @@ def _segment(params: dict, seed: int, j: int, s: int) -> tuple[np.ndarray, ...]:
     day = t0 // DAY_S
     hour = (t0 % DAY_S) // 3600
     weekday = (day + int(params["first_day_weekday"])) % 7
-    base = float(st["weekday_per_hour"][hour]) * (float(st["weekend_factor"]) if weekday >= 5 else 1.0)
+    base = float(st["weekday_per_hour"][hour]) * (float(st["weekend_factor"]) if weekday >= 5 else 1.0) \
+        * float(st.get("rate_scale", 1.0))
     rng = np.random.default_rng(np.random.SeedSequence([seed, 1, j, s]))
     mult = _mean_one_lognormal(rng, float(st["segment_sigma"]))
     rate = base * _day_level(seed, j, day, float(st["day_sigma"])) * mult / 3600.0
@@ -253,9 +334,12 @@ def _segment(params: dict, seed: int, j: int, s: int) -> tuple[np.ndarray, ...]:
         return e, e.astype(np.int64), e.astype(np.int64), e.astype(bool)
     t = _renewal(rng, float(st["gamma_shape"]), 1.0 / rate, float(t0), float(t0 + seg))
     n = len(t)
-    req = _sample_requests(rng, st["request"], int(params["max_request_tokens"]), n)
-    resp = _sample_responses(rng, st["response"], req, int(hour), int(params["max_response_tokens"]))
-    failed = rng.random(n) < float(params["failure_fraction"])
+    if st["response"]["family"] == "copula-log-quantile":
+        req, resp = _sample_copula(rng, st, n, params)
+    else:
+        req = _sample_requests(rng, st["request"], int(params["max_request_tokens"]), n)
+        resp = _sample_responses(rng, st["response"], req, int(hour), int(params["max_response_tokens"]))
+    failed = rng.random(n) < float(st.get("failure_fraction", params["failure_fraction"]))
     return t, req, resp, failed
 
 
