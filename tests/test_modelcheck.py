@@ -115,3 +115,49 @@ def test_every_parameter_is_labelled():
     assert set(labels.values()) == {"published", "fit-to-rows", "guessed"}
     conv = [st for st in bm.DEFAULT_PARAMS["streams"] if st["client_id"].endswith("Conversation log")]
     assert all(st["request"]["family"] == "log-quantile" for st in conv)
+
+
+def test_api_share_option_chooses_the_mix():
+    assert 0.89 < bm.api_share() < 0.90  # the published/guessed API rates
+    for share in (0.0, 0.5):
+        assert bm.api_share(bm.with_options(None, {"api_share": share})) == pytest.approx(share, abs=1e-6)
+    conv = bm.generate(start_s=86400 + 10 * 3600, rows=300, seed=1, api_share=0.0)
+    assert all(c.endswith("/Conversation log") for c in conv.trace.client_id)
+    same = bm.generate(start_s=86400 + 10 * 3600, rows=300, seed=1, api_share="published")
+    default = bm.generate(start_s=86400 + 10 * 3600, rows=300, seed=1)
+    assert same.trace.content_sha256() == default.trace.content_sha256()
+    p = bm.with_options(None, {"api_arrival_cv": 2.0, "api_response_median": 60})
+    api = [st for st in p["streams"] if st["client_id"].endswith("API log")]
+    assert [st["gamma_shape"] for st in api] == [0.25, 0.25]
+    assert api[0]["response"]["median_by_hour"][0] == 60 and api[1]["response"]["median_by_hour"][1] == 750
+    assert p["options"] == {"api_arrival_cv": 2.0, "api_response_median": 60}
+
+
+@pytest.mark.parametrize("opts, msg", [
+    ({"api_share": 1.0}, "api_share must be a number in [0, 1)"),
+    ({"api_share": "most"}, "api_share must be \"published\" or a number"),
+    ({"api_arrival_cv": 0}, "api_arrival_cv must be a number > 0"),
+    ({"api_mix": 1}, "unknown option(s) api_mix"),
+])
+def test_bad_model_options_are_one_line(opts, msg):
+    from schedport.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        bm.with_options(None, opts)
+    assert msg in str(info.value) and "\n" not in str(info.value)
+
+
+def test_spec_option_builds_the_conversation_only_source(tmp_path):
+    from schedport.workload import corpus as cp
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('schema = 1\nname = "conv-only"\n[[sources]]\nname = "burstgpt-modeled-conv"\n'
+                    'adapter = "burstgpt-modeled"\nseed = 7\noptions = { api_share = 0.0 }\n'
+                    'windows = { rule = "stratified", count = 2, days = 2, rows = 200 }\n')
+    c = cp.build_corpus(spec, tmp_path / "nodata", tmp_path / "c")
+    src = c.manifest["sources"]["burstgpt-modeled-conv"]
+    assert src["api_share"] == 0.0 and src["model_params"]["options"] == {"api_share": 0.0}
+    assert src["model_params_sha256"] == bm.params_sha256(bm.with_options(None, {"api_share": 0.0}))
+    assert src["fidelity"]["available"] is False  # no slices in this data dir: said, not failed
+    for w in c.windows:
+        assert all(x.endswith("/Conversation log") for x in c.trace(w.window_id).client_id)

@@ -76,7 +76,9 @@ CITATION = ("modeled from the BurstGPT authors' published characterization: Wang
             "parameters partly guessed (see schedport.sources.burstgpt_model)")
 SEGMENT_S = 1200  # 20-minute Gamma windows (the authors' Modeled Scaling)
 DAY_S = 86400
-SELECTION_KEYS = ("start_s", "rows", "seed", "max_days")
+#: Corpus-spec options of the modeled source (``options = {...}``): what stays guessed, to sweep.
+MODEL_OPTIONS = ("api_share", "api_arrival_cv", "api_response_median")
+SELECTION_KEYS = ("start_s", "rows", "seed", "max_days", *MODEL_OPTIONS)
 
 _CHATGPT_CONV_PER_H = [45, 28, 17, 8, 6, 5, 5, 5, 21, 106, 158, 158,
                        68, 92, 155, 185, 188, 132, 78, 102, 118, 107, 94, 76]
@@ -222,6 +224,72 @@ DEFAULT_PARAMS: dict = {
         },
     ],
 }
+
+
+def _weekly(st: dict) -> float:
+    """Expected requests of a stream over a week (five weekdays, two weekend days)."""
+    return sum(st["weekday_per_hour"]) * (5.0 + 2.0 * float(st["weekend_factor"])) * float(st.get("rate_scale", 1.0))
+
+
+def _is_api(st: dict) -> bool:
+    return st["client_id"].endswith("/API log")
+
+
+def api_share(params: dict | None = None) -> float:
+    """The API streams' expected share of the modeled trace's requests over a week."""
+    p = DEFAULT_PARAMS if params is None else params
+    api = sum(_weekly(st) for st in p["streams"] if _is_api(st))
+    return api / (api + sum(_weekly(st) for st in p["streams"] if not _is_api(st)))
+
+
+def with_options(params: dict | None = None, options: dict | None = None) -> dict:
+    """The model parameters with the corpus spec's `options` applied (a new dict; none: unchanged).
+
+    ``api_share``: ``"published"`` (the published/guessed API rates: 0.895 of a week's requests)
+    or a number in [0, 1): the API streams' rates are scaled by one factor so they make up that
+    share of a week's requests (0 = Conversation only, as the real rows look). ``api_arrival_cv``:
+    the API streams' Gamma inter-arrival CV (shape 1/CV^2; published 1.41). ``api_response_median``:
+    ChatGPT-API's median response tokens (published-derived 20), GPT-4-API's scaled with it.
+    Bad values are one-line `ConfigError`s. The options are recorded under ``options``.
+    """
+    p = json.loads(json.dumps(DEFAULT_PARAMS if params is None else params))
+    opts = dict(options or {})
+    unknown = sorted(set(opts) - set(MODEL_OPTIONS))
+    if unknown:
+        raise ConfigError(f"{NAME}: unknown option(s) {', '.join(unknown)} (accepted: {', '.join(MODEL_OPTIONS)})")
+    if not opts:
+        return p
+
+    def num(k, lo, hi=None):
+        v = opts[k]
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < lo \
+                or (hi is not None and v >= hi) or (lo > 0 and v <= 0):
+            rng = f"in [{lo:g}, {hi:g})" if hi is not None else "> 0"
+            raise ConfigError(f"{NAME}: option {k} must be a number {rng}, not {v!r}")
+        return float(v)
+
+    api = [st for st in p["streams"] if _is_api(st)]
+    if "api_share" in opts and opts["api_share"] != "published":
+        if isinstance(opts["api_share"], str):
+            raise ConfigError(f"{NAME}: option api_share must be \"published\" or a number in [0, 1), "
+                              f"not {opts['api_share']!r}")
+        share = num("api_share", 0.0, 1.0)
+        conv = sum(_weekly(st) for st in p["streams"] if not _is_api(st))
+        now = sum(_weekly(st) for st in api)
+        factor = share / (1.0 - share) * conv / now
+        for st in api:
+            st["rate_scale"] = round(float(st.get("rate_scale", 1.0)) * factor, 9)
+    if "api_arrival_cv" in opts:
+        cv = num("api_arrival_cv", 1e-9)
+        for st in api:
+            st["gamma_shape"] = round(1.0 / (cv * cv), 9)
+    if "api_response_median" in opts:
+        m = num("api_response_median", 1e-9)
+        base = float(api[0]["response"]["median_by_hour"][0]) if api else 1.0
+        for st in api:
+            st["response"]["median_by_hour"] = [round(v * m / base, 6) for v in st["response"]["median_by_hour"]]
+    p["options"] = opts
+    return p
 
 
 def params_sha256(params: dict | None = None) -> str:
@@ -370,6 +438,17 @@ def conversation_sample(params: dict | None = None, *, seed: int = 0, days: int 
     return {k: np.concatenate(v) if v else np.empty(0) for k, v in out.items()}
 
 
+_OPTIONS_CACHE: dict = {}
+
+
+def _options_cached(key: str, opts: str, params: dict) -> dict:
+    """`with_options` once per (params, options) in a process: 40 windows share one parameter set."""
+    k = (key, opts)
+    if k not in _OPTIONS_CACHE:
+        _OPTIONS_CACHE[k] = with_options(params, json.loads(opts))
+    return _OPTIONS_CACHE[k]
+
+
 def _check(selection: dict) -> dict:
     unknown = sorted(set(selection) - set(SELECTION_KEYS))
     if unknown:
@@ -402,8 +481,12 @@ def generate(params: dict | None = None, **selection) -> AdapterResult:
     failures dropped and counted as ``failed_response``, ``origin`` naming the model
     parameters (their sha256), ``notes`` saying it is modeled. Same inputs, same output.
     """
-    p = DEFAULT_PARAMS if params is None else params
     sel = _check(selection)
+    options = {k: sel.pop(k) for k in MODEL_OPTIONS if k in sel}
+    p = DEFAULT_PARAMS if params is None else params
+    if options:
+        p = _options_cached(params_sha256(p) if params is not None else "", json.dumps(options, sort_keys=True),
+                            p)
     start, rows, seed = sel["start_s"], sel["rows"], sel["seed"]
     seg = int(p["segment_s"])
     nstreams = len(p["streams"])
