@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from schedport.workload import sources
 from schedport.errors import ConfigError, DataError
+from schedport.workload.sources import burstgpt
 from schedport.workload.sources import servegen as sg
 
 FIX = Path(__file__).parent / "fixtures" / "sources"
@@ -241,6 +242,62 @@ def test_burstgpt_malformed_messages(tmp_path, body, expected):
 def test_burstgpt_missing_column(tmp_path):
     p = write(tmp_path, "b.csv", "Timestamp,Model,Request tokens,Response tokens\n5,ChatGPT,1,2\n")
     assert error_of("burstgpt", p).startswith("b.csv: line 1: missing column 'Log Type'")
+
+
+SLICES = MIRROR / "burstgpt-slices"
+needs_slices = pytest.mark.skipif(not (SLICES / "BurstGPT_3.first400.csv").is_file(),
+                                  reason="BurstGPT slices not in the data mirror")
+
+
+@needs_slices
+def test_burstgpt_mirror_slices_through_the_adapter():
+    # BurstGPT_1's slice: 17 zero-token rows (failures), BurstGPT_3's: 1 (slices' README)
+    one = sources.read("burstgpt", [SLICES / "BurstGPT_1.first400.csv"])
+    three = sources.read("burstgpt", [SLICES / "BurstGPT_3.first400.csv"])
+    assert (len(one.trace), one.dropped["failed_response"]) == (383, 17)
+    assert (len(three.trace), three.dropped["failed_response"]) == (399, 1)
+    rec = burstgpt.read_records([SLICES / "BurstGPT_3.first400.csv"], sessions=True)
+    conv = rec.log_type == "Conversation log"
+    assert rec.has_sessions and len(set(rec.session[conv])) == 135
+    assert all(s is None for s in rec.session[~conv])  # API rows have no session
+    assert np.nanmedian(rec.elapsed) == 3 and rec.dropped["failed_response"] == 1
+    assert (rec.reason != "").sum() == 1 and rec.kept.sum() == 399
+
+
+V3_HEAD = "Timestamp,Session ID,Elapsed time,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("5,ChatGPT,472,18,491,Conversation log\n",
+     "b.csv: line 2: column 'Total tokens': 491 is not Request tokens + Response tokens "
+     "(472 + 18 = 490)"),
+    ("5,ChatGPT,-3,18,15,Conversation log\n",
+     "b.csv: line 2: column 'Request tokens': '-3' is negative"),
+    ("5,ChatGPT,3,-18,-15,Conversation log\n",
+     "b.csv: line 2: column 'Response tokens': '-18' is negative"),
+])
+def test_burstgpt_token_checks(tmp_path, body, expected):
+    p = write(tmp_path, "b.csv",
+              "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+              "4,ChatGPT,1,1,2,API log\n" + body)
+    assert error_of("burstgpt", p) == expected.replace("line 2", "line 3")
+
+
+def test_burstgpt_v3_checks(tmp_path):
+    p = write(tmp_path, "b.csv", V3_HEAD + "5,s1,2.5,ChatGPT,10,20,30,Conversation log\n"
+              "6,s1,-1,ChatGPT,10,20,30,Conversation log\n")
+    assert error_of("burstgpt", p) == "b.csv: line 3: column 'Elapsed time': -1 is negative"
+    p = write(tmp_path, "c.csv", "Timestamp,Elapsed time,Model,Request tokens,Response tokens,"
+              "Total tokens,Log Type\n5,2.5,ChatGPT,10,20,30,Conversation log\n")
+    assert error_of("burstgpt", p).startswith("c.csv: line 1: missing column 'Session ID'")
+    v1 = FIX / "burstgpt_v1.csv"
+    with pytest.raises(DataError) as info:
+        burstgpt.read_records([v1], sessions=True)
+    assert str(info.value).startswith("burstgpt_v1.csv: line 1: missing column 'Session ID'")
+    rec = burstgpt.read_records([FIX / "burstgpt_v3.csv"], sessions=True)
+    assert rec.session.tolist() == ["s-001", "s-001", "s-002"] and rec.elapsed.tolist() == [1.8, 6.2, 12.9]
+    rec1 = burstgpt.read_records([v1])
+    assert not rec1.has_sessions and rec1.dropped == {"failed_response": 2, "zero_input_tokens": 0}
 
 
 # --------------------------------------------------------------------------- jsonl

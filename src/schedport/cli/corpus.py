@@ -1,4 +1,4 @@
-"""`schedport corpus build | verify | list`: the frozen window corpus from the command line.
+"""`schedport corpus build | verify | list | check-model`: the frozen window corpus from the command line.
 
 The library is `schedport.workload.corpus` (build, verify, the manifest); ``list --regions`` adds
 each window's capacity and per-region time-scale factor, measured by the engine and cached by the
@@ -71,6 +71,47 @@ def verify_cmd(
     typer.echo(f"ok: {len(corpus.windows)} windows ({counts}) verified, corpus_sha256 "
                f"{corpus.corpus_sha256}")
     typer.echo(compare_expected(corpus.manifest)["message"])
+
+
+@corpus_app.command("check-model", short_help="Hold the modeled BurstGPT against real BurstGPT rows.")
+def check_model_cmd(
+    rows: Optional[list[Path]] = typer.Option(None, "--rows", metavar="FILE",
+                                              help="Real BurstGPT CSV (repeatable; default: the data mirror's burstgpt-slices)."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", metavar="DIR",
+                                            help="Where the public files are (default: $SCHEDPORT_DATA, ../shared/datasets, the user cache)."),
+    seed: int = typer.Option(0, "--seed", help="Virtual trace of the modeled sample."),
+    json_out: Optional[Path] = typer.Option(None, "--json", metavar="FILE", help="Also write the result as JSON."),
+) -> None:
+    """Compare the modeled BurstGPT's Conversation stream with real rows: quantiles, KS, rank correlation, shares, sessions, verdict."""
+    import json
+
+    from schedport.workload.modelcheck import check_model
+
+    res = check_model(rows, data_dir=data_dir, seed=seed)
+    r = res.real
+    typer.echo(f"real: {', '.join(f['name'] for f in r['files'])}: {r['conversation_rows']} Conversation rows "
+               f"({r['conversation_kept']} with tokens), {r['api_rows']} API rows; modeled: v{res.modeled['version']}, "
+               f"{res.modeled['kept']} Conversation requests ({res.modeled['days']} days, seed {res.modeled['seed']})")
+    typer.echo(f"{'model':<8} {'length':<6} {'real p10/p50/p90/p99':<26} {'modeled p10/p50/p90/p99':<26} "
+               f"{'KS':>6} {'bound':>6}  ok")
+    for c in res.lengths:
+        q = lambda v: "/".join(f"{x:.0f}" for x in v)  # noqa: E731
+        typer.echo(f"{c.model:<8} {c.length:<6} {q(c.real_q):<26} {q(c.modeled_q):<26} {c.ks:6.3f} {c.bound:6.3f}  "
+                   f"{'yes' if c.ok else 'NO'}")
+    for c in res.intervals:
+        typer.echo(f"{c.name} ({c.model}): real {c.real:.3f} [95% bootstrap {c.lo:.3f}, {c.hi:.3f}], modeled "
+                   f"{c.modeled:.3f}  {'yes' if c.ok else 'NO'}")
+    s = res.sessions
+    if s.get("available"):
+        rps, gap = s["requests_per_session"], s["inter_turn_gap_s"]
+        typer.echo(f"sessions: {s['n_sessions']} over {s['n_rows']} rows; requests per session mean {rps['mean']:.2f}, "
+                   f"median {rps['p50']:g}, p90 {rps['p90']:g}, max {rps['max']}, single {rps['single_share']:.0%}; "
+                   f"inter-turn gap p10/p50/p90 {gap['p10']:.0f}/{gap['p50']:.0f}/{gap['p90']:.0f} s ({s['modeled']})")
+    for n in res.notes:
+        typer.echo(f"note: {n}")
+    typer.echo(f"verdict: {res.verdict} (rule: {res.rule})")
+    if json_out is not None:
+        json_out.write_text(json.dumps(res.as_dict(), indent=1) + "\n", encoding="utf-8")
 
 
 def _fmt(v, nd: int = 1) -> str:

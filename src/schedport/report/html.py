@@ -25,6 +25,7 @@ from typing import Any, Optional
 from schedport.common.formatting import fmt, pct  # noqa: F401  (the report's number style)
 from schedport.report.answer import own_card, render_html as render_answer
 from schedport.report.explain import render_section
+from schedport.report.modeled import modeled_check_html
 from schedport.report.numbers import FORMATTERS as _FORMATTERS, Nums as _Nums, resolve_key  # noqa: F401  (tests read them here)
 from schedport.report.robustness import robustness_card
 from schedport.report.simulator import claim_survival, simulator_card
@@ -632,6 +633,7 @@ def build_html(res: dict, validation: Optional[dict] = None) -> str:
     modeled = [d["source"] for d in pv["data_sources"] if d.get("modeled")]
     modeled_note = (f"<div class='modeled'>Modeled source(s): <b>{esc(', '.join(modeled))}</b> &mdash; generated "
                     "from the authors' published characterization, not the real trace.</div>") if modeled else ""
+    modeled_note += modeled_check_html(res)
     users = pv.get("user_policies") or {}
     user_note = ("<div class='note'>Schedulers from user files: " + "; ".join(
         f"<b>{esc(n)}</b> ({esc(r.get('kind'))} <code>{esc(r.get('spec'))}</code>, sha256 "

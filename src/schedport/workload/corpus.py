@@ -156,7 +156,7 @@ def build_corpus(spec: str | os.PathLike[str] | None = None,
         dup = next((i for i in ids if ids.count(i) > 1), None)
         if dup:
             raise ConfigError(f"window id {dup!r} produced twice; give the sources distinct names")
-        manifest = _manifest(built_spec, entries, srcs, study_variants)
+        manifest = _manifest(built_spec, entries, srcs, study_variants, root)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, allow_nan=False) + "\n",
                                            encoding="utf-8")
         repro = compare_expected(manifest)
@@ -193,7 +193,8 @@ def _sel_text(sel: dict) -> str:
     return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sel.items())
 
 
-def _manifest(spec: dict, entries: list[dict], srcs: list[SourceSpec], variants: str | None = None) -> dict:
+def _manifest(spec: dict, entries: list[dict], srcs: list[SourceSpec], variants: str | None = None,
+              data_dir: Path | None = None) -> dict:
     sources = {}
     for s in srcs:
         n = sum(1 for e in entries if e["source"] == s.name)
@@ -202,10 +203,15 @@ def _manifest(spec: dict, entries: list[dict], srcs: list[SourceSpec], variants:
                            "label": source_label(s.adapter),
                            **({"fallback_for": s.spec["fallback_for"]} if "fallback_for" in s.spec else {})}
         if s.adapter == MODELED_ADAPTER:
-            from schedport.workload.sources.burstgpt_model import DEFAULT_PARAMS, params_sha256
+            from schedport.workload.modelcheck import fidelity_record
+            from schedport.workload.sources.burstgpt_model import api_share, params_sha256, with_options
 
-            sources[s.name]["model_params"] = DEFAULT_PARAMS
-            sources[s.name]["model_params_sha256"] = params_sha256()
+            params = with_options(None, s.parts[0].options)  # the spec's options (api_share, ...) applied
+            sources[s.name]["model_params"] = params
+            sources[s.name]["model_params_sha256"] = params_sha256(params)
+            sources[s.name]["api_share"] = round(api_share(params), 6)
+            # the modeled Conversation stream held against the real BurstGPT rows of the mirror
+            sources[s.name]["fidelity"] = fidelity_record(data_dir, params)
     man = {"schema": MANIFEST_SCHEMA, "kind": MANIFEST_KIND, "name": spec["name"],
            "corpus_sha256": corpus_hash([(e["window_id"], e["sha256"]) for e in entries], spec),
            "code_version": __version__, "n_windows": len(entries), "sources": sources,

@@ -9,22 +9,33 @@ v1/v2 ``Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`` a
 inserts ``Session ID,Elapsed time`` after ``Timestamp``. ``Timestamp`` is seconds from 0:00
 of the first day, which is also this adapter's time origin (so ``start_s=36000`` is 10:00 on
 day one). The client id is ``f"{Model}/{Log Type}"`` (e.g. ``ChatGPT/Conversation log``).
+
+Checked on every row, besides the columns' types: ``Total tokens`` (when the file has it) must
+equal ``Request tokens + Response tokens``; a file with ``Elapsed time`` has BurstGPT_3's
+layout and must have ``Session ID`` too; ``Elapsed time`` must be a number >= 0. Each is a
+one-line error naming file, line and column. `read_records` returns every row with its session,
+elapsed time, model, log type and drop reason (the fidelity check of the modeled source,
+`schedport.workload.modelcheck`, reads the mirror's slices with it); `read` cuts a window of the
+same rows, so a user with the full files and the slices go through one code path.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from schedport.workload.sources._common import (
-    FAILED, ZERO_IN, AdapterResult, BadRows, cached_load, check_selection, check_sorted,
-    decode_text, origin_entry, parse_float_column, parse_int_column, parse_table, read_all,
-    read_bytes, Rows, token_reasons, window_result,
+    DROP_REASONS as ALL_REASONS, FAILED, ZERO_IN, AdapterResult, BadRows, cached_load, check_selection,
+    check_sorted, decode_text, fail, origin_entry, parse_float_column, parse_int_column, parse_table,
+    read_all, read_bytes, Rows, token_reasons, window_result,
 )
 
 REQUIRED = ("Timestamp", "Model", "Request tokens", "Response tokens", "Log Type")
+SESSION, ELAPSED, TOTAL = "Session ID", "Elapsed time", "Total tokens"
+OPTIONAL = (SESSION, ELAPSED, TOTAL)
 DROP_REASONS = (FAILED, ZERO_IN)
 
 
@@ -48,6 +59,16 @@ def _parse(table, bad: BadRows):
             lambda i: f"column 'Timestamp': {cols['Timestamp'][i]!r} is negative")
     req = parse_int_column(cols["Request tokens"], "Request tokens", bad)
     resp = parse_int_column(cols["Response tokens"], "Response tokens", bad)
+    if TOTAL in cols:
+        total = parse_int_column(cols[TOTAL], TOTAL, bad, most=2 * int(np.iinfo(np.int32).max))
+        bad.add(total != req + resp,
+                lambda i: f"column {TOTAL!r}: {int(total[i])} is not Request tokens + Response "
+                          f"tokens ({int(req[i])} + {int(resp[i])} = {int(req[i] + resp[i])})")
+    elapsed = np.full(len(t), np.nan)
+    if ELAPSED in cols:
+        elapsed = parse_float_column(cols[ELAPSED], ELAPSED, bad)
+        bad.add(np.nan_to_num(elapsed, nan=0.0) < 0,
+                lambda i: f"column {ELAPSED!r}: {float(elapsed[i]):g} is negative")
     m_codes, m_labels = _labels(cols["Model"], "Model", bad)
     l_codes, l_labels = _labels(cols["Log Type"], "Log Type", bad)
     # client id = "<Model>/<Log Type>", built once per distinct pair
@@ -55,24 +76,114 @@ def _parse(table, bad: BadRows):
     uniq, inverse = np.unique(pair, return_inverse=True)
     names = np.array([f"{m_labels[u // (len(l_labels) + 1)]}/{l_labels[u % (len(l_labels) + 1)]}"
                       for u in uniq], dtype=object)
-    return t, req, resp, names[inverse.reshape(-1)]
+    return t, req, resp, names[inverse.reshape(-1)], elapsed
 
 
-def _load_file(path: Path, bad_rows: str) -> tuple[Rows, dict]:
+@dataclass(frozen=True)
+class _Parsed:
+    rows: Rows
+    origin: dict
+    session: np.ndarray | None  # None: the file has no Session ID column
+    elapsed: np.ndarray
+
+
+def _header(path: Path, text: str) -> list[str]:
+    return [c.strip().strip('"') for c in text.split("\n", 1)[0].rstrip("\r").split(",")]
+
+
+def _load_file(path: Path, bad_rows: str) -> _Parsed:
     data = read_bytes(path)
-    (t, req, resp, client), mask, table = parse_table(
-        path, decode_text(path, data), list(REQUIRED), NUMERIC, _parse, bad_rows)
+    text = decode_text(path, data)
+    head = _header(path, text)
+    if ELAPSED in head and SESSION not in head:
+        raise fail(path, "line 1", f"missing column {SESSION!r} (a file with {ELAPSED!r} has "
+                                   "BurstGPT_3's layout, which has Session ID too)")
+    numeric = NUMERIC + tuple(c for c in (TOTAL, ELAPSED) if c in head)
+    (t, req, resp, client, elapsed), mask, table = parse_table(
+        path, text, list(REQUIRED), numeric, _parse, bad_rows, optional=OPTIONAL)
     # A failure is a row with 0 response tokens (the BurstGPT README's definition); a row that
     # got a response but has 0 request tokens is dropped under its own reason.
     reason = token_reasons(req, resp, failed=resp == 0)
     rows = Rows(time=np.where(mask, np.nan, t), input_tokens=req, output_tokens=resp,
                 client_id=client, bad=mask, reason=reason,
                 file_index=np.zeros(len(t), np.int64), lines=table.lines, paths=[path])
-    return rows, origin_entry(path, data)
+    session = None
+    if SESSION in table.columns:
+        s = pd.Series(table.columns[SESSION], dtype=object).astype(str).str.strip()
+        session = np.where(s.to_numpy() == "", None, s.to_numpy()).astype(object)
+    return _Parsed(rows, origin_entry(path, data), session, elapsed)
+
+
+def _parsed(path: Path, bad_rows: str) -> _Parsed:
+    return cached_load("burstgpt", path, bad_rows, _load_file)
 
 
 def _read_file(path: Path, bad_rows: str) -> tuple[Rows, dict]:
-    return cached_load("burstgpt", path, bad_rows, _load_file)
+    p = _parsed(path, bad_rows)
+    return p.rows, p.origin
+
+
+@dataclass(frozen=True)
+class Records:
+    """Every row of BurstGPT file(s) with what the canonical trace leaves out.
+
+    Arrays per row, in file order: ``timestamp`` (s, the files' own clock), ``model``,
+    ``log_type``, ``request``, ``response`` (tokens), ``session`` (the Session ID, None where
+    the row has none or the file has no such column), ``elapsed`` (s; NaN without the column),
+    ``reason`` (the drop reason's name, "" for a kept row) and ``line`` (its line in its file);
+    ``files`` the file names and ``origin`` their sha256s; ``dropped`` the count per reason;
+    ``has_sessions`` whether every file has a Session ID column.
+    """
+
+    timestamp: np.ndarray
+    model: np.ndarray
+    log_type: np.ndarray
+    request: np.ndarray
+    response: np.ndarray
+    session: np.ndarray
+    elapsed: np.ndarray
+    reason: np.ndarray
+    line: np.ndarray
+    files: list[str]
+    origin: list[dict]
+    dropped: dict[str, int]
+    has_sessions: bool
+
+    @property
+    def kept(self) -> np.ndarray:
+        """Mask of the rows the adapter keeps (non-zero tokens)."""
+        return self.reason == ""
+
+
+def read_records(paths: list[Path], *, sessions: bool = False) -> Records:
+    """Every row of BurstGPT CSV file(s), parsed and checked as `read` does, with its extra columns.
+
+    Zero-token rows stay in, marked with their drop reason (``failed_response``: 0 response
+    tokens, BurstGPT's failures; ``zero_input_tokens``), and are counted in ``dropped``, so a
+    caller can measure the failure share. With `sessions`, every file must have a ``Session ID``
+    column (the BurstGPT_3 layout); a file without one is a one-line error naming it.
+    Malformed rows are errors (file, line, column), never dropped here.
+    """
+    parts = [_parsed(Path(p), "error") for p in paths]
+    if sessions:
+        for p, part in zip(paths, parts):
+            if part.session is None:
+                raise fail(p, "line 1", f"missing column {SESSION!r} (needed for the session "
+                                        "statistics: BurstGPT_3's layout)")
+    rows = Rows.concat([p.rows for p in parts])
+    check_sorted(rows, "Timestamp")
+    model_log = pd.Series(rows.client_id, dtype=object).str.split("/", n=1, expand=True)
+    reason = np.array([""] + list(ALL_REASONS), dtype=object)[rows.reason.astype(np.int64)]
+    session = np.concatenate([p.session if p.session is not None
+                              else np.full(len(p.rows.time), None, dtype=object) for p in parts])
+    dropped = {r: int((reason == r).sum()) for r in DROP_REASONS}
+    return Records(timestamp=rows.time, model=model_log[0].to_numpy(dtype=object),
+                   log_type=model_log[1].to_numpy(dtype=object), request=rows.input_tokens,
+                   response=rows.output_tokens, session=session,
+                   elapsed=np.concatenate([p.elapsed for p in parts]), reason=reason,
+                   line=rows.lines, files=[Path(p).name for p in paths],
+                   origin=[p.origin for p in parts], dropped=dropped,
+                   has_sessions=all(p.session is not None for p in parts))
 
 
 def read(paths: list[Path], **selection) -> AdapterResult:

@@ -76,7 +76,9 @@ CITATION = ("modeled from the BurstGPT authors' published characterization: Wang
             "parameters partly guessed (see schedport.sources.burstgpt_model)")
 SEGMENT_S = 1200  # 20-minute Gamma windows (the authors' Modeled Scaling)
 DAY_S = 86400
-SELECTION_KEYS = ("start_s", "rows", "seed", "max_days")
+#: Corpus-spec options of the modeled source (``options = {...}``): what stays guessed, to sweep.
+MODEL_OPTIONS = ("api_share", "api_arrival_cv", "api_response_median")
+SELECTION_KEYS = ("start_s", "rows", "seed", "max_days", *MODEL_OPTIONS)
 
 _CHATGPT_CONV_PER_H = [45, 28, 17, 8, 6, 5, 5, 5, 21, 106, 158, 158,
                        68, 92, 155, 185, 188, 132, 78, 102, 118, 107, 94, 76]
@@ -94,14 +96,75 @@ def _shaped_per_hour(per_day: float, shape: list[float]) -> list[float]:
     return [per_day * s / total for s in shape]
 
 
+#: The Conversation stream fit to the real BurstGPT rows of the data mirror (the first 400 rows of
+#: BurstGPT_1.csv and BurstGPT_3.csv: 774 Conversation rows with tokens, 792 in all), as
+#: `schedport.workload.modelcheck.fit_to_rows` computes it (a test recomputes it): per model the
+#: request and response tokens at the percentiles `knots` (interpolated in log space) and the
+#: input-output Spearman correlation; the GPT-4 share of Conversation requests; the failure share.
+FIT: dict = {
+    "knots": [0, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 99, 100],
+    "ChatGPT": {
+        "request": [8.0, 19.0, 24.0, 49.2, 100.8, 179.4, 299.0, 437.8, 585.2, 851.4, 1290.8, 1526.8,
+                    1905.2, 2573.0],
+        "response": [2.0, 11.3, 16.6, 34.2, 57.0, 90.0, 140.0, 194.0, 271.2, 342.0, 488.4, 686.8,
+                     1362.0, 2019.0],
+        "rank_correlation": 0.2378},
+    "GPT-4": {
+        "request": [12.0, 20.0, 28.6, 66.0, 183.4, 320.8, 432.0, 540.2, 753.0, 984.8, 1576.8, 2086.7,
+                    12751.2, 25085.0],
+        "response": [2.0, 19.9, 25.6, 55.6, 79.0, 127.4, 214.0, 291.0, 369.8, 466.8, 552.4, 729.2,
+                     849.5, 879.0],
+        "rank_correlation": 0.0715},
+    "gpt4_share": 0.2158,
+    "failure_fraction": 0.0227,
+}
+
+
+def _conv_scale(share: float) -> tuple[float, float]:
+    """Rate factors of (ChatGPT, GPT-4) Conversation that give GPT-4 `share` of its requests while
+    keeping the published total (both streams share the weekend factor, so daily sums decide)."""
+    a, b = float(sum(_CHATGPT_CONV_PER_H)), float(sum(_GPT4_CONV_PER_H))
+    return round((1.0 - share) * (a + b) / a, 6), round(share * (a + b) / b, 6)
+
+
+_CONV_SCALE = _conv_scale(FIT["gpt4_share"])
+
+#: What each parameter rests on: published (author artifacts, paper sentences quoted by third
+#: parties, and arithmetic on them: tiers A, B, D of burstgpt-published-model.md), fit-to-rows
+#: (`FIT`, the real rows of the mirror) or guessed (tier G, or set from third-party numbers, C).
+PARAMETER_LABELS: dict = {
+    "streams (Model x Log Type), client ids": "published",
+    "segment_s (20-min Gamma windows)": "published",
+    "first_day_weekday": "guessed",
+    "Conversation weekday_per_hour, weekend_factor (diurnal and weekly shape, total rate)": "published",
+    "Conversation rate_scale (GPT-4 share of Conversation)": "fit-to-rows",
+    "Conversation gamma_shape (arrival CV)": "guessed",
+    "Conversation day_sigma, segment_sigma": "guessed",
+    "Conversation request tokens (log-quantile knots)": "fit-to-rows",
+    "Conversation response tokens (log-quantile knots)": "fit-to-rows",
+    "Conversation input-output rank correlation (Gaussian copula)": "fit-to-rows",
+    "Conversation failure_fraction": "fit-to-rows",
+    "API weekday_per_hour (ChatGPT 17.9k/day, GPT-4 3.0k/day; the API share)": "guessed",
+    "API total rate (1,429.7k rows / 61 days minus Conversation)": "published",
+    "API GPT-4 night shape": "published",
+    "API gamma_shape 0.5 (arrival CV 1.41)": "published",
+    "API day_sigma, segment_sigma": "guessed",
+    "API request tokens (Zipf-Mandelbrot family, means)": "published",
+    "API request tokens theta": "guessed",
+    "API response tokens (lognormal medians 20 / 60-250, sigma 1.5)": "guessed",
+    "API failure_fraction 1.78 %": "published",
+    "max_request_tokens, max_response_tokens": "guessed",
+}
+
 #: Every model parameter (JSON-able; its sha256 is the modeled source's "origin" hash).
 DEFAULT_PARAMS: dict = {
     "model": NAME,
-    "version": 1,
+    "version": 2,
     "label": LABEL,
+    "parameter_labels": PARAMETER_LABELS,
     "segment_s": SEGMENT_S,
     "first_day_weekday": 0,  # day 0 is a Monday (G)
-    "failure_fraction": 0.0178,  # D: README 1,429.7k rows vs 1,404.3k without failures
+    "failure_fraction": 0.0178,  # D: README 1,429.7k rows vs 1,404.3k without failures (API streams)
     "max_request_tokens": 32000,  # C: largest request in the public viewer is 31.4k
     "max_response_tokens": 12500,  # C: largest response in the public viewer
     "streams": [
@@ -109,32 +172,31 @@ DEFAULT_PARAMS: dict = {
             "client_id": "ChatGPT/Conversation log",
             "weekday_per_hour": _CHATGPT_CONV_PER_H,  # A: Fig. daily periodicity, medians
             "weekend_factor": 0.5,  # A: weekly heatmap, eyeballed
+            "rate_scale": _CONV_SCALE[0],  # fit-to-rows: GPT-4 share of Conversation
             "gamma_shape": 1.0,  # G (third-party CV 0.92, C)
             "day_sigma": 0.2,  # G
             "segment_sigma": 0.25,  # G
-            "request": {"family": "zipf-mandelbrot", "theta": 4.3, "q": 1473.9,
-                        "target_mean": 640},  # B family, D mean, G theta
-            "response": {"family": "lognormal-conditional", "sigma": 0.7,
-                         # A: Fig. 4 ChatGPT (Conv.) conditional median, eyeballed
-                         "median_at_request": [[1, 240], [50, 240], [100, 85], [300, 130],
-                                               [500, 160], [1000, 260], [1500, 355],
-                                               [2000, 455]],
-                         "slope_beyond": 0.2, "median_cap": 1000},
+            "failure_fraction": FIT["failure_fraction"],  # fit-to-rows
+            "request": {"family": "log-quantile", "knots": FIT["knots"],
+                        "tokens": FIT["ChatGPT"]["request"]},  # fit-to-rows
+            "response": {"family": "copula-log-quantile", "knots": FIT["knots"],
+                         "tokens": FIT["ChatGPT"]["response"],
+                         "rank_correlation": FIT["ChatGPT"]["rank_correlation"]},  # fit-to-rows
         },
         {
             "client_id": "GPT-4/Conversation log",
             "weekday_per_hour": _GPT4_CONV_PER_H,
             "weekend_factor": 0.5,
+            "rate_scale": _CONV_SCALE[1],
             "gamma_shape": 1.0,
             "day_sigma": 0.2,
             "segment_sigma": 0.25,
-            "request": {"family": "zipf-mandelbrot", "theta": 4.3, "q": 1705.9,
-                        "target_mean": 740},
-            "response": {"family": "lognormal-conditional", "sigma": 0.8,
-                         # A: Fig. 4 GPT-4 (Conv.) conditional median, eyeballed
-                         "median_at_request": [[1, 280], [50, 280], [300, 80], [500, 170],
-                                               [1000, 265], [1500, 320], [2000, 400]],
-                         "slope_beyond": 0.15, "median_cap": 1000},
+            "failure_fraction": FIT["failure_fraction"],
+            "request": {"family": "log-quantile", "knots": FIT["knots"],
+                        "tokens": FIT["GPT-4"]["request"]},
+            "response": {"family": "copula-log-quantile", "knots": FIT["knots"],
+                         "tokens": FIT["GPT-4"]["response"],
+                         "rank_correlation": FIT["GPT-4"]["rank_correlation"]},
         },
         {
             "client_id": "ChatGPT/API log",
@@ -164,6 +226,72 @@ DEFAULT_PARAMS: dict = {
 }
 
 
+def _weekly(st: dict) -> float:
+    """Expected requests of a stream over a week (five weekdays, two weekend days)."""
+    return sum(st["weekday_per_hour"]) * (5.0 + 2.0 * float(st["weekend_factor"])) * float(st.get("rate_scale", 1.0))
+
+
+def _is_api(st: dict) -> bool:
+    return st["client_id"].endswith("/API log")
+
+
+def api_share(params: dict | None = None) -> float:
+    """The API streams' expected share of the modeled trace's requests over a week."""
+    p = DEFAULT_PARAMS if params is None else params
+    api = sum(_weekly(st) for st in p["streams"] if _is_api(st))
+    return api / (api + sum(_weekly(st) for st in p["streams"] if not _is_api(st)))
+
+
+def with_options(params: dict | None = None, options: dict | None = None) -> dict:
+    """The model parameters with the corpus spec's `options` applied (a new dict; none: unchanged).
+
+    ``api_share``: ``"published"`` (the published/guessed API rates: 0.895 of a week's requests)
+    or a number in [0, 1): the API streams' rates are scaled by one factor so they make up that
+    share of a week's requests (0 = Conversation only, as the real rows look). ``api_arrival_cv``:
+    the API streams' Gamma inter-arrival CV (shape 1/CV^2; published 1.41). ``api_response_median``:
+    ChatGPT-API's median response tokens (published-derived 20), GPT-4-API's scaled with it.
+    Bad values are one-line `ConfigError`s. The options are recorded under ``options``.
+    """
+    p = json.loads(json.dumps(DEFAULT_PARAMS if params is None else params))
+    opts = dict(options or {})
+    unknown = sorted(set(opts) - set(MODEL_OPTIONS))
+    if unknown:
+        raise ConfigError(f"{NAME}: unknown option(s) {', '.join(unknown)} (accepted: {', '.join(MODEL_OPTIONS)})")
+    if not opts:
+        return p
+
+    def num(k, lo, hi=None):
+        v = opts[k]
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < lo \
+                or (hi is not None and v >= hi) or (lo > 0 and v <= 0):
+            rng = f"in [{lo:g}, {hi:g})" if hi is not None else "> 0"
+            raise ConfigError(f"{NAME}: option {k} must be a number {rng}, not {v!r}")
+        return float(v)
+
+    api = [st for st in p["streams"] if _is_api(st)]
+    if "api_share" in opts and opts["api_share"] != "published":
+        if isinstance(opts["api_share"], str):
+            raise ConfigError(f"{NAME}: option api_share must be \"published\" or a number in [0, 1), "
+                              f"not {opts['api_share']!r}")
+        share = num("api_share", 0.0, 1.0)
+        conv = sum(_weekly(st) for st in p["streams"] if not _is_api(st))
+        now = sum(_weekly(st) for st in api)
+        factor = share / (1.0 - share) * conv / now
+        for st in api:
+            st["rate_scale"] = round(float(st.get("rate_scale", 1.0)) * factor, 9)
+    if "api_arrival_cv" in opts:
+        cv = num("api_arrival_cv", 1e-9)
+        for st in api:
+            st["gamma_shape"] = round(1.0 / (cv * cv), 9)
+    if "api_response_median" in opts:
+        m = num("api_response_median", 1e-9)
+        base = float(api[0]["response"]["median_by_hour"][0]) if api else 1.0
+        for st in api:
+            st["response"]["median_by_hour"] = [round(v * m / base, 6) for v in st["response"]["median_by_hour"]]
+    p["options"] = opts
+    return p
+
+
 def params_sha256(params: dict | None = None) -> str:
     """sha256 of the canonical JSON of the model parameters: the modeled source's origin hash."""
     p = DEFAULT_PARAMS if params is None else params
@@ -181,6 +309,26 @@ def _zm_cdf(q: float, theta: float, kmax: int) -> np.ndarray:
     c[-1] = 1.0
     c.flags.writeable = False
     return c
+
+
+def _log_quantile(spec: dict, u: np.ndarray, cap: int) -> np.ndarray:
+    """Tokens at probabilities `u`: the knots' log tokens interpolated linearly in probability."""
+    x = np.exp(np.interp(u * 100.0, np.asarray(spec["knots"], dtype=np.float64),
+                         np.log(np.asarray(spec["tokens"], dtype=np.float64))))
+    return np.clip(np.rint(x), 1, cap).astype(np.int64)
+
+
+def _sample_copula(rng: np.random.Generator, st: dict, n: int, params: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Request and response tokens from their fit-to-rows quantiles, joined by a Gaussian copula
+    whose correlation 2 sin(pi rho_s / 6) gives the fitted Spearman correlation rho_s."""
+    from scipy.special import ndtr
+
+    rho = 2.0 * math.sin(math.pi * float(st["response"]["rank_correlation"]) / 6.0)
+    z1 = rng.standard_normal(n)
+    z2 = rho * z1 + math.sqrt(1.0 - rho * rho) * rng.standard_normal(n)
+    req = _log_quantile(st["request"], ndtr(z1), int(params["max_request_tokens"]))
+    resp = _log_quantile(st["response"], ndtr(z2), int(params["max_response_tokens"]))
+    return req, resp
 
 
 def _sample_requests(rng: np.random.Generator, spec: dict, kmax: int, n: int) -> np.ndarray:
@@ -244,7 +392,8 @@ def _segment(params: dict, seed: int, j: int, s: int) -> tuple[np.ndarray, ...]:
     day = t0 // DAY_S
     hour = (t0 % DAY_S) // 3600
     weekday = (day + int(params["first_day_weekday"])) % 7
-    base = float(st["weekday_per_hour"][hour]) * (float(st["weekend_factor"]) if weekday >= 5 else 1.0)
+    base = float(st["weekday_per_hour"][hour]) * (float(st["weekend_factor"]) if weekday >= 5 else 1.0) \
+        * float(st.get("rate_scale", 1.0))
     rng = np.random.default_rng(np.random.SeedSequence([seed, 1, j, s]))
     mult = _mean_one_lognormal(rng, float(st["segment_sigma"]))
     rate = base * _day_level(seed, j, day, float(st["day_sigma"])) * mult / 3600.0
@@ -253,10 +402,51 @@ def _segment(params: dict, seed: int, j: int, s: int) -> tuple[np.ndarray, ...]:
         return e, e.astype(np.int64), e.astype(np.int64), e.astype(bool)
     t = _renewal(rng, float(st["gamma_shape"]), 1.0 / rate, float(t0), float(t0 + seg))
     n = len(t)
-    req = _sample_requests(rng, st["request"], int(params["max_request_tokens"]), n)
-    resp = _sample_responses(rng, st["response"], req, int(hour), int(params["max_response_tokens"]))
-    failed = rng.random(n) < float(params["failure_fraction"])
+    if st["response"]["family"] == "copula-log-quantile":
+        req, resp = _sample_copula(rng, st, n, params)
+    else:
+        req = _sample_requests(rng, st["request"], int(params["max_request_tokens"]), n)
+        resp = _sample_responses(rng, st["response"], req, int(hour), int(params["max_response_tokens"]))
+    failed = rng.random(n) < float(st.get("failure_fraction", params["failure_fraction"]))
     return t, req, resp, failed
+
+
+CONVERSATION = "Conversation log"
+
+
+def conversation_sample(params: dict | None = None, *, seed: int = 0, days: int = 14) -> dict:
+    """The modeled Conversation streams over the first `days` days of the virtual trace `seed`.
+
+    Returns ``{"model": labels, "request", "response": tokens, "failed": bool}``, one entry per
+    generated request (failures included, with the lengths drawn for them), in stream order.
+    This is what the fidelity check (`schedport.workload.modelcheck`) holds against the real
+    Conversation rows: the same segments the windows are cut from, without the API streams.
+    """
+    p = DEFAULT_PARAMS if params is None else params
+    seg = int(p["segment_s"])
+    out: dict[str, list] = {"model": [], "request": [], "response": [], "failed": []}
+    for j, st in enumerate(p["streams"]):
+        model, _, log_type = st["client_id"].partition("/")
+        if log_type != CONVERSATION:
+            continue
+        for s in range(int(days) * DAY_S // seg):
+            t, req, resp, failed = _segment(p, seed, j, s)
+            out["model"].append(np.full(len(t), model, dtype=object))
+            out["request"].append(req)
+            out["response"].append(resp)
+            out["failed"].append(failed)
+    return {k: np.concatenate(v) if v else np.empty(0) for k, v in out.items()}
+
+
+_OPTIONS_CACHE: dict = {}
+
+
+def _options_cached(key: str, opts: str, params: dict) -> dict:
+    """`with_options` once per (params, options) in a process: 40 windows share one parameter set."""
+    k = (key, opts)
+    if k not in _OPTIONS_CACHE:
+        _OPTIONS_CACHE[k] = with_options(params, json.loads(opts))
+    return _OPTIONS_CACHE[k]
 
 
 def _check(selection: dict) -> dict:
@@ -291,8 +481,12 @@ def generate(params: dict | None = None, **selection) -> AdapterResult:
     failures dropped and counted as ``failed_response``, ``origin`` naming the model
     parameters (their sha256), ``notes`` saying it is modeled. Same inputs, same output.
     """
-    p = DEFAULT_PARAMS if params is None else params
     sel = _check(selection)
+    options = {k: sel.pop(k) for k in MODEL_OPTIONS if k in sel}
+    p = DEFAULT_PARAMS if params is None else params
+    if options:
+        p = _options_cached(params_sha256(p) if params is not None else "", json.dumps(options, sort_keys=True),
+                            p)
     start, rows, seed = sel["start_s"], sel["rows"], sel["seed"]
     seg = int(p["segment_s"])
     nstreams = len(p["streams"])
