@@ -330,3 +330,11 @@ def test_figures_leave_out_what_carries_no_information(study):
     assert 0.3 < lo < 0.45 and 0.85 < hi < 1.0
     styles = trajectory_styles(res)
     assert len({c for c, _ in styles.values()}) == len(styles)   # no two coloured lines share a colour
+
+
+def test_the_docs_study_page_is_the_generated_one():
+    """docs/study.md is written by `schedport report --study-md` from a named store, never by hand."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "study.md").read_text(encoding="utf-8")
+    assert text.startswith("# The study's figures\n") and "<!-- Written by `schedport report --results" in text
+    assert re.search(r"\| results store \| [\d,]+ cells, sha256 `[0-9a-f]{64}` \|", text)
+    assert re.search(r"\| portability.json \| sha256 `[0-9a-f]{64}` \|", text)

@@ -133,7 +133,7 @@ def fig_headline_tau(res: dict) -> Optional[str]:
         ax.axhline(0, color="grey", linewidth=0.5)
     ax.grid(axis="y", alpha=0.3)
     ax.set_ylabel("Kendall tau-b (mean of main metrics)", fontsize=8)
-    ax.set_xlabel("operating region", fontsize=8)
+    ax.set_xlabel("load region (increasing)", fontsize=8)
     ax.set_title("Cross-source agreement per load region\n(line: estimate; bar: 95% basic bootstrap interval)",
                  fontsize=9)
     ax.legend(fontsize=7, loc="best")
