@@ -49,9 +49,11 @@ def _one(source: str, fid: dict) -> str:
 def modeled_check_html(res: dict) -> str:
     """HTML fragment for the modeled-source banner: each modeled source's fidelity table and verdict ("" if none)."""
     srcs = ((res.get("workload") or {}).get("corpus_sources") or {})
-    parts = [_one(name, v["fidelity"]) for name, v in srcs.items()
-             if isinstance(v, dict) and v.get("modeled") and isinstance(v.get("fidelity"), dict)]
-    if not parts:
+    checks = {name: v["fidelity"] for name, v in srcs.items()
+              if isinstance(v, dict) and v.get("modeled") and isinstance(v.get("fidelity"), dict)}
+    if not checks:
         return ""
-    return ("<details class='modeled'><summary>Fidelity check: the modeled Conversation stream vs real BurstGPT "
-            f"rows</summary>{''.join(parts)}</details>")
+    verdicts = "; ".join(f"{name}: {fid.get('verdict', 'not run') if fid.get('available') else 'not run'}"
+                         for name, fid in checks.items())
+    return ("<details class='modeled'><summary>Fidelity check, the modeled Conversation stream vs real BurstGPT "
+            f"rows: {esc(verdicts)}</summary>{''.join(_one(n, f) for n, f in checks.items())}</details>")
