@@ -119,7 +119,7 @@ def test_the_report_flags_a_region_that_is_not_one_regime(tmp_path):
     html = (store / "report.html").read_text()
     first_screen = html[:html.index("<h2")]
     assert "id='regime-warning'" in first_screen and "severe (backlog 0.10&ndash;0.33)" in first_screen
-    assert "<h2 id=\"regimes\">" in html and html.count("<tr class='flag'>") == 3
+    assert 'id="regimes" class="fold" open' in html and html.count("<tr class='flag'>") == 3
 
 
 def test_simulate_load_follows_the_region_definition_as_a_sweep_cell_does():

@@ -695,7 +695,8 @@ where the {esc(_flip_count(res))} flips across sources on the main metrics sit, 
        robustness_card(res, n), "robust")}
 {_fold("The headline under both region definitions", _region_card(res, n), "regiondefs")}
 {_fold("Duplicates found in the results", _artifacts_card(res), "artifacts")}
-{_fold("Regime check: is a region the same load in every source?", _regime_table(res), "regimes")}
+{_fold("Regime check: is a region the same load in every source?", _regime_table(res), "regimes",
+       open_=bool((res.get("regimes") or {}).get("flagged")))}
 {_fold("Cross-source agreement by region and metric (every metric)",
        img_tag(fig_tau_heatmap(res), "tau heatmap") or "<p>Only one source: nothing to compare.</p>", "heatmap")}
 {_fold("Metric x metric concordance (all metrics)", img_tag(fig_metric_matrix(res), "metric matrix"), "matrix")}
@@ -715,7 +716,7 @@ def _fold(title: str, body: str, anchor: str, open_: bool = False) -> str:
     """A folded section of the page's detail ("" when it has no body): its title is the summary."""
     if not body:
         return ""
-    return (f"<details id='{anchor}' class='fold'{' open' if open_ else ''}><summary>{esc(title)}</summary>"
+    return (f'<details id="{anchor}" class="fold"{" open" if open_ else ""}><summary>{esc(title)}</summary>'
             f"{body}</details>")
 
 
