@@ -305,10 +305,12 @@ from schedport.analysis.ranks import Rankings, mean_ranks, rank_schedulers
 from schedport.analysis.regimes import REGIME_SPREAD, regime_check
 from schedport.analysis.reversals import pooled_reversals
 from schedport.analysis.simulator import simulator_axis, variant_findings
-from schedport.analysis.stats import (bh_adjust, json_safe, kendall_tau_b, relative_effect, spearman_rho,
+from schedport.analysis.stats import (bh_adjust, kendall_tau_b, relative_effect, spearman_rho,
                                       tau_features, wilcoxon_pvalues)
 from schedport.analysis.store_loading import Study, load_store, load_workload, window_key
+from schedport.common.atomic import atomic_write_text
 from schedport.common.guard import store_identity
+from schedport.common.values import json_safe
 from schedport.errors import SchedportError
 from schedport.study.regions import LEGACY_DRAIN, parse_region_def
 from schedport.study.variants import DEFAULT_VARIANT, read_variant_runs
@@ -628,10 +630,4 @@ def compare_store(compare) -> Optional[Path]:
 def write_portability(res: dict, out_dir) -> Path:
     """Write `res` as ``portability.json`` in `out_dir` (created if needed) through a temporary
     file, so a failed write never leaves a half-written analysis; returns its path."""
-    odir = Path(out_dir)
-    odir.mkdir(parents=True, exist_ok=True)
-    tmp = odir / "portability.json.tmp"
-    tmp.write_text(json.dumps(res, indent=1, allow_nan=False))
-    path = odir / "portability.json"
-    tmp.replace(path)
-    return path
+    return atomic_write_text(Path(out_dir) / "portability.json", json.dumps(res, indent=1, allow_nan=False))

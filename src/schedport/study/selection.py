@@ -20,7 +20,8 @@ from schedport.engine.metrics import summary_keys
 from schedport.engine.plugins import PolicySource, resolve_schedulers, source_of
 from schedport.engine.schedulers import REGISTRY
 from schedport.errors import SchedportError
-from schedport.study.regions import REGIONS, atomic_write_bytes, parse_regions
+from schedport.common.atomic import atomic_write_bytes
+from schedport.study.regions import REGIONS, parse_regions
 from schedport.workload import corpus as corpus_lib
 from schedport.workload.corpus import Window
 from schedport.workload.examples import make_example_trace

@@ -29,11 +29,11 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from schedport.common.atomic import atomic_write
 from schedport.errors import ConfigError, DataError, SchedportError
 
 ENV_VAR = "SCHEDPORT_DATA"
@@ -535,15 +535,8 @@ def locate(name: str, data_dir: Path | str | None = None, download: bool = True)
     if not download:
         raise DataError(_missing_message(entry, root, where, "downloads disabled"))
     dest = cache / entry.download_relpath
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-        os.close(fd)
-    except OSError as exc:
-        raise DataError(_missing_message(entry, root, where, f"cannot write to the cache "
-                                         f"{cache}: {exc.strerror or exc}")) from None
-    tmp = Path(tmp_name)
-    try:
+
+    def fetch_verified(tmp: Path) -> None:
         try:
             _fetch(entry.url, tmp)
         except Exception as exc:  # noqa: BLE001 - any network failure means "offline" here
@@ -556,10 +549,12 @@ def locate(name: str, data_dir: Path | str | None = None, download: bool = True)
                 raise DataError(f"{entry.name}: downloaded from {entry.url} but its sha256 {actual} "
                                 f"is not the expected {expected}; not used (put a verified copy "
                                 f"in {where})")
-        os.replace(tmp, dest)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+
+    try:
+        atomic_write(dest, fetch_verified, durable=False)
+    except OSError as exc:
+        raise DataError(_missing_message(entry, root, where, f"cannot write to the cache "
+                                         f"{cache}: {exc.strerror or exc}")) from None
     return dest
 
 
