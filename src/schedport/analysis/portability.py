@@ -315,8 +315,8 @@ from schedport.errors import SchedportError
 from schedport.study.regions import LEGACY_DRAIN, parse_region_def
 from schedport.study.variants import DEFAULT_VARIANT, read_variant_runs
 
-# The names this module had in 0.1.0, when the whole analysis lived here, stay importable from
-# it (`schedport.analysis.<name>` resolves here for one release, see schedport._compat).
+# The names this module offers: its own steps and the analysis steps' names it re-exports, which
+# it had in 0.1.0 when the whole analysis lived here.
 __all__ = [
     "ABS_THRESHOLD", "DIRECTIONS", "MAIN_METRICS", "MIN_WINDOWS", "REGIME_SPREAD", "SPLITS",
     "analyze", "bh_adjust", "compute_portability", "headline_digest", "kendall_tau_b", "load_comparison",
