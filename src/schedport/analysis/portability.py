@@ -394,9 +394,9 @@ def analysis_parameters(st: Study, manifest: dict, main: list[str], *, practical
         "ci_level": CI_LEVEL,
         "ci_method": "bootstrap over windows (sources resampled independently, one resample of window ids "
                      "shared by all regions and metrics of a source); percentile intervals for mean ranks, basic "
-                     "(reverse-percentile) intervals for concordance statistics and pooled shares; percentile intervals "
-                     "for the study form's reversal and best-changes shares; the estimates themselves are not "
-                     "bias-corrected",
+                     "(reverse-percentile) intervals for concordance statistics and pooled shares; "
+                     "percentile intervals for the study form's reversal and best-changes shares; "
+                     "the estimates themselves are not bias-corrected",
         "min_windows": MIN_WINDOWS,
         "main_metrics": main,
         "metrics": st.metrics,

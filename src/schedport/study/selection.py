@@ -108,7 +108,8 @@ def select(corpus, *, schedulers: str | list[str] | None = None, sources: str | 
 
     Names are validated (unknown scheduler, source or region -> one-line error listing the
     known ones); a scheduler may be a user's (``PATH.py:NAME``, ``module:NAME``, an installed
-    entry point), loaded here and selected under its declared name. `quick` fills in `QUICK` for every selector not given explicitly.
+    entry point), loaded here and selected under its declared name. `quick` fills in `QUICK` for
+    every selector not given explicitly.
     """
     for opt, val in (("--schedulers", schedulers), ("--sources", sources), ("--regions", regions)):
         if isinstance(val, str) and _split(val) is None:

@@ -53,8 +53,8 @@ Manifest fields: ``kind`` ("schedport-results"), ``store_schema``, ``corpus_sha2
 ``corpus_dir``, ``engine_hash``, ``engine_config``, ``package_version``, ``git_commit``,
 ``columns`` ([name, arrow type] pairs), ``created``, ``status`` (running, finished,
 interrupted, failed), ``started``, ``ended``, ``selectors`` (of the latest run),
-``policies`` (only when a user scheduler ran), ``cells_done`` and ``runs`` (one entry per invocation: selectors, executor, workers,
-cells planned / skipped / run, wall time, status).
+``policies`` (only when a user scheduler ran), ``cells_done`` and ``runs`` (one entry per
+invocation: selectors, executor, workers, cells planned / skipped / run, wall time, status).
 """
 
 from __future__ import annotations

@@ -368,8 +368,8 @@ class Explainer:
             handles = {}
             for (sha, sched), (trace, seeds) in todo.items():
                 cells = [("explain", float(rho), s) for s in seeds]
-                h = ex.submit(run_chunk, ex.put(trace), cfg_ref, self.policies.get(sched, sched), ("variant", trace.name, sha, caps[sha]), cells,
-                              False)
+                h = ex.submit(run_chunk, ex.put(trace), cfg_ref, self.policies.get(sched, sched),
+                              ("variant", trace.name, sha, caps[sha]), cells, False)
                 handles[h] = (sha, sched)
             for h, res in ex.as_completed(list(handles), tick=1.0):
                 if h is None:
