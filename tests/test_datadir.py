@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from schedport.workload import datadir
-from schedport.workload.datadir import DATA_FILES, DataFile, locate, resolve_data_dir, verify_sha256
+from schedport.workload.datadir import DataFile, data_files, locate, resolve_data_dir, verify_sha256
 from schedport.errors import ConfigError, DataError
 
 MIRROR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
@@ -69,9 +69,9 @@ def test_cache_dir_default(monkeypatch, tmp_path):
 
 
 def test_registry_shape():
-    azure = [f for f in DATA_FILES.values() if f.source == "azure"]
-    serve = [f for f in DATA_FILES.values() if f.source == "servegen"]
-    burst = [f for f in DATA_FILES.values() if f.source == "burstgpt"]
+    azure = [f for f in data_files().values() if f.source == "azure"]
+    serve = [f for f in data_files().values() if f.source == "servegen"]
+    burst = [f for f in data_files().values() if f.source == "burstgpt"]
     assert {f.name for f in azure} == {"AzureLLMInferenceTrace_conv.csv",
                                        "AzureLLMInferenceTrace_code.csv"}
     assert len(serve) == 162 + 147
@@ -84,7 +84,7 @@ def test_registry_shape():
         assert len(f.original_sha256) == 64 and f.original_sha256 != f.sha256
         assert f.url.endswith(Path(f.original_relpath).name)
         assert f.download_relpath == f.original_relpath
-    assert DATA_FILES["azure-llm-inference-2023/AzureLLMInferenceTrace_conv.csv"].url == (
+    assert data_files()["azure-llm-inference-2023/AzureLLMInferenceTrace_conv.csv"].url == (
         "https://raw.githubusercontent.com/Azure/AzurePublicDataset/master/data/"
         "AzureLLMInferenceTrace_conv.csv")
     missing = {15, 21, 41, 44, 66, 72, 73, 82, 89, 100, 112, 120, 142, 148, 156}
@@ -112,13 +112,13 @@ def test_registry_matches_the_mirror_sums():
             sha, name = line.split()
             name = name if "/" in name else f"{sub}/{name}"
             sums[name] = sha
-    for f in DATA_FILES.values():
+    for f in data_files().values():
         if f.sha256 is not None:
             assert sums[f.relpath] == f.sha256
         if f.original_sha256 is not None:
             assert sums[f.original_relpath] == f.original_sha256
     conv = locate("AzureLLMInferenceTrace_conv.csv", MIRROR, download=False)
-    assert verify_sha256(conv, DATA_FILES[
+    assert verify_sha256(conv, data_files()[
         "azure-llm-inference-2023/AzureLLMInferenceTrace_conv.csv"].sha256) == sums[
         "azure-llm-inference-2023/AzureLLMInferenceTrace_conv.csv"]
     gz = locate("chunk-0-dataset.json", MIRROR, download=False)
@@ -149,7 +149,7 @@ def _fake_entry(monkeypatch, payload: bytes, gz_mirror: bool = False) -> DataFil
                          "demo/x.csv", sha, source="demo")
     else:
         entry = DataFile("demo/x.csv", "https://example.invalid/x.csv", sha, source="demo")
-    monkeypatch.setitem(DATA_FILES, entry.relpath, entry)
+    monkeypatch.setitem(data_files(), entry.relpath, entry)
     return entry
 
 

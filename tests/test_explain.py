@@ -23,7 +23,7 @@ from schedport.analysis.explain import (FEATURES, Variant, attribute, build_vari
                                         paired_effects, poisson_arrivals, ranked_reversals, resample_marginal,
                                         transplant_arrivals, verdict)
 from schedport.report.explain import render_section
-from schedport.study.regions import atomic_write_bytes
+from schedport.common.atomic import atomic_write_bytes
 from schedport.workload.trace import Trace, save_trace
 
 CONTRACT_EFFECT = {"variant", "feature", "donor", "median_effect", "ci_low", "ci_high", "n_windows"}

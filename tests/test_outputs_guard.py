@@ -415,7 +415,7 @@ def test_a_file_or_a_missing_folder_as_results_or_data_dir(trace_csv, tmp_path):
     # the message says the folder is missing (the download itself depends on the network)
     from schedport.workload import datadir
 
-    entry = next(iter(datadir.DATA_FILES.values()))
+    entry = next(iter(datadir.data_files().values()))
     msg = datadir._missing_message(entry, tmp_path / "nodata", tmp_path / "nodata", "download failed")
     assert f"{tmp_path / 'nodata'} (no such folder)" in msg
 

@@ -308,15 +308,15 @@ def test_a_full_disk_while_simulate_writes_is_one_line_and_leaves_no_temp_file(t
 
 def test_a_full_disk_while_the_analysis_writes_removes_its_temp_files(store, tmp_path, monkeypatch, capsys):
     d = _copy(store, tmp_path)
-    real_write_text = Path.write_text
+    real_write_bytes = Path.write_bytes
 
-    def write_text(self, text, *a, **k):
+    def write_bytes(self, data):   # what the one atomic write (schedport.common.atomic) writes with
         if self.name.endswith(".tmp"):
-            real_write_text(self, text[: len(text) // 2], *a, **k)  # half written, then the disk is full
+            real_write_bytes(self, data[: len(data) // 2])  # half written, then the disk is full
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write_text(self, text, *a, **k)
+        return real_write_bytes(self, data)
 
-    monkeypatch.setattr(Path, "write_text", write_text)
+    monkeypatch.setattr(Path, "write_bytes", write_bytes)
     code, err = _main(["analyze", "--results", d, "--boot", "20"], monkeypatch, capsys)
     assert code == 2 and err.count("\n") == 1 and "No space left on device" in err
     assert not list(d.glob("*.tmp"))

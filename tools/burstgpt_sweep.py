@@ -81,7 +81,8 @@ def _fmt_summary(name: str, s: dict) -> str:
                     for r in s["reversals"])
     ver = ", ".join(f"{k} {v}" for k, v in s["verdicts"].items())
     lo = "n/a" if low["value"] is None else f"{low['value']:.3f} [{low['ci_low']:.3f}, {low['ci_high']:.3f}]"
-    return f"{name}\n  tau: {taus}\n  lowest BurstGPT pair: {lo} {low['verdict']}\n  reversals: {rev}\n  verdicts: {ver}"
+    return (f"{name}\n  tau: {taus}\n  lowest BurstGPT pair: {lo} {low['verdict']}\n  reversals: {rev}\n"
+            f"  verdicts: {ver}")
 
 
 def _run(cmd: list[str]) -> None:
@@ -106,7 +107,8 @@ def sweep(base: Path, scratch: Path, windows: int | None, n_boot: int, workers: 
         o = ", ".join(f"{k} = {json.dumps(v)}" for k, v in opts.items())
         spec.write_text('schema = 1\nname = "burstgpt-sweep"\n[[sources]]\nname = "burstgpt-modeled"\n'
                         'adapter = "burstgpt-modeled"\nseed = 20240131\n'
-                        f'options = {{ {o} }}\nwindows = {{ rule = "stratified", count = 40, days = 61, rows = 1000 }}\n')
+                        f'options = {{ {o} }}\n'
+                        'windows = { rule = "stratified", count = 40, days = 61, rows = 1000 }\n')
         py = [sys.executable, "-m", "schedport.cli"]
         _run([*py, "corpus", "build", "--spec", str(spec), "--out", str(d / "corpus")])
         sel = ["--windows", str(windows)] if windows else []
@@ -128,7 +130,8 @@ def sweep(base: Path, scratch: Path, windows: int | None, n_boot: int, workers: 
         diff = (r - ranks0.reindex(r.index)).abs()
         s["mean_rank_shift"] = {"mean_abs": float(diff.mean()), "max_abs": float(diff.max())}
         print(_fmt_summary(f"{name} (API share in windows {s['api_share_in_windows']:.2f}, mean-rank shift "
-                           f"{s['mean_rank_shift']['mean_abs']:.2f} mean / {s['mean_rank_shift']['max_abs']:.2f} max)", s),
+                           f"{s['mean_rank_shift']['mean_abs']:.2f} mean / "
+                           f"{s['mean_rank_shift']['max_abs']:.2f} max)", s),
               flush=True)
         out.append(s)
     (scratch / "sweep.json").write_text(json.dumps(out, indent=1))

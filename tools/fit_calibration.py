@@ -306,14 +306,16 @@ def main(argv: list[str] | None = None) -> int:
           f"eta_max = {pre['prefill_eta_max']:.4f}, c_half = {pre['prefill_c_half_tokens']:.1f}; "
           "max %.1f%% mean %.1f%%" % rep_p["err_fresh"])
     w = rep_p["with_416_row"]
-    print(f"   (keeping the (416,0) row, {w['rows']} rows: t0 = {w['t0_ms'] * 1e3:.3f} us, eta_max = {w['eta_max']:.4f}, "
+    print(f"   (keeping the (416,0) row, {w['rows']} rows: t0 = {w['t0_ms'] * 1e3:.3f} us, "
+          f"eta_max = {w['eta_max']:.4f}, "
           f"c_half = {w['c_half']:.1f}; max {w['err'][0]:.1f}% mean {w['err'][1]:.1f}%)")
     print(f"   history (k>0, {rep_p['hist_rows']} rows): eta_hist = {pre['prefill_eta_hist']:.4f}, "
           f"delta = {pre['prefill_delta_ms_per_token'] * 1e3:.4f} us/token; max %.1f%% mean %.1f%%" % rep_p["err_hist"])
     print("   check, c=64 rows (not fitted): max %.1f%% mean %.1f%%" % rep_p["check_c64"])
     cf, chh = calib["attention"]["prefill_fresh_k0"], calib["attention"]["prefill_with_history"]
     print(f"   vs calibration.json: t0 {pct(pre['prefill_t0_ms'], cf['t0_ms'])}, "
-          f"eta_max {pct(pre['prefill_eta_max'], cf['eta_max'])}, c_half {pct(pre['prefill_c_half_tokens'], cf['c_half_tokens'])}, "
+          f"eta_max {pct(pre['prefill_eta_max'], cf['eta_max'])}, "
+          f"c_half {pct(pre['prefill_c_half_tokens'], cf['c_half_tokens'])}, "
           f"eta_hist {pct(pre['prefill_eta_hist'], chh['eta_hist'])}, "
           f"delta {pct(pre['prefill_delta_ms_per_token'] * 1e3, chh['delta_us_per_token'])}")
 
@@ -348,13 +350,15 @@ def main(argv: list[str] | None = None) -> int:
         ours = gpu.iteration_time(chunks, Bd, Bd * Lc) * 1e3
         ref = row["total_gpu_vidur_scope_ms"]
         worst = max(worst, abs(ours / ref - 1))
-        print(f"   prefill {P:5d} decode {Bd:3d} ctx {Lc:5d}: ours {ours:8.2f} ms, table {ref:8.2f} ms ({pct(ours, ref)})")
+        print(f"   prefill {P:5d} decode {Bd:3d} ctx {Lc:5d}: ours {ours:8.2f} ms, "
+              f"table {ref:8.2f} ms ({pct(ours, ref)})")
     print(f"   worst difference {worst * 100:.2f}%")
 
     default = latency.CalibratedLatency(cpu_overhead_s=latency.DEFAULT_CPU_OVERHEAD_S, lm_head=True, coeffs=coeffs)
     cap_tokens = 28437 * 16
     lin, rep_lin = fit_linear(default, cap_tokens)
-    print(f"\n## linear defaults: fit of the default calibrated model (cpu {latency.DEFAULT_CPU_OVERHEAD_S * 1e3:g} ms, "
+    print("\n## linear defaults: fit of the default calibrated model "
+          f"(cpu {latency.DEFAULT_CPU_OVERHEAD_S * 1e3:g} ms, "
           f"LM head on) over {rep_lin['rows']} typical batches")
     print(f"   a = {lin['a'] * 1e3:.4f} ms, b = {lin['b'] * 1e6:.4f} us/prefill token, "
           f"c = {lin['c'] * 1e6:.4f} us/decode seq, d = {lin['d'] * 1e9:.4f} ns/KV token")

@@ -6,10 +6,6 @@ from schedport.__about__ import __version__  # noqa: E402
 
 from schedport.errors import ConfigError, SchedportError, TraceError  # noqa: E402
 
-from schedport import _compat  # noqa: E402
-
-_compat.install()   # 0.1.0's module paths (schedport.sweep, schedport.trace, ...), for one release
-
 __all__ = ["__version__", "SchedportError", "TraceError", "ConfigError", "simulate"]
 
 

@@ -17,9 +17,10 @@ the analysis has to call the stage after it.
 
 from __future__ import annotations
 
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
+from schedport.common.atomic import atomic_write_text
 from schedport.common.guard import dir_lock
 from schedport.common.outputs import io_error
 from schedport.engine.runner import (CAPACITY_DEFINITIONS, CAPACITY_REFERENCE, DRAIN, MAX_ARRIVAL_S,
@@ -116,7 +117,6 @@ def report(results_dir, *, html: bool = True, study_md=None, command: str = "sch
         if study_md is not None:
             from schedport.report.studymd import study_markdown
             from schedport.study.digest import cells_digest
-            from schedport.study.regions import atomic_write_bytes
 
             digest, n = cells_digest(results_dir / "runs")
             stamp = {"cells_sha256": digest, "n_cells": n, "portability_sha256": hashlib.sha256(raw).hexdigest(),
@@ -127,7 +127,7 @@ def report(results_dir, *, html: bool = True, study_md=None, command: str = "sch
                 raise SchedportError(f"{path}: lacks a field the study page needs ({type(e).__name__}: {e}); "
                                      "analyse the store again with this version") from None
             try:
-                atomic_write_bytes(Path(study_md), text.encode("utf-8"))
+                atomic_write_text(study_md, text)
             except OSError as e:
                 raise io_error(study_md, e) from None
             out["study_md"] = Path(study_md)
@@ -140,25 +140,16 @@ def report(results_dir, *, html: bool = True, study_md=None, command: str = "sch
     return out
 
 
-#: The files `analyze` (the analysis, then the report) writes through a temporary name in its output directory.
-ANALYSIS_TEMP_FILES = ("portability.json.tmp", "report.html.tmp")
-
-
 @contextmanager
 def analysis_outputs_cleaned(out_dir):
-    """Run the analysis writing into `out_dir`; if it fails (a full disk, say), remove the
-    temporary files it leaves there, so a failed write leaves nothing half-written behind
-    and the I/O error is reported as one line naming the path."""
+    """Run the analysis writing into `out_dir`; if a write fails (a full disk, say), report the
+    I/O error as one line naming the path. Nothing half-written is left behind: every file the
+    analysis and the report write goes through `schedport.common.atomic`, which removes its
+    temporary file on failure."""
     d = Path(out_dir) if out_dir is not None else None
     try:
         yield
-    except BaseException as e:
-        if d is not None:
-            for name in ANALYSIS_TEMP_FILES:
-                with suppress(OSError):
-                    (d / name).unlink()
-        if isinstance(e, OSError):
-            raise io_error(getattr(e, "filename", None) or d, e, "write the analysis") from None
-        raise
+    except OSError as e:
+        raise io_error(getattr(e, "filename", None) or d, e, "write the analysis") from None
 
 

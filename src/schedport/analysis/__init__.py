@@ -5,9 +5,3 @@ ranking flips (`explain`), and the statistics of a validation against a real eng
 (`validation_stats`). Reads the study's store; never renders HTML.
 """
 
-
-def __getattr__(name: str):
-    # 0.1.0's `schedport.analysis` module (analyze, load_store, ...), for one release.
-    from schedport._compat import package_getattr
-
-    return package_getattr(__name__, name)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from schedport.analysis.ranks import Rankings
-from schedport.analysis.stats import (basic_ci, ci_fields, json_safe, kendall_tau_b, nanmean, nanmin,
-                                      spearman_rho)
+from schedport.analysis.stats import basic_ci, ci_fields, kendall_tau_b, nanmean, nanmin, spearman_rho
+from schedport.common.values import json_safe
 from schedport.analysis.store_loading import Study
 
 #: A mean-rank vector with this many distinct values or fewer is flagged as tied.

@@ -140,7 +140,8 @@ def protocol_axes(st: Study, *, practical_threshold: float, abs_threshold: float
     have = set(st.metrics)
     axes["metric_set"] = [k for k, ms in METRIC_SETS.items()
                           if k == "main" or (sum(m in have for m in ms) >= 2
-                                             and [m for m in ms if m in have] != [m for m in MAIN_METRICS if m in have])]
+                                             and [m for m in ms if m in have]
+                                             != [m for m in MAIN_METRICS if m in have])]
     axes["scheduler_set"] = [k for k, drop in SCHEDULER_SETS.items()
                              if k == "all" or (any(d in st.schedulers for d in drop)
                                                and len(st.schedulers) - len(drop) >= 3)]

@@ -305,16 +305,18 @@ from schedport.analysis.ranks import Rankings, mean_ranks, rank_schedulers
 from schedport.analysis.regimes import REGIME_SPREAD, regime_check
 from schedport.analysis.reversals import pooled_reversals
 from schedport.analysis.simulator import simulator_axis, variant_findings
-from schedport.analysis.stats import (bh_adjust, json_safe, kendall_tau_b, relative_effect, spearman_rho,
+from schedport.analysis.stats import (bh_adjust, kendall_tau_b, relative_effect, spearman_rho,
                                       tau_features, wilcoxon_pvalues)
 from schedport.analysis.store_loading import Study, load_store, load_workload, window_key
+from schedport.common.atomic import atomic_write_text
 from schedport.common.guard import store_identity
+from schedport.common.values import json_safe
 from schedport.errors import SchedportError
 from schedport.study.regions import LEGACY_DRAIN, parse_region_def
 from schedport.study.variants import DEFAULT_VARIANT, read_variant_runs
 
-# The names this module had in 0.1.0, when the whole analysis lived here, stay importable from
-# it (`schedport.analysis.<name>` resolves here for one release, see schedport._compat).
+# The names this module offers: its own steps and the analysis steps' names it re-exports, which
+# it had in 0.1.0 when the whole analysis lived here.
 __all__ = [
     "ABS_THRESHOLD", "DIRECTIONS", "MAIN_METRICS", "MIN_WINDOWS", "REGIME_SPREAD", "SPLITS",
     "analyze", "bh_adjust", "compute_portability", "headline_digest", "kendall_tau_b", "load_comparison",
@@ -392,9 +394,9 @@ def analysis_parameters(st: Study, manifest: dict, main: list[str], *, practical
         "ci_level": CI_LEVEL,
         "ci_method": "bootstrap over windows (sources resampled independently, one resample of window ids "
                      "shared by all regions and metrics of a source); percentile intervals for mean ranks, basic "
-                     "(reverse-percentile) intervals for concordance statistics and pooled shares; percentile intervals "
-                     "for the study form's reversal and best-changes shares; the estimates themselves are not "
-                     "bias-corrected",
+                     "(reverse-percentile) intervals for concordance statistics and pooled shares; "
+                     "percentile intervals for the study form's reversal and best-changes shares; "
+                     "the estimates themselves are not bias-corrected",
         "min_windows": MIN_WINDOWS,
         "main_metrics": main,
         "metrics": st.metrics,
@@ -628,10 +630,4 @@ def compare_store(compare) -> Optional[Path]:
 def write_portability(res: dict, out_dir) -> Path:
     """Write `res` as ``portability.json`` in `out_dir` (created if needed) through a temporary
     file, so a failed write never leaves a half-written analysis; returns its path."""
-    odir = Path(out_dir)
-    odir.mkdir(parents=True, exist_ok=True)
-    tmp = odir / "portability.json.tmp"
-    tmp.write_text(json.dumps(res, indent=1, allow_nan=False))
-    path = odir / "portability.json"
-    tmp.replace(path)
-    return path
+    return atomic_write_text(Path(out_dir) / "portability.json", json.dumps(res, indent=1, allow_nan=False))

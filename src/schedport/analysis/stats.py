@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
-import pandas as pd
 from scipy import stats
 
 from schedport.analysis.defaults import CI_LEVEL
+from schedport.common.values import json_safe
 
 
 def bh_adjust(pvalues) -> np.ndarray:
@@ -233,30 +232,6 @@ def wilson_interval(k: int, n: int, level: float = CI_LEVEL) -> tuple[Optional[f
     c = (ph + z * z / (2 * n)) / den
     h = z * math.sqrt(ph * (1 - ph) / n + z * z / (4 * n * n)) / den
     return max(0.0, c - h), min(1.0, c + h)
-
-
-def json_safe(v: Any) -> Any:
-    """JSON-safe Python value: numpy scalars unwrapped, NaN/inf -> None, containers walked."""
-    if isinstance(v, dict):
-        return {str(k): json_safe(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [json_safe(x) for x in v]
-    if isinstance(v, np.ndarray):
-        return json_safe(v.item()) if v.ndim == 0 else [json_safe(x) for x in v.tolist()]
-    if isinstance(v, (bool, np.bool_)):
-        return bool(v)
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if isinstance(v, (float, np.floating)):
-        f = float(v)
-        return f if math.isfinite(f) else None
-    if v is None or isinstance(v, str):
-        return v
-    if isinstance(v, Path):
-        return str(v)
-    if isinstance(v, pd.Timestamp):
-        return v.isoformat()
-    return str(v)
 
 
 def ci_fields(point: float, boot: np.ndarray, lo_bound: float = -1.0, hi_bound: float = 1.0) -> dict:

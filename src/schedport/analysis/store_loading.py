@@ -18,7 +18,7 @@ import pandas as pd
 
 from schedport.analysis.defaults import MIN_WINDOWS
 from schedport.analysis.directions import SURVIVOR_ONLY, metric_direction
-from schedport.analysis.stats import json_safe
+from schedport.common.values import json_safe
 from schedport.errors import SchedportError, read_json
 
 #: The columns that identify a run; a store holds one row per combination.

@@ -138,7 +138,8 @@ def _pct(boot: np.ndarray, level: float = 0.95) -> tuple[Optional[float], Option
     return float(lo), float(hi)
 
 
-def _basic(point: Optional[float], boot: np.ndarray, lo_b: float, hi_b: float) -> tuple[Optional[float], Optional[float]]:
+def _basic(point: Optional[float], boot: np.ndarray, lo_b: float,
+           hi_b: float) -> tuple[Optional[float], Optional[float]]:
     if point is None:
         return None, None
     lo, hi = _pct(boot)
@@ -555,7 +556,8 @@ def _reversals_claim(sf: dict, n_sources: int, bg: str | None, note: str) -> dic
                               (hl["rate_elsewhere"] is None or hl["rate_elsewhere"] == 0 and hl["rate"] > 0 or
                                (hl["rate_elsewhere"] and hl["rate"] >= CLUSTER_FACTOR * hl["rate_elsewhere"])))
         parts["one_scheduler_pair"] = bool(e["one_scheduler_pair"])
-        parts["burstgpt_one_side"] = bool(bg and e["sources_on_every_reversal"] and bg in e["sources_on_every_reversal"])
+        on_every = e["sources_on_every_reversal"]
+        parts["burstgpt_one_side"] = bool(bg and on_every and bg in on_every)
         ok = all(parts.values())
         per.append({"metric": e["metric"], "share": e["share"], "ci_low": e["ci_low"], "ci_high": e["ci_high"],
                     "n_reversals": e["n_reversals"], "n_comparisons": e["n_comparisons"], "parts": parts,
@@ -625,7 +627,8 @@ def claims(st, sf: dict, cross_pairs: list, metric_tau: dict, modeled: Sequence[
                     "rule": f"near-perfect = tau >= {NEAR_PERFECT}: holds if the whole 95% interval is >= "
                             f"{NEAR_PERFECT}, does not hold if all of it is below, inconclusive otherwise"})
     # 2. BurstGPT pairs as low as 0.55
-    bpairs = [d for d in cross_pairs if bg in (d["source_a"], d["source_b"]) and d.get("value") is not None] if bg else []
+    bpairs = ([d for d in cross_pairs if bg in (d["source_a"], d["source_b"]) and d.get("value") is not None]
+              if bg else [])
     if not bpairs:
         out.append({"id": "burstgpt_low", "study": STUDY_FINDINGS["burstgpt_low"], "here": "no BurstGPT pair in "
                     "this run", "verdict": "not comparable", "rule": "", "value": None, "ci_low": None,
@@ -657,7 +660,8 @@ def claims(st, sf: dict, cross_pairs: list, metric_tau: dict, modeled: Sequence[
     if b.get("share") is None:
         v5, here = "not comparable", "fewer than two main metrics"
     else:
-        here = f"{_pc(b['share'])} [{_pc(b['ci_low'])}, {_pc(b['ci_high'])}] of {b['n_conditions']} window x region cells"
+        here = (f"{_pc(b['share'])} [{_pc(b['ci_low'])}, {_pc(b['ci_high'])}] of {b['n_conditions']} "
+                "window x region cells")
         if b["forced_by"]:
             v5 = "not comparable"
             for f in b["forced_by"]:

@@ -39,7 +39,8 @@ import numpy as np
 import pandas as pd
 
 from schedport.common.formatting import as_float
-from schedport.engine.metrics import json_scalar, percentiles
+from schedport.common.values import json_safe, json_scalar
+from schedport.engine.metrics import percentiles
 
 __all__ = ["RUN_METRICS", "REQUEST_ERROR_METRICS", "request_errors", "median_summary", "repeat_spread",
            "median_request_table", "run_errors", "runs_frame", "relative_error", "run_side", "as_float",
@@ -58,18 +59,6 @@ RUN_METRICS: tuple[str, ...] = (
 
 #: Per-request columns compared by `request_errors`, with the key prefix of their statistics.
 REQUEST_ERROR_METRICS: tuple[tuple[str, str], ...] = (("ttft_s", "ttft"), ("e2e_s", "e2e"))
-
-def json_safe(v: Any) -> Any:
-    """JSON-safe copy of `v`: scalars by the house rule of `metrics.json_scalar`, containers walked
-    (NaN and infinities become None, numpy values Python ones)."""
-    if isinstance(v, dict):
-        return {str(k): json_safe(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [json_safe(x) for x in v]
-    if isinstance(v, np.ndarray):
-        return json_safe(v.tolist())
-    return json_scalar(v)
-
 
 # --------------------------------------------------------------------------- per request
 

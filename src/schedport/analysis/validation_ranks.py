@@ -59,7 +59,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from schedport.analysis.validation_errors import check_columns, json_safe, relative_error
+from schedport.analysis.validation_errors import check_columns, relative_error
+from schedport.common.values import json_safe
 
 __all__ = ["HIGHER_IS_BETTER", "DEFAULT_THRESHOLD", "rank_agreement"]
 

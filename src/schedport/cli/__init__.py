@@ -177,8 +177,9 @@ def simulate(
     horizon: Optional[float] = typer.Option(None, "--horizon", metavar="SECONDS",
                                             help="Stop the simulation at S seconds."),
     region_def: Optional[str] = typer.Option(
-        None, "--region-def", metavar="TEXT", help="What --load is relative to, as in `run`: 'sustainable' (the default), 'drain' "
-                                   "or 'slo[:PROFILE[:TARGET]]'."),
+        None, "--region-def", metavar="TEXT",
+        help="What --load is relative to, as in `run`: 'sustainable' (the default), 'drain' or "
+             "'slo[:PROFILE[:TARGET]]'."),
 ) -> None:
     """Simulate one trace under one scheduler; write per-request results and the run summary."""
     from schedport.engine.runner import simulate as run_sim
@@ -337,8 +338,9 @@ def validate(
     speed_probe: bool = typer.Option(True, "--speed-probe/--no-speed-probe",
                                      help="Before each replay, time a lone prompt against the engine config."),
     predicted: Optional[Path] = typer.Option(
-        None, "--predicted", metavar="FILE", help="An analysis (portability.json) of a store run with --variants: validate exactly "
-        "its strongest reversal and most stable ranking (their schedulers, regions and, with --corpus, sources); "
+        None, "--predicted", metavar="FILE",
+        help="An analysis (portability.json) of a store run with --variants: validate exactly its strongest "
+        "reversal and most stable ranking (their schedulers, regions and, with --corpus, sources); "
         "docs/validation.md."),
     min_completed: float = typer.Option(0.5, "--min-completed", metavar="NUMBER",
                                         help="Share of each replay's requests (not rejected by the server) that "
@@ -444,8 +446,8 @@ def _f(v) -> str:
 def schedulers(
     check: Optional[list[str]] = typer.Argument(
         None, metavar="POLICY",
-        help="Your own policies (FILE.py:NAME, module:NAME or NAME) to load and check: each is simulated on the example trace at rho 0.5, 1 "
-             "and 1.6, fast and stepping every iteration, and must agree bit for bit."),
+        help="Your own policies (FILE.py:NAME, module:NAME or NAME) to load and check: each is simulated on the "
+             "example trace at rho 0.5, 1 and 1.6, fast and stepping every iteration, and must agree bit for bit."),
     engine: Optional[Path] = typer.Option(None, "--engine", metavar="FILE", help="Engine config TOML for the check."),
 ) -> None:
     """List the scheduling policies, one line each (built-in, then installed); or check your own."""

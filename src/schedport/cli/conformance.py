@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 
 from schedport.errors import SchedportError
+from schedport.common.atomic import atomic_write_text
 
 # The engine, the traces and rich are imported in the command, so that `schedport --help` starts at
 # once; these are the keys of `schedport.realengine.conformance.VLLM_POLICY` (a test checks it).
@@ -94,13 +95,10 @@ def conformance_command(
         for line in format_divergence(r):
             con.print(line, markup=False, soft_wrap=True)
     if out is not None:
-        tmp = out.with_name(out.name + ".tmp")
         try:
-            tmp.write_text(json.dumps({"vllm_version": version, "results": [r.to_dict() for r in results]},
-                                      indent=1))
-            tmp.replace(out)
+            atomic_write_text(out, json.dumps({"vllm_version": version, "results": [r.to_dict() for r in results]},
+                                              indent=1))
         except OSError as e:
-            tmp.unlink(missing_ok=True)
             raise SchedportError(f"--out {out}: cannot write: {e.strerror or e}") from None
     if not all(r.agrees for r in results):
         raise typer.Exit(1)

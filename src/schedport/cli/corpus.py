@@ -30,7 +30,8 @@ def build_cmd(
     spec: Optional[Path] = typer.Option(None, "--spec", metavar="FILE",
                                         help="Corpus spec TOML (default: the packaged 120-window study)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", metavar="DIR",
-                                            help="Where the public files are (default: $SCHEDPORT_DATA, ../shared/datasets, the user cache)."),
+                                            help="Where the public files are (default: $SCHEDPORT_DATA, "
+                                                 "../shared/datasets, the user cache)."),
     out: Path = typer.Option(DEFAULT_OUT, "--out", metavar="DIR", parser=out_path_parser,
                              help="Corpus directory to write (replaced atomically)."),
 ) -> None:
@@ -76,13 +77,16 @@ def verify_cmd(
 @corpus_app.command("check-model", short_help="Hold the modeled BurstGPT against real BurstGPT rows.")
 def check_model_cmd(
     rows: Optional[list[Path]] = typer.Option(None, "--rows", metavar="FILE",
-                                              help="Real BurstGPT CSV (repeatable; default: the data mirror's burstgpt-slices)."),
+                                              help="Real BurstGPT CSV (repeatable; default: the data mirror's "
+                                                   "burstgpt-slices)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", metavar="DIR",
-                                            help="Where the public files are (default: $SCHEDPORT_DATA, ../shared/datasets, the user cache)."),
+                                            help="Where the public files are (default: $SCHEDPORT_DATA, "
+                                                 "../shared/datasets, the user cache)."),
     seed: int = typer.Option(0, "--seed", help="Virtual trace of the modeled sample."),
     json_out: Optional[Path] = typer.Option(None, "--json", metavar="FILE", help="Also write the result as JSON."),
 ) -> None:
-    """Compare the modeled BurstGPT's Conversation stream with real rows: quantiles, KS, rank correlation, shares, sessions, verdict."""
+    """Compare the modeled BurstGPT's Conversation stream with real rows: quantiles, KS, rank correlation,
+    shares, sessions, verdict."""
     import json
 
     from schedport.workload.modelcheck import check_model
@@ -123,7 +127,8 @@ def _fmt(v, nd: int = 1) -> str:
 @corpus_app.command("list", short_help="One line per window with its statistics.")
 def list_cmd(
     corpus_dir: Path = typer.Option(DEFAULT_OUT, "--corpus", metavar="DIR", help="Corpus directory."),
-    regions: bool = typer.Option(False, "--regions", help="Also show each window's capacity and time-scale factor per region."),
+    regions: bool = typer.Option(False, "--regions",
+                                 help="Also show each window's capacity and time-scale factor per region."),
     engine: Optional[Path] = typer.Option(None, "--engine", metavar="FILE",
                                           help="Engine config TOML for --regions (default engine otherwise)."),
 ) -> None:

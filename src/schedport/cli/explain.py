@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from schedport.errors import SchedportError
+from schedport.common.atomic import atomic_write_text
 from schedport.common.guard import check_file_target, claim_dir
 from schedport.common.outputs import io_error, output_file
 from schedport.cli.params import out_path_parser
@@ -108,11 +109,8 @@ def explain_command(
     if out is None:
         typer.echo(text)
     else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
         try:
-            tmp.write_text(text + "\n")
-            tmp.replace(out)
+            atomic_write_text(out, text + "\n")
         except OSError as e:
             raise io_error(out, e) from None
         typer.echo(d["verdict"]["sentence"])

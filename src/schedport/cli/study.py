@@ -40,13 +40,16 @@ def __getattr__(name: str):
 
 def run_command(
     schedulers: Optional[str] = typer.Option(
-        None, "--schedulers", metavar="LIST", help="Comma-separated scheduler names (default: all 13; see `schedport schedulers`); your own "
-                               "as FILE.py:NAME or module:NAME (docs/own-scheduler.md)."),
+        None, "--schedulers", metavar="LIST",
+        help="Comma-separated scheduler names (default: all 13; see `schedport schedulers`); your own "
+             "as FILE.py:NAME or module:NAME (docs/own-scheduler.md)."),
     sources: Optional[str] = typer.Option(
-        None, "--sources", metavar="LIST", help="Comma-separated corpus sources (default: all, e.g. azure,bailian,burstgpt-modeled)."),
+        None, "--sources", metavar="LIST",
+        help="Comma-separated corpus sources (default: all, e.g. azure,bailian,burstgpt-modeled)."),
     regions: Optional[str] = typer.Option(
-        None, "--regions", metavar="LIST", help="Comma-separated regions: light,moderate,high,near-saturation,overload,severe "
-                                "(rho 0.3..1.6), or custom name=rho. Default: all six."),
+        None, "--regions", metavar="LIST",
+        help="Comma-separated regions: light,moderate,high,near-saturation,overload,severe "
+             "(rho 0.3..1.6), or custom name=rho. Default: all six."),
     windows: Optional[int] = typer.Option(
         None, "--windows", metavar="N", help="Run only N windows of each source, taken in turn from its parts (Azure's "
                                                "conv and code) (default: all)."),
@@ -65,26 +68,31 @@ def run_command(
                                "vllm-fcfs,sarathi,sjf,vtc,slo-admission; 4 windows per source; regions "
                                "moderate,near-saturation,overload. Explicit selectors override it."),
     out: Path = typer.Option(
-        DEFAULT_OUT, "--out", metavar="DIR", parser=out_path_parser, help="Results directory: Parquet dataset OUT/runs/ + OUT/manifest.json. "
-                                   "Rerunning resumes, skipping finished cells."),
+        DEFAULT_OUT, "--out", metavar="DIR", parser=out_path_parser,
+        help="Results directory: Parquet dataset OUT/runs/ + OUT/manifest.json. "
+             "Rerunning resumes, skipping finished cells."),
     force: bool = typer.Option(
         False, "--force", help="If OUT holds results of another corpus/engine config, or is corrupt or foreign, "
                                "move it aside to OUT.old-TIMESTAMP and start afresh (nothing is deleted)."),
     workers: Optional[int] = typer.Option(
-        None, "--workers", metavar="N", help="Worker processes (local) or CPUs of a local Ray instance (default: all cores)."),
+        None, "--workers", metavar="N",
+        help="Worker processes (local) or CPUs of a local Ray instance (default: all cores)."),
     executor: str = typer.Option("local", "--executor", metavar="TEXT", help="local (process pool) or ray."),
     ray_address: Optional[str] = typer.Option(
-        None, "--ray-address", metavar="TEXT", help="Existing Ray cluster (e.g. ray://host:10001 or auto); default: start a "
-                                    "local instance."),
+        None, "--ray-address", metavar="TEXT",
+        help="Existing Ray cluster (e.g. ray://host:10001 or auto); default: start a "
+             "local instance."),
     keep_requests: bool = typer.Option(
         False, "--keep-requests", help="Also keep every run's per-request table in OUT/requests/ (large)."),
     region_def: str = typer.Option(
-        "sustainable", "--region-def", metavar="TEXT", help="How rho is anchored: 'sustainable' (offered / the rate the engine "
+        "sustainable", "--region-def", metavar="TEXT",
+        help="How rho is anchored: 'sustainable' (offered / the rate the engine "
         "sustains with a queue, the default), 'drain' (offered / requests per makespan of an all-at-once replay, "
         "the earlier definition) or 'slo[:PROFILE[:TARGET]]' (offered / the rate at which vllm-fcfs meets TARGET "
         "of PROFILE's SLO; default slo:standard:0.9)."),
     variants: Optional[str] = typer.Option(
-        None, "--variants", metavar="TEXT", help="Run the matrix once per engine variant of a set: 'uncertainty' (the engine "
+        None, "--variants", metavar="TEXT",
+        help="Run the matrix once per engine variant of a set: 'uncertainty' (the engine "
         "perturbed within its fit errors and published simulator errors, docs/engine.md §3.6) or your own set's "
         "TOML; the default variant's cells are the study's, reused. The analysis then gives each reversal its "
         "survival across the variants."),

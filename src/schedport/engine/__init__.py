@@ -12,9 +12,3 @@ trace (`execution`) and `simulate` (`runner`). Reads traces from `schedport.work
 reads a corpus, a store or an analysis.
 """
 
-
-def __getattr__(name: str):
-    # 0.1.0's `schedport.engine` module (Simulator, Request, ...), for one release.
-    from schedport._compat import package_getattr
-
-    return package_getattr(__name__, name)

@@ -54,7 +54,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import numbers
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -62,6 +61,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from schedport.common.values import is_int as _is_int, is_real as _is_real
 from schedport.errors import ConfigError
 from schedport.engine.latency import CALIBRATED_MODEL_SHAPE, DEFAULT_CPU_OVERHEAD_S, LINEAR_DEFAULTS, SCALE_KEYS
 
@@ -133,16 +133,6 @@ def fmt_toml(v: Any) -> str:
     if isinstance(v, dict):
         return "a table"
     return repr(v)
-
-
-def _is_int(v: Any) -> bool:
-    """An integer that is not a bool (numpy integers count; numpy bools are not Integral)."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def _is_real(v: Any) -> bool:
-    """A real number that is not a bool."""
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
 class _Checker:

@@ -6,15 +6,14 @@ latency-anchored capacity both call), and `SimulationResult`, what a simulation 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from schedport.common.outputs import file_mode, io_error
+from schedport.common.atomic import atomic_write as common_atomic_write
+from schedport.common.outputs import io_error
 from schedport.engine.config import EngineConfig
 from schedport.engine.inputs import check_metrics_horizon, served_trace
 from schedport.engine.latency import make_latency_model
@@ -70,20 +69,9 @@ def atomic_write(path: Path, write) -> None:
     An OSError becomes a one-line `SchedportError` naming `path`, and the temporary file is
     removed. Every result file of a simulation, a replay or a calibration is written so."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        common_atomic_write(path, write, durable=False)
     except OSError as e:
         raise io_error(path, e) from None
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, file_mode())
-        os.replace(tmp, path)
-    except BaseException as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise io_error(path, e) from None
-        raise
 
 
 def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfig, *, seed: int = 0,

@@ -100,6 +100,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from schedport.common.values import json_scalar  # noqa: F401  (re-exported: the summary's scalar rule)
 from schedport.errors import ConfigError
 
 REQUEST_COLUMNS = (
@@ -369,22 +370,6 @@ def percentiles(x, ps: Sequence[float]) -> list[float]:
         d = b - a
         out.append(b - d * (1 - g) if g >= 0.5 else a + d * g)
     return out
-
-
-def json_scalar(v):
-    """Map a numeric value to a JSON-safe Python scalar (NaN / inf -> None)."""
-    if v is None:
-        return None
-    if isinstance(v, (bool, np.bool_)):
-        return bool(v)
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if isinstance(v, (float, np.floating)):
-        f = float(v)
-        return f if math.isfinite(f) else None
-    if isinstance(v, str):
-        return v
-    raise TypeError(f"counter value {v!r} is not a JSON scalar")
 
 
 def _check_profiles(slo_profiles: Mapping[str, tuple[float, float]]) -> list[tuple[str, float, float]]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +37,7 @@ from schedport.engine.policy import BatchingMode, Ordering, Plan
 from schedport.engine.queues import Fifo, Queue, SortedEachStep, StaticKey, queue_for  # noqa: F401
 from schedport.engine.vtc import VirtualTokenCounter
 from schedport.engine.simulator import Request
+from schedport.common.values import is_int as _is_int, is_real as _is_real
 from schedport.errors import ConfigError
 
 # ============================================================================ the declaration and its binding
@@ -288,14 +288,6 @@ def get_policy(name: str) -> Policy:
 # config file, the table, the key, the value and the rule.
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def _is_real(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
-
-
 def _int_rule(lo: int, hi: int | None = None):
     if hi is not None:
         return (lambda v, cfg: _is_int(v) and lo <= v <= hi), f"must be an integer in [{lo}, {hi}]"
@@ -305,7 +297,7 @@ def _int_rule(lo: int, hi: int | None = None):
 
 
 def _real_rule(ok, text: str):
-    return (lambda v, cfg: _is_real(v) and ok(float(v))), text
+    return (lambda v, cfg: _is_real(v) and math.isfinite(float(v)) and ok(float(v))), text
 
 
 def _choice_rule(*choices: str):

@@ -198,12 +198,11 @@ def _log_preemptions(s) -> list[str]:
 
 
 def main() -> None:
+    from schedport.common.atomic import atomic_write_text
     case_path, out_path = sys.argv[1], sys.argv[2]
     cases = json.loads(Path(case_path).read_text())["cases"]
     res = {"records": [run(case) for case in cases]}
-    tmp = Path(out_path).with_suffix(".tmp")
-    tmp.write_text(json.dumps(res))
-    tmp.replace(out_path)
+    atomic_write_text(out_path, json.dumps(res))
 
 
 if __name__ == "__main__":

@@ -246,7 +246,8 @@ class Calibration:
             lines.append(f"{key} = {f.coef[key]!r}    # {notes[key]}")
         lines += ["", "# probe, measured s, model s, error"]
         for o, p in zip(self.observations, f.predicted):
-            lines.append(f"#   {o.kind:<7} {o.label:<28} {o.seconds:.5f}  {p:.5f}  {100 * (p - o.seconds) / o.seconds:+.1f}%"
+            err = 100 * (p - o.seconds) / o.seconds
+            lines.append(f"#   {o.kind:<7} {o.label:<28} {o.seconds:.5f}  {p:.5f}  {err:+.1f}%"
                          + ("  (left out: implausible, see fit_linear)" if o.label in f.excluded else ""))
         return "\n".join(lines) + "\n"
 
@@ -304,7 +305,8 @@ class _Prober:
 
     def body(self, n_in: int, n_out: int) -> dict:
         self.serial += 1
-        return completion_body(self.info.model, prompt_token_ids(n_in, self.serial, self.salt, self.token_range), n_out, None)
+        ids = prompt_token_ids(n_in, self.serial, self.salt, self.token_range)
+        return completion_body(self.info.model, ids, n_out, None)
 
     async def ttft(self, n_in: int) -> float:
         t = await _stream(self.session, self.url, self.body(n_in, 1), self.timeout_s)

@@ -84,9 +84,10 @@ def request_priorities(trace: Trace, scheduler: str, engine: EngineConfig | None
     ``spf``: the prompt length. ``edf``: the deadline the simulator's edf orders by
     (`schedulers.request_deadlines` under its `slo_profile` and `deadline` rule; by default
     arrival + TTFT SLO + TPOT SLO x (output tokens - 1)), in integer microseconds of the
-    trace's time frame (`schedulers.deadline_priorities`, the integers the simulator's edf ranks by). ``ltr``: the rank of the predicted score the simulator's ltr uses for
-    this trace and seed (same tau, same calibrated noise). The server orders its waiting queue by (priority, arrival) and never preempts
-    for priority, so preemptive or guarded policies (ltr's swap preemption and starvation guard)
+    trace's time frame (`schedulers.deadline_priorities`, the integers the simulator's edf ranks
+    by). ``ltr``: the rank of the predicted score the simulator's ltr uses for this trace and seed
+    (same tau, same calibrated noise). The server orders its waiting queue by (priority, arrival)
+    and never preempts for priority, so preemptive or guarded policies (ltr's swap preemption and starvation guard)
     are expressed only through their ranking; docs/validation.md says what that leaves out.
     A user's policy (``FILE.py:NAME``, ``module:NAME``, installed) is expressible when it is what
     vLLM's priority policy runs: continuous batching, no admission gate, a non-preemptive `Ordering`

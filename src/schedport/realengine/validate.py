@@ -31,6 +31,7 @@ from schedport.__about__ import __version__
 from schedport.analysis.validation_stats import (load_validation, median_request_table, median_summary,
                                                  rank_agreement, repeat_spread, request_errors, run_errors)
 from schedport.engine.runner import atomic_write, load_scale, resolve_engine, simulate
+from schedport.common.values import json_safe
 from schedport.errors import SchedportError
 from schedport.realengine import replay as replay_client   # looked up at call time: tests stand in for it
 from schedport.workload.trace import Trace
@@ -285,7 +286,7 @@ def validate(endpoint: str, traces: Sequence[NamedTrace], out_dir: str | Path, *
     }
     if predicted is not None:      # the pair the analysis predicted (`predicted_check`), to read the runs against
         validation["predicted"] = predicted
-    text = json.dumps(_jsonable(validation), indent=2, allow_nan=False) + "\n"
+    text = json.dumps(json_safe(validation), indent=2, allow_nan=False) + "\n"
     atomic_write(out / "validation.json", lambda p: Path(p).write_text(text))
     from schedport.report.validation import write_validation_html  # matplotlib: loaded when a page is written
 
@@ -391,18 +392,3 @@ def _index_summary(cells) -> dict | None:
 
 def _num(v) -> float:
     return math.nan if v is None else float(v)
-
-
-def _jsonable(o):
-    """`o` with numpy scalars as Python ones and NaN/inf as None (the JSON files' rule)."""
-    if isinstance(o, dict):
-        return {str(k): _jsonable(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_jsonable(v) for v in o]
-    if isinstance(o, (bool, np.bool_)):
-        return bool(o)
-    if isinstance(o, (int, np.integer)):
-        return int(o)
-    if isinstance(o, (float, np.floating)):
-        return float(o) if math.isfinite(float(o)) else None
-    return o

@@ -6,9 +6,3 @@ the portability dict (`figures`), "Why it flips" from its ``explain`` block (`ex
 simulator-vs-real-engine section of a validation dict (`validation`), all in one look (`style`).
 """
 
-
-def __getattr__(name: str):
-    # 0.1.0's `schedport.report` module (write_report, ...), for one release.
-    from schedport._compat import package_getattr
-
-    return package_getattr(__name__, name)

@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from schedport.common.atomic import atomic_write_text
 from schedport.common.formatting import fmt, pct  # noqa: F401  (the report's number style)
 from schedport.report.answer import own_card, render_html as render_answer
 from schedport.report.explain import render_section
@@ -775,7 +776,4 @@ def write_report(res: dict, path, validation: Optional[dict] = None) -> Path:
     """Render `res` (and the optional `validation` section) and write it to `path` (atomically)."""
     path = Path(path)
     text = build_html(res, validation)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return atomic_write_text(path, text)

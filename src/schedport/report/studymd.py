@@ -59,7 +59,8 @@ def _claims(res: dict) -> str:
     for c in res["study_form"]["claims"]:
         r = rob.get(c["id"])
         across = ("n/a" if r is None else
-                  f"{pct(r['share_holds'])} hold" + ("" if r["robust"] else f"; depends on {', '.join(r['depends_on'][:2])}"))
+                  f"{pct(r['share_holds'])} hold"
+                  + ("" if r["robust"] else f"; depends on {', '.join(r['depends_on'][:2])}"))
         s = sim.get(c["id"])
         surv = "not run" if s is None else f"{s['n_same']} of {s['n_variants']}"
         rows.append([CLAIM_NAMES.get(c["id"], c["id"]), c["here"], f"**{c['verdict']}**", across, surv])

@@ -19,6 +19,7 @@ from typing import Any, Optional
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from schedport.errors import SchedportError
+from schedport.common.atomic import atomic_write_text
 from schedport.common.formatting import as_float, fmt, pct, signed_pct
 from schedport.report.figures import plt, png_data_uri
 from schedport.report.style import CSS, MARKERS, OKABE_ITO, img_tag
@@ -377,7 +378,4 @@ def write_validation_html(validation: dict, path) -> Path:
 {render_validation_section(validation)}
 </main></body></html>
 """
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return atomic_write_text(path, text)

@@ -24,7 +24,6 @@ import json
 import math
 import os
 import re
-import tempfile
 from pathlib import Path
 
 from schedport.engine.capacity import (  # noqa: F401  (re-exported: the region definitions' home is the engine)
@@ -32,6 +31,7 @@ from schedport.engine.capacity import (  # noqa: F401  (re-exported: the region 
     SLO_RTOL, SUSTAINABLE, THROUGHPUT_KINDS, RegionDefinition, offered_rate, parse_region_def, slo_capacity,
     time_scale,
 )
+from schedport.common.atomic import atomic_write_bytes
 from schedport.errors import SchedportError
 
 #: The six operating regions of the study, by offered load rho, in increasing order.
@@ -172,41 +172,6 @@ class CapacityCache:
 def capacity_cache(path: str | os.PathLike[str]) -> CapacityCache:
     """Open (or start) the persistent capacity cache at `path` (a JSON file)."""
     return CapacityCache(path)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` atomically and durably: temp file in the same dir, fsync, rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o644)  # mkstemp makes 0600; results are meant to be shared
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    fsync_dir(path.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    """fsync a directory so a rename inside it survives a power loss (best effort)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _one_line(e: BaseException) -> str:

@@ -20,7 +20,8 @@ from schedport.engine.metrics import summary_keys
 from schedport.engine.plugins import PolicySource, resolve_schedulers, source_of
 from schedport.engine.schedulers import REGISTRY
 from schedport.errors import SchedportError
-from schedport.study.regions import REGIONS, atomic_write_bytes, parse_regions
+from schedport.common.atomic import atomic_write_bytes
+from schedport.study.regions import REGIONS, parse_regions
 from schedport.workload import corpus as corpus_lib
 from schedport.workload.corpus import Window
 from schedport.workload.examples import make_example_trace
@@ -107,7 +108,8 @@ def select(corpus, *, schedulers: str | list[str] | None = None, sources: str | 
 
     Names are validated (unknown scheduler, source or region -> one-line error listing the
     known ones); a scheduler may be a user's (``PATH.py:NAME``, ``module:NAME``, an installed
-    entry point), loaded here and selected under its declared name. `quick` fills in `QUICK` for every selector not given explicitly.
+    entry point), loaded here and selected under its declared name. `quick` fills in `QUICK` for
+    every selector not given explicitly.
     """
     for opt, val in (("--schedulers", schedulers), ("--sources", sources), ("--regions", regions)):
         if isinstance(val, str) and _split(val) is None:

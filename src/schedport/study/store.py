@@ -53,8 +53,8 @@ Manifest fields: ``kind`` ("schedport-results"), ``store_schema``, ``corpus_sha2
 ``corpus_dir``, ``engine_hash``, ``engine_config``, ``package_version``, ``git_commit``,
 ``columns`` ([name, arrow type] pairs), ``created``, ``status`` (running, finished,
 interrupted, failed), ``started``, ``ended``, ``selectors`` (of the latest run),
-``policies`` (only when a user scheduler ran), ``cells_done`` and ``runs`` (one entry per invocation: selectors, executor, workers,
-cells planned / skipped / run, wall time, status).
+``policies`` (only when a user scheduler ran), ``cells_done`` and ``runs`` (one entry per
+invocation: selectors, executor, workers, cells planned / skipped / run, wall time, status).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ import pyarrow.parquet as pq
 
 from schedport.errors import SchedportError
 from schedport.common.outputs import cause
-from schedport.study.regions import atomic_write_bytes, fsync_dir
+from schedport.common.atomic import atomic_write, atomic_write_bytes
 
 STORE_KIND = "schedport-results"
 STORE_SCHEMA = 1
@@ -436,23 +436,15 @@ class _signals_deferred:
 
 
 def _write_part(path: Path, table: pa.Table) -> None:
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        with open(tmp, "xb") as f:
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
             pq.write_table(table, f, compression="zstd", **_WRITE_CHECKED)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise StoreError(f"{path}: cannot write this results part ({cause(e)}); the cells of this "
-                             f"batch were not stored, rerun to compute them again") from None
-        raise
-    fsync_dir(path.parent)
+
+    try:
+        atomic_write(path, write)
+    except OSError as e:
+        raise StoreError(f"{path}: cannot write this results part ({cause(e)}); the cells of this "
+                         f"batch were not stored, rerun to compute them again") from None
 
 
 def _version() -> str:

@@ -27,7 +27,8 @@ def measure_capacity(trace, cfg, region_def: str = "sustainable") -> tuple[float
     return cap, time.perf_counter() - t0
 
 
-def run_chunk(trace, cfg, scheduler: str | PolicySource, window: tuple[str, str, str, float], cells: list[tuple[str, float, int]],
+def run_chunk(trace, cfg, scheduler: str | PolicySource, window: tuple[str, str, str, float],
+              cells: list[tuple[str, float, int]],
               keep_requests: bool = False) -> tuple[list[dict], list | None, float]:
     """Worker task: simulate one window under one scheduler at several (region, rho, seed).
 

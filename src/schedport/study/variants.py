@@ -40,7 +40,7 @@ from pathlib import Path
 
 from schedport.engine.config import EngineConfig, engine_config_from_dict, load_engine_config
 from schedport.errors import ConfigError, SchedportError
-from schedport.study.regions import atomic_write_bytes
+from schedport.common.atomic import atomic_write_bytes
 from schedport.study.sweep import run_sweep
 
 __all__ = ["DEFAULT_VARIANT", "SHIPPED", "Variant", "VariantSet", "load_variant_set", "variant_configs",

@@ -406,7 +406,7 @@ def _is_registered(name: str) -> bool:
     except ConfigError:
         pass
     prefix = name.rstrip("/") + "/"
-    return name.endswith("/") and any(f.relpath.startswith(prefix) for f in datadir.DATA_FILES.values())
+    return name.endswith("/") and any(f.relpath.startswith(prefix) for f in datadir.data_files().values())
 
 
 def _present(name: str, data_dir: Path, spec_dir: Path | None) -> Path | None:
@@ -422,7 +422,7 @@ def _servegen_folder(name: str, data_dir: Path, spec_dir: Path | None, download:
     from schedport.workload import datadir
 
     prefix = name.rstrip("/") + "/"
-    reg = sorted((f for f in datadir.DATA_FILES.values() if f.relpath.startswith(prefix)),
+    reg = sorted((f for f in datadir.data_files().values() if f.relpath.startswith(prefix)),
                  key=lambda f: f.relpath)
     if not reg:
         p = _resolve_file(name.rstrip("/"), data_dir, spec_dir, download, where, folder=True)

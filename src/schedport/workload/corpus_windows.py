@@ -217,7 +217,7 @@ def _registered_sums(name: str) -> tuple[set[str], str] | None:
         from schedport.workload import datadir
 
         table = {}
-        for f in datadir.DATA_FILES.values():
+        for f in datadir.data_files().values():
             sums = {s for s in (f.sha256, f.original_sha256) if s}
             for rel in (f.relpath, f.original_relpath):
                 if rel:

@@ -19,7 +19,6 @@ import hashlib
 import io
 import os
 import struct
-import uuid
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from schedport.common.atomic import atomic_write
 from schedport.errors import TraceError
 from schedport.workload.tracecheck import (  # noqa: F401  (COLUMNS, REQUIRED, MAX_*: re-exported)
     COLUMNS, EXPECTED_HEADER, MAX_ARRIVAL_S, MAX_TOKENS, REQUIRED, NumericColumn, Where, bad_mask, check_header,
@@ -280,28 +280,18 @@ def save_trace(trace: Trace, path: str | os.PathLike[str]) -> None:
         raise TraceError(f"{src}: cannot write: directory '{parent}' does not exist")
     if p.is_dir():
         raise TraceError(f"{src}: cannot write: is a directory")
-    tmp = parent / f".{p.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp"
-    try:
+    def write(tmp: Path) -> None:
         if kind == "csv":
-            payload = _csv_text(trace).encode("utf-8")
-            with open(tmp, "xb") as f:
-                f.write(payload)
-                f.flush()
-                os.fsync(f.fileno())
+            tmp.write_bytes(_csv_text(trace).encode("utf-8"))
         else:
-            table = _arrow_table(trace)
             import pyarrow.parquet as pq
 
-            with open(tmp, "xb") as f:
-                pq.write_table(table, f)
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, p)
+            with open(tmp, "wb") as f:
+                pq.write_table(_arrow_table(trace), f)
+
+    try:
+        atomic_write(p, write)
     except BaseException as exc:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
         if isinstance(exc, OSError):
             raise TraceError(f"{src}: cannot write file ({exc.strerror or exc})") from exc
         if isinstance(exc, (TraceError, KeyboardInterrupt, SystemExit)):

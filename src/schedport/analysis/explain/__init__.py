@@ -27,13 +27,13 @@ docs/explain.md.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Optional, Sequence
 
 from schedport.errors import SchedportError
 from schedport.common.guard import WHAT, dir_kind
+from schedport.analysis.portability import write_portability
 from schedport.analysis.explain.effects import DRIVER_SHARE, GROUPS, attribute, paired_effects, verdict
 from schedport.analysis.explain.reversals import parse_selection, ranked_reversals, read_portability
 from schedport.analysis.explain.runner import DEFAULT_BOOT, Explainer
@@ -138,7 +138,7 @@ def add_explanations(res: dict, results_dir, out_dir, k, *, corpus_dir=None, val
 
     Sets ``res["explain"]`` to the block of `explain_top` (K, the selection, the reversal numbers
     and one explanation per reversal, without the per-window variant recipes), rewrites
-    ``portability.json`` in `out_dir` with it (atomically, through ``portability.json.tmp``), and
+    ``portability.json`` in `out_dir` with it (atomically, by `write_portability`), and
     returns `res`, the same dict, updated. It renders nothing: the report's "Why it flips"
     section is drawn from the returned dict by whoever renders the report
     (`schedport.api.render_report`), and `explanation_lines` gives the lines the command line
@@ -147,10 +147,7 @@ def add_explanations(res: dict, results_dir, out_dir, k, *, corpus_dir=None, val
     """
     res["explain"] = explain_top(res, results_dir, k, corpus_dir=corpus_dir, executor=executor, workers=workers,
                                  progress=progress)
-    odir = Path(out_dir)
-    tmp = odir / "portability.json.tmp"
-    tmp.write_text(json.dumps(res, indent=1, allow_nan=False))
-    tmp.replace(odir / "portability.json")
+    write_portability(res, out_dir)
     return res
 
 

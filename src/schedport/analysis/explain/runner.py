@@ -19,7 +19,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -27,6 +26,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from schedport.errors import SchedportError
+from schedport.common.atomic import atomic_write_text
 from schedport.engine.config import engine_config_from_dict
 from schedport.engine.capacity import LEGACY_DRAIN, THROUGHPUT_KINDS, parse_region_def
 from schedport.study.regions import capacity_cache
@@ -78,17 +78,7 @@ def _read_cell(path: Path, sha: str, sched: str, rho: float, seed: int, engine_h
 
 
 def _write_json_atomic(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, allow_nan=True)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(path, json.dumps(obj, allow_nan=True), durable=False)
 
 
 def _burst_sha(trace: Trace) -> str:
@@ -378,8 +368,8 @@ class Explainer:
             handles = {}
             for (sha, sched), (trace, seeds) in todo.items():
                 cells = [("explain", float(rho), s) for s in seeds]
-                h = ex.submit(run_chunk, ex.put(trace), cfg_ref, self.policies.get(sched, sched), ("variant", trace.name, sha, caps[sha]), cells,
-                              False)
+                h = ex.submit(run_chunk, ex.put(trace), cfg_ref, self.policies.get(sched, sched),
+                              ("variant", trace.name, sha, caps[sha]), cells, False)
                 handles[h] = (sha, sched)
             for h, res in ex.as_completed(list(handles), tick=1.0):
                 if h is None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from schedport.common.values import is_int
 from schedport.workload.sources._common import (
     ZERO_IN, ZERO_OUT, AdapterResult, cached_load, check_selection, check_sorted, decode_text,
     fail, origin_entry, read_all, read_bytes, Rows, token_reasons, window_result,
@@ -24,10 +25,6 @@ from schedport.workload.sources._common import (
 
 KEYS = ("timestamp", "input_length", "output_length")
 DROP_REASONS = (ZERO_OUT, ZERO_IN)
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _check_record(obj) -> str | None:
@@ -42,7 +39,7 @@ def _check_record(obj) -> str | None:
         return f"key 'timestamp': {ts!r} is not a finite number"
     for k in ("input_length", "output_length"):
         v = obj[k]
-        if not _is_int(v):
+        if not is_int(v):
             return f"key {k!r}: {v!r} is not an integer"
         if v < 0:
             return f"key {k!r}: {v!r} is negative"
