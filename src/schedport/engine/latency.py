@@ -387,16 +387,27 @@ class CalibratedLatency:
         cpu_overhead_s: float = DEFAULT_CPU_OVERHEAD_S,
         lm_head: bool = True,
         coeffs: Mapping[str, float] | None = None,
+        deployment: str | None = None,
     ) -> None:
         if not cpu_overhead_s >= 0:
             raise ValueError(f"cpu_overhead_s must be >= 0, got {cpu_overhead_s!r}")
+        self.deployment = deployment
+        if deployment is None:
+            shape, tp = CALIBRATED_MODEL_SHAPE, 1
+        else:       # another model on another GPU (schedport.engine.deployments): its fit, its shape
+            from schedport.engine.deployments import deployment as _profile, model_shape
+
+            shape = model_shape(deployment)
+            tp = shape["tensor_parallel_size"]
+            if coeffs is None:
+                coeffs = _profile(deployment)["coeffs"]
         co = dict(CALIBRATED_COEFFS if coeffs is None else coeffs)
         self.coeffs = co
         self.cpu_overhead_s = float(cpu_overhead_s)
         self.lm_head = bool(lm_head)
-        shape = CALIBRATED_MODEL_SHAPE
         L = shape["num_layers"]
-        kv_read_bytes = 2 * shape["num_kv_heads"] * shape["head_dim"] * shape["dtype_bytes"]  # 4096
+        # Per GPU: the heads are split over the tensor-parallel workers (tp = 1: the whole model).
+        kv_read_bytes = 2 * (shape["num_kv_heads"] // tp) * shape["head_dim"] * shape["dtype_bytes"]  # 4096
         ms = 1e-3
         self._q = int(co["token_quantum"])
         # Non-attention (whole model).
@@ -409,7 +420,7 @@ class CalibratedLatency:
         self._d0l = L * co["decode_t0_long_ms"] * ms
         self._dtok = L * kv_read_bytes / co["decode_bw_bytes_per_s"]  # s per KV token read
         # Prefill attention, folded over layers.
-        hq_d = shape["num_q_heads"] * shape["head_dim"]
+        hq_d = (shape["num_q_heads"] // tp) * shape["head_dim"]
         self._p0 = L * co["prefill_t0_ms"] * ms
         # fresh: F/(eta*peak)*(1 + ch/c) with F = 2*Hq*d*c^2  ->  K1*c*(c + ch)
         self._k1 = L * 2 * hq_d / (co["prefill_eta_max"] * co["peak_flops"])
@@ -556,6 +567,16 @@ class CalibratedLatency:
 
     def describe(self) -> dict:
         """Model name, coefficients, options and provenance."""
+        if self.deployment is not None:
+            from schedport.engine.deployments import deployment as _profile, model_shape
+
+            prof = _profile(self.deployment)
+            return {"model": "calibrated", "deployment": self.deployment,
+                    "hardware": f"{prof['gpu_label']}, TP={prof['tp']}", "llm": f"{prof['model_label']} (bf16)",
+                    "cpu_overhead_s": self.cpu_overhead_s, "lm_head": self.lm_head, "gqa_batching_factor": 1.0,
+                    "coefficients": dict(self.coeffs), "labels": dict(prof["labels"]),
+                    "model_shape": model_shape(self.deployment), "fit": dict(prof["fit"]),
+                    "provenance": dict(prof["provenance"])}
         return {
             "model": "calibrated",
             "hardware": "A100-80GB, TP=1",
@@ -569,7 +590,8 @@ class CalibratedLatency:
         }
 
     def __repr__(self) -> str:
-        return f"CalibratedLatency(cpu_overhead_s={self.cpu_overhead_s!r}, lm_head={self.lm_head!r})"
+        dep = "" if self.deployment is None else f", deployment={self.deployment!r}"
+        return f"CalibratedLatency(cpu_overhead_s={self.cpu_overhead_s!r}, lm_head={self.lm_head!r}{dep})"
 
 
 # ---------------------------------------------------------------------------------------
@@ -607,8 +629,8 @@ class ScaledCalibratedLatency(CalibratedLatency):
 
     def __init__(self, cpu_overhead_s: float = DEFAULT_CPU_OVERHEAD_S, lm_head: bool = True,
                  coeffs: Mapping[str, float] | None = None, *, prefill_scale: float = 1.0,
-                 decode_scale: float = 1.0, attention_scale: float = 1.0) -> None:
-        super().__init__(cpu_overhead_s, lm_head, coeffs)
+                 decode_scale: float = 1.0, attention_scale: float = 1.0, deployment: str | None = None) -> None:
+        super().__init__(cpu_overhead_s, lm_head, coeffs, deployment)
         sp, sd, sa = _check_scales(prefill_scale, decode_scale, attention_scale)
         self.scales = {"prefill_scale": sp, "decode_scale": sd, "attention_scale": sa}
         self._sp, self._sd, self._smix, self._snone = sp, sd, max(sp, sd), min(sp, sd)
@@ -779,6 +801,7 @@ class LatencySettings(Protocol):
     linear_f: float | None
     cpu_overhead_s: float | None
     lm_head: bool | None
+    deployment: str | None
     prefill_scale: float
     decode_scale: float
     attention_scale: float
@@ -793,7 +816,9 @@ def make_latency_model(cfg: LatencySettings) -> LatencyModel:
         args = (cfg.linear_a, cfg.linear_b, cfg.linear_c, cfg.linear_d, cfg.linear_e, cfg.linear_f)
         return ScaledLinearLatency(*args, **scales) if scaled else LinearLatency(*args)
     if cfg.latency_model == "calibrated":
+        dep = getattr(cfg, "deployment", None)
         if scaled:
-            return ScaledCalibratedLatency(cpu_overhead_s=cfg.cpu_overhead_s, lm_head=cfg.lm_head, **scales)
-        return CalibratedLatency(cpu_overhead_s=cfg.cpu_overhead_s, lm_head=cfg.lm_head)
+            return ScaledCalibratedLatency(cpu_overhead_s=cfg.cpu_overhead_s, lm_head=cfg.lm_head, deployment=dep,
+                                           **scales)
+        return CalibratedLatency(cpu_overhead_s=cfg.cpu_overhead_s, lm_head=cfg.lm_head, deployment=dep)
     raise ValueError(f"unknown latency model {cfg.latency_model!r}")  # config.py prevents this
