@@ -320,19 +320,19 @@ class EngineConfig:
             put("lm_head", lm)
             if self.deployment is None:
                 shape = {**CALIBRATED_MODEL_SHAPE, "tensor_parallel_size": 1}
-                what = "Llama-3-8B on one A100"
+                what = "describes Llama-3-8B"
             else:
                 if not isinstance(self.deployment, str) or self.deployment not in deployment_names():
                     chk.fail("latency", "deployment", f"must be one of {', '.join(deployment_names())} "
                              "(docs/engine.md §3.7; there is no public H100 profile for Llama-3-8B)", self.deployment)
                 shape = engine_overlay(self.deployment)
-                what = f"deployment {self.deployment!r}"
+                what = f"of deployment {self.deployment!r} has"
             for name, value in shape.items():
                 if name in _ENGINE_KEYS and name != "gpu_memory_gib" and getattr(self, name) != value:
                     chk.fail("engine", name,
-                             f"the calibrated latency model of {what} has {name} = {value}; set the [engine] "
-                             'keys of the deployment (docs/engine.md §3.7), or [latency] model = "linear" '
-                             "to simulate another model shape", getattr(self, name))
+                             f"the calibrated latency model {what} {name} = {value}; "
+                             'set [latency] model = "linear" to simulate another model shape, or name a '
+                             "[latency] deployment with its [engine] keys (docs/engine.md §3.7)", getattr(self, name))
         else:
             coeffs = [given[k] for k in _LINEAR_ONLY]
             if all(v is None for v in coeffs):
