@@ -56,8 +56,15 @@ def test_prefill_sensitive_pair_reverses_across_deployments_and_the_identity_pai
     assert dep["n_reversals"] == len(dep["reversals"]) == sum(m["n_reversals"] for m in dep["by_metric"].values())
     cis = [c for c in dep["concordance"] if c["ci_low"] is not None]
     assert cis and all(c["ci_low"] <= c["ci_high"] for c in cis)    # tau with a CI over windows
+    from schedport.report.deployments import deployments_section
+
+    html = deployments_section(res)
+    assert "Across deployments" in html and "absolute SLO thresholds" in html and "a100-slow-prefill" in html
 
 
 def test_uncertainty_set_is_not_a_deployment_set_and_a_plain_store_has_no_block(tmp_path):
     assert not is_deployment_set(load_variant_set("uncertainty").to_dict())
     assert is_deployment_set(load_variant_set("deployments").to_dict())
+    from schedport.report.deployments import deployments_section
+
+    assert deployments_section({}) == ""

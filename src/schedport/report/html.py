@@ -26,6 +26,7 @@ from schedport.common.formatting import fmt, pct  # noqa: F401  (the report's nu
 from schedport.report.explain import render_section
 from schedport.report.robustness import robustness_card
 from schedport.report.simulator import claim_survival, simulator_card
+from schedport.report.deployments import deployments_section
 from schedport.report.figures import (fig_headline_tau, fig_metric_matrix, fig_rank_trajectories,  # noqa: F401
                                       fig_reversal_map, fig_tau_heatmap, fig_workload)
 from schedport.report.style import CSS, OKABE_ITO, img_tag  # noqa: F401  (OKABE_ITO: part of this module's API)
@@ -357,6 +358,7 @@ def _headline(res: dict, n: _Nums) -> str:
     out.append(_tau_card(res, n))
     out.append(_study_reversals_card(res, n))
     out.append(simulator_card(res))
+    out.append(deployments_section(res))
     out.append(_metrics_card(res, n))
     out.append(_artifacts_card(res))
     out.append("</section>")
