@@ -12,6 +12,7 @@ num_kv_heads = 8
 head_dim = 128
 dtype_bytes = 2
 num_params = 8030261248
+# tensor_parallel_size = 1    # GPUs the model is split over (a deployment's, docs/engine.md §3.7)
 max_num_seqs = 256
 # max_num_batched_tokens = 2048   # default: each batching mode's own
 max_model_len = 8192
@@ -21,6 +22,7 @@ max_model_len = 8192
 model = "calibrated"          # or "linear"
 cpu_overhead_s = 0.002        # calibrated only
 lm_head = true                # calibrated only
+# deployment = "llama2-7b-h100"  # calibrated only: another model/GPU's profile (docs/engine.md §3.7)
 # a = 0.01; b = 0; c = 0; d = 0; e = 0  # linear only (seconds); see docs/engine.md
 request_overhead_s = 0.0      # both models: per-request time before the engine queue
 prefill_scale = 1.0           # both models: perturbations of the model (docs/engine.md §3.6)

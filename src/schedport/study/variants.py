@@ -1,9 +1,10 @@
 """Engine variants: the simulator as an axis of the study.
 
 A simulator is a measurement with an error. A *variant* is an overlay of the study's engine config
-(a perturbation of the latency model, the CPU overhead, the KV budget; later another deployment)
+(a perturbation of the latency model, the CPU overhead, the KV budget, or another deployment)
 with a name and a one-line reason; a *variant set* is a named, versioned list of them, shipped
-with the package (`SHIPPED`: ``uncertainty``) or written by a user as TOML::
+with the package (`SHIPPED`: ``uncertainty``, ``deployments``, ``deployments-scaled``) or written by a
+user as TOML::
 
     schema = 1
     name = "my-set"
