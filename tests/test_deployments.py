@@ -149,3 +149,24 @@ def test_scaled_slo_set_keys_are_checked(tmp_path):
     p.write_text('name = "x"\nslo = "relative"\n[variants.a]\nwhy = "w"\noverlay = { latency = { decode_scale = 1.1 } }\n')
     with pytest.raises(SchedportError, match="slo must be one of absolute, scaled"):
         load_variant_set(p)
+
+
+def test_fit_tool_reports_a_missing_profile_directory_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, str(REPO / "tools" / "fit_deployments.py"), "--dir", str(tmp_path), "--check"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "SHA256SUMS: cannot read" in r.stderr and "Traceback" not in r.stderr
+
+
+@needs_profiles
+def test_fit_tool_check_passes():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, str(REPO / "tools" / "fit_deployments.py"), "--check"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "embedded deployments.json matches a fresh fit" in r.stdout
