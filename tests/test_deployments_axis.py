@@ -25,7 +25,7 @@ def write_deployment_study(path: Path, tmp: Path) -> None:
     """Three deployments beside the default: Llama-2-7B on an A100, the same with prefill twice as
     dear (the only difference), and the same with another KV reserve (the same costs)."""
     f = tmp / "planted.toml"
-    f.write_text('name = "planted-deployments"\n'
+    f.write_text('name = "planted-deployments"\ndescription = "Llama-2-7B on an A100, planted"\n'
                  f'[variants.a100]\nwhy = "w"\noverlay = {_overlay()}\n'
                  f'[variants.a100-slow-prefill]\nwhy = "w"\noverlay = {_overlay(", prefill_scale = 2.0")}\n'
                  f'[variants.a100-copy]\nwhy = "w"\noverlay = {_overlay(extra_engine=", activation_reserve_gib = 2.0")}\n')
@@ -68,3 +68,16 @@ def test_uncertainty_set_is_not_a_deployment_set_and_a_plain_store_has_no_block(
     from schedport.report.deployments import deployments_section
 
     assert deployments_section({}) == ""
+
+
+def test_analyze_prints_the_deployment_axis(tmp_path):
+    write_deployment_study(tmp_path / "s", tmp_path)
+    res = analyze(tmp_path / "s", n_boot=100, n_splits=20, robustness=False)
+    from schedport.cli.analyze import deployment_lines
+    from schedport.report.simulator import simulator_card
+
+    lines = deployment_lines(res)
+    assert lines[0].startswith("deployments: 4 (planted-deployments, absolute SLO thresholds), ")
+    assert f"{res['deployments']['n_reversals']} cross-deployment reversals" in lines[0]
+    assert any(ln.startswith("strongest: ") for ln in lines)
+    assert "calibration's fit errors" not in simulator_card(res)       # the card says what the variants are
