@@ -723,7 +723,9 @@ class ScaledCalibratedLatency(CalibratedLatency):
 
     def __repr__(self) -> str:
         scales = ", ".join(f"{k}={v!r}" for k, v in self.scales.items())
-        return f"ScaledCalibratedLatency(cpu_overhead_s={self.cpu_overhead_s!r}, lm_head={self.lm_head!r}, {scales})"
+        dep = "" if self.deployment is None else f", deployment={self.deployment!r}"
+        return (f"ScaledCalibratedLatency(cpu_overhead_s={self.cpu_overhead_s!r}, lm_head={self.lm_head!r}, "
+                f"{scales}{dep})")
 
 
 class ScaledLinearLatency(LinearLatency):
