@@ -31,7 +31,7 @@ from importlib import resources
 from schedport.errors import ConfigError
 
 __all__ = ["GPUS", "MODELS", "DEPLOYMENT_SPECS", "deployment_names", "deployment", "engine_overlay",
-           "model_shape"]
+           "model_shape", "latency_inputs", "describe_latency"]
 
 #: GPUs with their data-sheet figures (what the attention bounds use) and where they come from.
 GPUS: dict[str, dict] = {
@@ -135,3 +135,20 @@ def engine_overlay(name: str) -> dict:
     out["gpu_memory_gib"] = GPUS[spec["gpu"]]["memory_gib"]
     out["tensor_parallel_size"] = spec["tp"]
     return out
+
+
+def latency_inputs(name: str, coeffs=None) -> tuple[dict, int, dict]:
+    """(shape, TP degree, coefficients) `CalibratedLatency` builds deployment `name` from: the
+    profile's own fit unless `coeffs` is given."""
+    shape = model_shape(name)
+    return shape, shape["tensor_parallel_size"], deployment(name)["coeffs"] if coeffs is None else coeffs
+
+
+def describe_latency(name: str, cpu_overhead_s: float, lm_head: bool, coeffs: dict) -> dict:
+    """`CalibratedLatency.describe` for deployment `name`: hardware, model, coefficients with their
+    labels, fit errors and provenance (JSON-able)."""
+    prof = deployment(name)
+    return {"model": "calibrated", "deployment": name, "hardware": f"{prof['gpu_label']}, TP={prof['tp']}",
+            "llm": f"{prof['model_label']} (bf16)", "cpu_overhead_s": cpu_overhead_s, "lm_head": lm_head,
+            "gqa_batching_factor": 1.0, "coefficients": dict(coeffs), "labels": dict(prof["labels"]),
+            "model_shape": model_shape(name), "fit": dict(prof["fit"]), "provenance": dict(prof["provenance"])}
