@@ -39,6 +39,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, lsq_linear
 
+from schedport.engine.profilefit import fit_roofline
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DIR = REPO.parent / "shared" / "calibration" / "vidur-a100-llama3-8b"
 
@@ -108,12 +110,7 @@ def fit_nonattn(d: Path) -> tuple[dict, dict, pd.DataFrame]:
     n = g.index.to_numpy(dtype=float)
     y = g["total"].to_numpy()
 
-    def resid(p):
-        t0, a, b = p
-        return np.maximum(t0, a + b * q(n)) / y - 1
-
-    r = least_squares(resid, [10.0, 4.0, 0.066], x_scale=[10.0, 4.0, 0.066])
-    t0, a, b = r.x
+    (t0, a, b), _ = fit_roofline(n, y)     # the fit the deployment profiles use too
     pred = np.maximum(t0, a + b * q(n))
     small = n <= 8192
     rep = {"rows_tp1": int(len(m)), "distinct_n": int(len(n)), "err_all": rel_err(pred, y),
@@ -207,12 +204,8 @@ def fit_lm_head(g: pd.DataFrame) -> tuple[dict, dict]:
     sel = S <= 1024
     S, y = S[sel], y[sel]
 
-    def model(p):
-        return np.maximum(p[0], p[1] + p[2] * q(S))
-
-    r = least_squares(lambda p: model(p) / y - 1, [0.65, 0.25, 0.0045], x_scale=[0.65, 0.25, 0.0045])
-    return ({"lm_head_T0_ms": r.x[0], "lm_head_a_ms": r.x[1], "lm_head_b_ms_per_seq": r.x[2]},
-            {"rows": int(len(S)), "err": rel_err(model(r.x), y)})
+    (t0, a, b), err = fit_roofline(S, y)
+    return ({"lm_head_T0_ms": t0, "lm_head_a_ms": a, "lm_head_b_ms_per_seq": b}, {"rows": int(len(S)), "err": err})
 
 
 def linear_grid(capacity_tokens: int) -> list[tuple[tuple, int, int, str]]:

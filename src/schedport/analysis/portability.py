@@ -305,6 +305,7 @@ from schedport.analysis.ranks import Rankings, mean_ranks, rank_schedulers
 from schedport.analysis.regimes import REGIME_SPREAD, regime_check
 from schedport.analysis.reversals import pooled_reversals
 from schedport.analysis.simulator import simulator_axis, variant_findings
+from schedport.analysis.deployments import deployment_axis, is_deployment_set
 from schedport.analysis.stats import (bh_adjust, kendall_tau_b, relative_effect, spearman_rho,
                                       tau_features, wilcoxon_pvalues)
 from schedport.analysis.store_loading import Study, load_store, load_workload, window_key
@@ -588,6 +589,10 @@ def analyze(results_dir, out_dir=None, *, practical_threshold: float = PRACTICAL
                          metrics=metrics, abs_threshold=abs_threshold, n_splits=n_splits)
     if sim is not None:
         res["simulator"] = sim
+        dep = deployments_step(rdir, practical_threshold=practical_threshold, q=q, n_boot=n_boot, seed=seed,
+                               metrics=metrics, abs_threshold=abs_threshold, n_splits=n_splits)
+        if dep is not None:     # deployment as a comparison kind (schedport.analysis.deployments)
+            res["deployments"] = dep
     if compare is not None:
         res["region_comparison"] = json_safe(load_comparison(compare, res))
     if other_store is not None:
@@ -615,6 +620,18 @@ def simulator_step(results_dir: Path, **params) -> Optional[dict]:
     findings = {name: variant_findings(core_steps(df, manifest, **params), params["q"])
                 for name, (df, manifest) in per_variant.items()}
     block = simulator_axis(findings, record, default=DEFAULT_VARIANT)
+    block["elapsed_s"] = round(time.perf_counter() - t0, 3)
+    return json_safe(block)
+
+
+def deployments_step(results_dir: Path, **params) -> Optional[dict]:
+    """The ``deployments`` block of a store whose variants are deployments
+    (`schedport.analysis.deployments`), or None: the study's steps with deployments in place of sources."""
+    per_variant, record = read_variant_runs(results_dir, load_store)
+    if not per_variant or not is_deployment_set(record):
+        return None
+    t0 = time.perf_counter()
+    block = deployment_axis(per_variant, record, lambda df, man: core_steps(df, man, **params), DEFAULT_VARIANT)
     block["elapsed_s"] = round(time.perf_counter() - t0, 3)
     return json_safe(block)
 

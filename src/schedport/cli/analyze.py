@@ -160,7 +160,7 @@ def summary_lines(res: dict) -> list[str]:
     rc = res.get("region_comparison") or {}
     if rc.get("selection_differs"):
         lines.append(f"warning (--compare): {rc['selection_note']}")
-    return lines + simulator_lines(res)
+    return lines + simulator_lines(res) + deployment_lines(res)
 
 
 def simulator_lines(res: dict) -> list[str]:
@@ -183,6 +183,25 @@ def simulator_lines(res: dict) -> list[str]:
     if m:
         lines.append(f"most stable ranking: {m['winner']} ahead of {m['loser']} on {m['metric']} at {m['region']} in "
                      f"every source: survives {m['n_survived']} of {V} (test both: schedport validate --predicted)")
+    return lines
+
+
+def deployment_lines(res: dict) -> list[str]:
+    """The deployment axis in a few lines (a store run with a deployment variant set): the SLO
+    choice, the cross-deployment reversals and the lowest rank agreement between two deployments."""
+    dep = res.get("deployments")
+    if not dep:
+        return []
+    lines = [f"deployments: {len(dep['deployments'])} ({dep['set'].get('name')}, {dep['slo']} SLO thresholds), "
+             f"{dep['n_reversals']} cross-deployment reversals"]
+    if dep["reversals"]:
+        r = dep["reversals"][0]
+        lines.append(f"strongest: {r['scheduler_pair']} on {r['metric']} at {r['region']} ({r['source']}), "
+                     f"{r['deployment_a']} {fmt(r['effect_a'])} vs {r['deployment_b']} {fmt(r['effect_b'])}")
+    low = min(dep["tau_by_metric"], key=lambda t: t["median"], default=None)
+    if low:
+        lines.append(f"lowest rank agreement: {low['deployment_a']} vs {low['deployment_b']} on {low['metric']}, "
+                     f"median tau {fmt(low['median'])}")
     return lines
 
 

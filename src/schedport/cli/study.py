@@ -93,7 +93,8 @@ def run_command(
     variants: Optional[str] = typer.Option(
         None, "--variants", metavar="TEXT",
         help="Run the matrix once per engine variant of a set: 'uncertainty' (the engine "
-        "perturbed within its fit errors and published simulator errors, docs/engine.md §3.6) or your own set's "
+        "perturbed within its fit errors and published simulator errors, docs/engine.md §3.6), 'deployments' or "
+        "'deployments-scaled' (other models and GPUs with absolute or scaled SLO thresholds, §3.7) or your own set's "
         "TOML; the default variant's cells are the study's, reused. The analysis then gives each reversal its "
         "survival across the variants."),
     do_analyze: bool = typer.Option(

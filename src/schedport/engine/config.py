@@ -12,6 +12,7 @@ num_kv_heads = 8
 head_dim = 128
 dtype_bytes = 2
 num_params = 8030261248
+# tensor_parallel_size = 1    # GPUs the model is split over (a deployment's, docs/engine.md §3.7)
 max_num_seqs = 256
 # max_num_batched_tokens = 2048   # default: each batching mode's own
 max_model_len = 8192
@@ -21,6 +22,7 @@ max_model_len = 8192
 model = "calibrated"          # or "linear"
 cpu_overhead_s = 0.002        # calibrated only
 lm_head = true                # calibrated only
+# deployment = "llama2-7b-h100"  # calibrated only: another model/GPU's profile (docs/engine.md §3.7)
 # a = 0.01; b = 0; c = 0; d = 0; e = 0  # linear only (seconds); see docs/engine.md
 request_overhead_s = 0.0      # both models: per-request time before the engine queue
 prefill_scale = 1.0           # both models: perturbations of the model (docs/engine.md §3.6)
@@ -63,6 +65,7 @@ from typing import Any
 
 from schedport.common.values import is_int as _is_int, is_real as _is_real
 from schedport.errors import ConfigError
+from schedport.engine.deployments import deployment_names, engine_overlay
 from schedport.engine.latency import CALIBRATED_MODEL_SHAPE, DEFAULT_CPU_OVERHEAD_S, LINEAR_DEFAULTS, SCALE_KEYS
 
 __all__ = [
@@ -88,6 +91,7 @@ _ENGINE_KEYS = (
     "activation_reserve_gib", "num_layers", "num_kv_heads", "head_dim", "dtype_bytes",
     "num_params", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "watermark",
     "reserve_full_prompt", "null_block", "priority_victim_ties", "over_length", "swap_space_gib", "pcie_gb_s",
+    "tensor_parallel_size",
 )
 #: `[engine] priority_victim_ties`: which of several equally ranked running requests a priority
 #: order preempts first. "first-running" is vLLM v1's `max(running, key=(priority, arrival))`.
@@ -98,6 +102,7 @@ _LATENCY_KEYS = {
     "model": "latency_model",
     "cpu_overhead_s": "cpu_overhead_s",
     "lm_head": "lm_head",
+    "deployment": "deployment",
     "a": "linear_a",
     "b": "linear_b",
     "c": "linear_c",
@@ -109,7 +114,7 @@ _LATENCY_KEYS = {
     "decode_scale": "decode_scale",
     "attention_scale": "attention_scale",
 }
-_CALIBRATED_ONLY = ("cpu_overhead_s", "lm_head")
+_CALIBRATED_ONLY = ("cpu_overhead_s", "lm_head", "deployment")
 _LINEAR_ONLY = ("a", "b", "c", "d", "e", "f")
 _LATENCY_MODELS = ("calibrated", "linear")
 _SLO_KEYS = ("ttft_s", "tpot_s")
@@ -193,10 +198,12 @@ class EngineConfig:
     over_length: str = "reject"
     swap_space_gib: float = 16.0
     pcie_gb_s: float = 25.0
+    tensor_parallel_size: int = 1
     # [latency]
     latency_model: str = "calibrated"
     cpu_overhead_s: float | None = None
     lm_head: bool | None = None
+    deployment: str | None = None
     linear_a: float | None = None
     linear_b: float | None = None
     linear_c: float | None = None
@@ -221,7 +228,7 @@ class EngineConfig:
         put = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
 
         for name in ("block_size", "num_layers", "num_kv_heads", "head_dim", "dtype_bytes",
-                     "num_params", "max_num_seqs", "max_model_len"):
+                     "num_params", "max_num_seqs", "max_model_len", "tensor_parallel_size"):
             put(name, chk.pos_int(name, getattr(self, name)))
         if self.block_size & (self.block_size - 1):
             chk.fail("engine", "block_size", "must be a power of two", self.block_size)
@@ -278,8 +285,9 @@ class EngineConfig:
 
     def _derive_blocks(self) -> tuple[int, int]:
         """(blocks, pool bytes): floor((mem x util - weights - reserve) / block bytes), exact."""
-        budget = math.floor(Fraction(repr(self.gpu_memory_gib)) * GIB * Fraction(repr(self.gpu_memory_utilization)))
-        reserve = math.floor(Fraction(repr(self.activation_reserve_gib)) * GIB)
+        tp = self.tensor_parallel_size      # every GPU of a TP group holds its share of both
+        budget = tp * math.floor(Fraction(repr(self.gpu_memory_gib)) * GIB * Fraction(repr(self.gpu_memory_utilization)))
+        reserve = tp * math.floor(Fraction(repr(self.activation_reserve_gib)) * GIB)
         pool = budget - self.weights_bytes - reserve
         return (pool // self.block_bytes if pool > 0 else 0), pool
 
@@ -302,12 +310,21 @@ class EngineConfig:
             if not isinstance(lm, bool):
                 chk.fail("latency", "lm_head", "must be true or false", lm)
             put("lm_head", lm)
-            for name, value in CALIBRATED_MODEL_SHAPE.items():
-                if name in _ENGINE_KEYS and getattr(self, name) != value:
+            if self.deployment is None:
+                shape = {**CALIBRATED_MODEL_SHAPE, "tensor_parallel_size": 1}
+                what = "describes Llama-3-8B"
+            else:
+                if not isinstance(self.deployment, str) or self.deployment not in deployment_names():
+                    chk.fail("latency", "deployment", f"must be one of {', '.join(deployment_names())} "
+                             "(docs/engine.md §3.7; there is no public H100 profile for Llama-3-8B)", self.deployment)
+                shape = engine_overlay(self.deployment)
+                what = f"of deployment {self.deployment!r} has"
+            for name, value in shape.items():
+                if name in _ENGINE_KEYS and name != "gpu_memory_gib" and getattr(self, name) != value:
                     chk.fail("engine", name,
-                             f"the calibrated latency model describes Llama-3-8B ({name} = {value}); "
-                             'set [latency] model = "linear" to simulate another model shape',
-                             getattr(self, name))
+                             f"the calibrated latency model {what} {name} = {value}; "
+                             'set [latency] model = "linear" to simulate another model shape, or name a '
+                             "[latency] deployment with its [engine] keys (docs/engine.md §3.7)", getattr(self, name))
         else:
             coeffs = [given[k] for k in _LINEAR_ONLY]
             if all(v is None for v in coeffs):
@@ -385,8 +402,9 @@ class EngineConfig:
 
     def memory_breakdown(self) -> dict[str, int]:
         """The KV-capacity arithmetic step by step, in bytes (see docs/engine.md)."""
-        budget = math.floor(Fraction(repr(self.gpu_memory_gib)) * GIB * Fraction(repr(self.gpu_memory_utilization)))
-        reserve = math.floor(Fraction(repr(self.activation_reserve_gib)) * GIB)
+        tp = self.tensor_parallel_size
+        budget = tp * math.floor(Fraction(repr(self.gpu_memory_gib)) * GIB * Fraction(repr(self.gpu_memory_utilization)))
+        reserve = tp * math.floor(Fraction(repr(self.activation_reserve_gib)) * GIB)
         blocks, pool = self._derive_blocks()
         return {"budget_bytes": budget, "weights_bytes": self.weights_bytes, "activation_reserve_bytes": reserve,
                 "kv_pool_bytes": pool, "block_bytes": self.block_bytes, "derived_num_gpu_blocks": blocks,
@@ -402,8 +420,12 @@ class EngineConfig:
         their resolved default, and leaving them out keeps the dict, and so `config_hash`,
         of every config that does not use them exactly what it was before they existed."""
         engine = {k: getattr(self, k) for k in _ENGINE_KEYS}
+        if self.tensor_parallel_size == 1:      # written only when not 1: every older config keeps its hash
+            del engine["tensor_parallel_size"]
         if self.latency_model == "calibrated":
             latency = {"model": "calibrated", "cpu_overhead_s": self.cpu_overhead_s, "lm_head": self.lm_head}
+            if self.deployment is not None:     # written only when set, for the same reason
+                latency["deployment"] = self.deployment
         else:
             latency = {"model": "linear", "a": self.linear_a, "b": self.linear_b, "c": self.linear_c,
                        "d": self.linear_d}

@@ -30,6 +30,7 @@ from schedport.report.modeled import modeled_check_html
 from schedport.report.numbers import FORMATTERS as _FORMATTERS, Nums as _Nums, resolve_key  # noqa: F401  (tests read them here)
 from schedport.report.robustness import robustness_card
 from schedport.report.simulator import claim_survival, simulator_card
+from schedport.report.deployments import deployments_section
 from schedport.report.figures import (fig_headline_tau, fig_metric_matrix, fig_rank_trajectories,  # noqa: F401
                                       fig_reversal_map, fig_tau_heatmap, fig_workload)
 from schedport.report.style import CSS, OKABE_ITO, img_tag  # noqa: F401  (OKABE_ITO: part of this module's API)
@@ -687,6 +688,7 @@ bootstrap resamples of windows (<a href="#methodology">methodology</a>, <a href=
 where the {esc(_flip_count(res))} flips across sources on the main metrics sit, by scheduler pair and region.</p>
 {img_tag(fig_rank_trajectories(res), "rank trajectories")}
 {sim_card}
+{deployments_section(res)}
 {_why_it_flips(res)}
 <h2 id="detail">In detail</h2>
 {_fold("Across sources: tau per pair, metric and region, with the noise ceiling", _tau_card(res, n), "sources")}

@@ -168,10 +168,14 @@ def simulator_card(res: dict) -> str:
     regions = [r["name"] for r in res["parameters"]["regions"]]
     fig = fig_survival_map(sim, regions)
     return ("<div class='card' id='simulator'><h3>How much does the simulator decide?</h3>"
-            f"<p class='sub'>The study was also run on {sim['n_variants']} engine variants: the same engine with its "
-            "latency model, CPU overhead or KV budget moved within the calibration's fit errors and published "
-            "simulator errors (docs/engine.md §3.6). A reversal's survival is the share of variants in which the "
-            "same flip is still a reversal under the same rules.</p>"
+            f"<p class='sub'>The study was also run on {sim['n_variants']} engine variants: "
+            + (esc(sim["set"]["description"])
+               + f" (variant set {esc(str(sim['set'].get('name')))}, docs/engine.md §3.7)"
+               if res.get("deployments") and sim["set"].get("description") else
+               "the same engine with its latency model, CPU overhead or KV budget moved within the calibration's fit "
+               "errors and published simulator errors (docs/engine.md §3.6)")
+            + ". A reversal's survival is the share of variants in which the same flip is still a reversal under the "
+            "same rules.</p>"
             + (f"<p class='warn'>{esc(sim['note'])}</p>" if sim.get("note") else "") + _sentences(sim)
             + (img_tag(fig, "reversals by survival") if fig else "") + _predicted(sim) + _reversal_list(sim)
             + _variants_table(sim) + "</div>")

@@ -1,9 +1,10 @@
 """Engine variants: the simulator as an axis of the study.
 
 A simulator is a measurement with an error. A *variant* is an overlay of the study's engine config
-(a perturbation of the latency model, the CPU overhead, the KV budget; later another deployment)
+(a perturbation of the latency model, the CPU overhead, the KV budget, or another deployment)
 with a name and a one-line reason; a *variant set* is a named, versioned list of them, shipped
-with the package (`SHIPPED`: ``uncertainty``) or written by a user as TOML::
+with the package (`SHIPPED`: ``uncertainty``, ``deployments``, ``deployments-scaled``) or written by a
+user as TOML::
 
     schema = 1
     name = "my-set"
@@ -22,8 +23,12 @@ the set. `read_variant_runs` reads them back as one table with a ``variant`` col
 is resumable, deterministic and the same on Ray, as any sweep.
 
 An overlay may change the ``[engine]`` and ``[latency]`` sections only (the metrics and the SLO
-profiles are the study's). A variant that resolves to the default config, or to another
-variant's, is refused, and so is an overlay key the engine config does not know: each a one-line
+profiles are the study's). A set's ``slo`` key says how its variants hold the SLO thresholds:
+``"absolute"`` (the default: the study's) or ``"scaled"`` to each variant's unloaded latency
+(`scaled_slo_profiles`), the choice that decides the SLO metrics' portability across deployments
+(``deployments`` and ``deployments-scaled``, docs/engine.md §3.7). A variant that resolves to the
+default config, or to another variant's, is refused, and so is an overlay key the engine config
+does not know: each a one-line
 `SchedportError` naming the set and the variant.
 """
 
@@ -43,18 +48,23 @@ from schedport.errors import ConfigError, SchedportError
 from schedport.common.atomic import atomic_write_bytes
 from schedport.study.sweep import run_sweep
 
-__all__ = ["DEFAULT_VARIANT", "SHIPPED", "Variant", "VariantSet", "load_variant_set", "variant_configs",
+__all__ = ["DEFAULT_VARIANT", "SHIPPED", "SLO_CHOICES", "scaled_slo_profiles", "Variant", "VariantSet",
+           "load_variant_set", "variant_configs",
            "variants_dir", "variant_store", "read_set_record", "write_set_record", "read_variant_runs",
            "run_variant_sweeps", "read_variant_table"]
 
 #: The variant that is the study itself.
 DEFAULT_VARIANT = "default"
 #: Variant sets shipped with the package: name -> file in ``schedport/study/data``.
-SHIPPED = {"uncertainty": "variants-uncertainty.toml"}
+SHIPPED = {"uncertainty": "variants-uncertainty.toml", "deployments": "variants-deployments.toml",
+           "deployments-scaled": "variants-deployments-scaled.toml"}
+#: How a set's variants hold the SLO thresholds: the study's ("absolute") or scaled to each
+#: variant's unloaded latency ("scaled", `scaled_slo_profiles`).
+SLO_CHOICES = ("absolute", "scaled")
 #: The engine-config sections an overlay may change.
 OVERLAY_SECTIONS = ("engine", "latency")
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.+-]*")
-_SET_KEYS = ("schema", "name", "version", "description", "variants")
+_SET_KEYS = ("schema", "name", "version", "description", "slo", "slo_reference_tokens", "variants")
 
 
 @dataclass(frozen=True)
@@ -79,11 +89,19 @@ class VariantSet:
     description: str
     variants: tuple[Variant, ...]
     source: str
+    slo: str = "absolute"
+    slo_reference_tokens: int = 1024
 
     def to_dict(self) -> dict:
-        """The set's identity and variants (what a store records and an analysis reports)."""
-        return {"name": self.name, "version": self.version, "description": self.description,
-                "source": self.source, "variants": [v.to_dict() for v in self.variants]}
+        """The set's identity and variants (what a store records and an analysis reports). The SLO
+        choice is written only when it is "scaled", so a set that does not scale keeps the record
+        (and `digest`) it had before the choice existed."""
+        d = {"name": self.name, "version": self.version, "description": self.description,
+             "source": self.source, "variants": [v.to_dict() for v in self.variants]}
+        if self.slo != "absolute":
+            d["slo"] = self.slo
+            d["slo_reference_tokens"] = self.slo_reference_tokens
+        return d
 
     def digest(self) -> str:
         """sha256 of the set's name, version and variants: two sets with it equal run the same cells."""
@@ -160,7 +178,29 @@ def _parse_set(data: dict, where: str, source: str) -> VariantSet:
             if not isinstance(keys, dict) or not keys:
                 raise SchedportError(f"{at}: overlay [{sec}] must be a table of keys")
         variants.append(Variant(vname, overlay, " ".join(why.split())))
-    return VariantSet(name, version, str(data.get("description", "")), tuple(variants), source)
+    slo = data.get("slo", "absolute")
+    if slo not in SLO_CHOICES:
+        raise SchedportError(f"{where}: slo must be one of {', '.join(SLO_CHOICES)}, got {slo!r}")
+    ref = data.get("slo_reference_tokens", 1024)
+    if not isinstance(ref, int) or isinstance(ref, bool) or ref < 1:
+        raise SchedportError(f"{where}: slo_reference_tokens must be a positive integer, got {ref!r}")
+    return VariantSet(name, version, str(data.get("description", "")), tuple(variants), source, slo, ref)
+
+
+def scaled_slo_profiles(base: EngineConfig, cfg: EngineConfig, ref_tokens: int) -> dict[str, dict]:
+    """`cfg`'s SLO profiles scaled to its unloaded latency: each TTFT threshold times the ratio of
+    cfg's to base's prefill of one fresh `ref_tokens`-token prompt alone, each TPOT threshold times
+    the ratio of their batch-1 decode steps at that context; rounded to 4 significant digits.
+    Why: absolute thresholds put a faster deployment into another regime (the SLO metrics then
+    measure the hardware, not the scheduler); scaled ones ask each deployment the same relative
+    tightness. The choice is the set's ``slo`` key and the report names it."""
+    from schedport.engine.latency import make_latency_model
+
+    lb, lc = make_latency_model(base), make_latency_model(cfg)
+    r_ttft = lc.prefill_time(ref_tokens) / lb.prefill_time(ref_tokens)
+    r_tpot = lc.iteration_time((), 1, ref_tokens + 1) / lb.iteration_time((), 1, ref_tokens + 1)
+    return {n: {"ttft_s": float(f"{t * r_ttft:.4g}"), "tpot_s": float(f"{p * r_tpot:.4g}")}
+            for n, (t, p) in base.slo_profiles.items()}
 
 
 def _overlaid(base: EngineConfig, overlay: dict, source: str) -> EngineConfig:
@@ -182,6 +222,10 @@ def variant_configs(vset: VariantSet, base: EngineConfig) -> list[tuple[Variant,
         where = f"variant set {vset.name!r}, variant {v.name!r}"
         try:
             cfg = _overlaid(base, v.overlay, where)
+            if vset.slo == "scaled":
+                d = cfg.to_dict()
+                d["slo"] = scaled_slo_profiles(base, cfg, vset.slo_reference_tokens)
+                cfg = engine_config_from_dict(d, source=where)
         except ConfigError as e:
             raise SchedportError(str(e)) from None
         other = seen.setdefault(cfg.config_hash(), v.name)
