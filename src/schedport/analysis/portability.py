@@ -303,6 +303,7 @@ from schedport.analysis.duplicates import find_duplicates, pair_keys, pair_label
 from schedport.analysis.provenance import provenance, source_info, subset_info
 from schedport.analysis.ranks import Rankings, mean_ranks, rank_schedulers
 from schedport.analysis.regimes import REGIME_SPREAD, regime_check
+from schedport.analysis.results import PooledReversals, to_json
 from schedport.analysis.reversals import pooled_reversals
 from schedport.analysis.simulator import simulator_axis, variant_findings
 from schedport.analysis.stats import (bh_adjust, kendall_tau_b, relative_effect, spearman_rho,
@@ -361,14 +362,14 @@ def main_metrics(st: Study, notes: list[str]) -> tuple[list[str], np.ndarray]:
     return main, np.array([st.metrics.index(m) for m in main])
 
 
-def study_form_step(st: Study, rk: Rankings, rev: dict, dups: dict, mi: np.ndarray, cross_tau: list, *,
+def study_form_step(st: Study, rk: Rankings, rev: PooledReversals, dups: dict, mi: np.ndarray, cross_tau: list, *,
                     q: float, n_splits: int, seed: int) -> dict:
     """The study-form step: the original study's statements computed its way
     (`schedport.analysis.studyform.study_form`), from the rankings and the reversal tests.
 
     The split-half reliability draws its splits from ``default_rng([seed, 16])``.
     """
-    ctx = {"st": st, "raw": rev["raw"], "labels": dups["labels"], "pair_keys": pair_keys,
+    ctx = {"st": st, "raw": rev.tests, "labels": dups["labels"], "pair_keys": pair_keys,
            "pair_label": pair_label, "mean_ranks": mean_ranks, "tau_features": tau_features}
     return studyform.study_form(ctx, q=q, counts=rk.counts, ranks=rk.ranks, valid=rk.valid, mi=mi,
                                 n_splits=n_splits, split_rng=np.random.default_rng([seed, 16]),
@@ -485,7 +486,7 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         "main_metrics": main,
         "cross_source": {"basis": "Kendall tau-b between two sources' mean-rank vectors, averaged over the main "
                                   "metrics", **cross},
-        "reversals": rev["headline"],
+        "reversals": rev.headline,
         "cross_region": cross_region_headline(conc_regions, list(st.regions), main),
         "flips": flips_headline(sform["reversals"], [d["source"] for d in prov["data_sources"] if d.get("modeled")]),
         "own": own_standing(rk.table, sorted(prov["user_policies"]), main, list(st.sources), list(st.regions)),
@@ -520,7 +521,7 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         "best_changes_with_metric_share": bc["value"],
         "best_changes_with_metric": {**bc["bc"], "pairwise": bc["bcp"], "conditions": bc["conditions"]},
         "metric_concordance_mean": met_main["value"],
-        "reversals": rev["summary"],
+        "reversals": rev.summary,
         "parameters": parameters,
         "provenance": prov,
         "missing_cells": st.missing_cells,
@@ -533,7 +534,7 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
                      "note": "wall times of the statistics and of the protocol multiverse; the only fields that "
                              "differ between identical runs"},
     }
-    return json_safe(out)
+    return to_json(out)
 
 
 def find_workload(manifest: dict, results_dir: Path, corpus_dir=None) -> Optional[dict]:

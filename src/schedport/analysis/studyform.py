@@ -16,12 +16,15 @@ counts without materialising the resamples (`boot_wilcoxon`), checked against sc
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 from scipy import special
 
 from schedport.workload.corpus_manifest import MODELED_ADAPTER, find_builtin
+
+if TYPE_CHECKING:
+    from schedport.analysis.results import ReversalTests
 
 __all__ = ["boot_wilcoxon", "bh_rows", "window_best_changes", "split_half", "study_form", "claims",
            "STUDY_FINDINGS"]
@@ -151,21 +154,22 @@ def _basic(point: Optional[float], boot: np.ndarray, lo_b: float,
 # --------------------------------------------------------------------------- reversals per metric
 
 
-def _reversal_share_bootstrap(st, raw: dict, m: int, counts: dict, q: float, thr: float, comps: list) -> np.ndarray:
+def _reversal_share_bootstrap(st, raw: ReversalTests, m: int, counts: dict, q: float, thr: float,
+                              comps: list) -> np.ndarray:
     """The reversal share of metric `m` on each window resample: the Wilcoxon tests, BH and
     reversal counts redone on every bootstrap replicate, with the same resamples as every other
     interval (`counts`). `comps` lists the (region, source, source, pairs compared) of the point
     estimate, so a replicate compares exactly the pairs the point estimate did."""
     S, R = len(st.sources), len(st.regions)
-    P = len(raw["I"])
-    made, distinct, test_rep = raw["made"][:, :, m], raw["distinct"][:, :, m], raw["test_rep"]
+    P = len(raw.I)
+    made, distinct, test_rep = raw.made[:, :, m], raw.distinct[:, :, m], raw.test_rep
     B = next(iter(counts.values())).shape[0]
     p_b = np.full((B, S, R, P), np.nan)
     med_b = np.full((B, S, R, P), np.nan)
     for si, s in enumerate(st.sources):
         W = counts[s].shape[1]
         for r in range(R):
-            rows = raw["eff"][si, r, m, :, :W]
+            rows = raw.eff[si, r, m, :, :W]
             if not np.isfinite(rows).any():
                 continue
             pb, mb = boot_wilcoxon(rows, counts[s])
@@ -198,11 +202,11 @@ def _reversals_for_metric(ctx: dict, m: int, counts: dict, q: float) -> dict:
     st, raw, labels = ctx["st"], ctx["raw"], ctx["labels"]
     pair_keys, pair_label = ctx["pair_keys"], ctx["pair_label"]
     S, R, K = len(st.sources), len(st.regions), len(st.schedulers)
-    I, J = raw["I"], raw["J"]
+    I, J = raw.I, raw.J
     P = len(I)
-    thr = float(raw["thr_m"][m])
-    made, med, qm = raw["made"][:, :, m], raw["med"][:, :, m], raw["q_metric"][:, :, m]
-    distinct = raw["distinct"][:, :, m]
+    thr = float(raw.thr_m[m])
+    made, med, qm = raw.made[:, :, m], raw.med[:, :, m], raw.q_metric[:, :, m]
+    distinct = raw.distinct[:, :, m]
     sig = made & (qm <= q) & (np.abs(med) >= thr)
     sign = np.sign(med)
     comps = []  # (r, s1, s2, keep mask over pairs)
@@ -261,7 +265,7 @@ def _reversals_for_metric(ctx: dict, m: int, counts: dict, q: float) -> dict:
     hits.sort(key=lambda d: -min(abs(d["effect_a"]), abs(d["effect_b"])))
     return {
         "metric": st.metrics[m],
-        "effect_scale": "absolute" if raw["bounded"][m] else "relative",
+        "effect_scale": "absolute" if raw.bounded[m] else "relative",
         "practical_threshold": thr,
         "n_tests": int(distinct.sum()),
         "n_comparisons": n_comp,
