@@ -305,6 +305,7 @@ from schedport.analysis.ranks import Rankings, mean_ranks, rank_schedulers
 from schedport.analysis.regimes import REGIME_SPREAD, regime_check
 from schedport.analysis.results import PooledReversals, to_json
 from schedport.analysis.reversals import pooled_reversals
+from schedport.analysis.schema import SCHEMA_VERSION
 from schedport.analysis.simulator import simulator_axis, variant_findings
 from schedport.analysis.stats import (bh_adjust, kendall_tau_b, relative_effect, spearman_rho,
                                       tau_features, wilcoxon_pvalues)
@@ -504,7 +505,7 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
     elapsed_rob = time.perf_counter() - t_rob
     elapsed = time.perf_counter() - t_start
     out = {
-        "schema": "schedport.portability/2",
+        "schema": SCHEMA_VERSION,
         "store": store_identity(manifest),
         "selection": {"schedulers": list(st.schedulers), "sources": list(st.sources), "regions": list(st.regions),
                       "windows_per_source": {s: int(df.loc[df["source"].astype(str) == s, "window_id"].nunique())
