@@ -140,6 +140,10 @@ def test_best_changes_step_when_the_metrics_disagree_on_the_best(same_best):
     rk = rank_schedulers(st, 30, np.random.default_rng(0), notes)
     bc = best_changes(st, rk, metric_concordance(st, rk, mi), mi, notes)
     assert bc["value"] == (0.0 if same_best else 1.0)
+    est = bc["bc"]   # a result object: the share with its interval, what it counts and its definition
+    assert est.statistic == bc["value"] and 0.0 <= est.ci_low <= est.ci_high <= 1.0
+    assert est.of("n_changed") == (0 if same_best else est.of("n_conditions")) and est.of("n_conditions") > 0
+    assert [k for k, _ in est.json_fields()][:5] == ["value", "ci_low", "ci_high", "boot_bias", "n_conditions"]
     assert bc["conditions"][0]["best"] == {"ttft_p99_s": ["x"], "e2e_mean_s": ["x" if same_best else "y"]}
 
 

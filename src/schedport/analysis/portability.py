@@ -303,7 +303,7 @@ from schedport.analysis.duplicates import find_duplicates, pair_keys, pair_label
 from schedport.analysis.provenance import provenance, source_info, subset_info
 from schedport.analysis.ranks import Rankings, mean_ranks, rank_schedulers
 from schedport.analysis.regimes import REGIME_SPREAD, regime_check
-from schedport.analysis.results import PooledReversals, to_json
+from schedport.analysis.results import Estimate, PooledReversals, to_json
 from schedport.analysis.reversals import pooled_reversals
 from schedport.analysis.schema import SCHEMA_VERSION
 from schedport.analysis.simulator import simulator_axis, variant_findings
@@ -377,7 +377,7 @@ def study_form_step(st: Study, rk: Rankings, rev: PooledReversals, dups: dict, m
                                 cross_source_tau=cross_tau, duplicates=dups)
 
 
-def claims_step(st: Study, sform: dict, cross: dict, met_main: dict) -> list[dict]:
+def claims_step(st: Study, sform: dict, cross: dict, met_main: Estimate) -> list[dict]:
     """The claims step: a verdict per finding of the original study (`studyform.claims`), the
     modeled sources named as such."""
     modeled = [s_ for s_ in st.sources if source_info(s_).get("modeled")]
@@ -520,8 +520,8 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         "metric_matrix": {"metrics": st.metrics, "tau": metric_matrix(st, mc)},
         "rankings": rk.table,
         "best_changes_with_metric_share": bc["value"],
-        "best_changes_with_metric": {**bc["bc"], "pairwise": bc["bcp"], "conditions": bc["conditions"]},
-        "metric_concordance_mean": met_main["value"],
+        "best_changes_with_metric": bc["bc"].labelled(pairwise=bc["bcp"], conditions=bc["conditions"]),
+        "metric_concordance_mean": met_main.statistic,
         "reversals": rev.summary,
         "parameters": parameters,
         "provenance": prov,

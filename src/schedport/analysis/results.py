@@ -14,7 +14,7 @@ dict, so the file's shape and key order are set here and nowhere else.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping, Optional
 
 import numpy as np
@@ -43,9 +43,11 @@ class Estimate(Result):
 
     ``boot_bias`` is the bootstrap replicates' mean minus the statistic (None when undefined);
     ``replicated`` is False for an estimate that was never bootstrapped (too little data:
-    every field None), which is written without ``boot_bias``. Written as ``value``,
-    ``ci_low``, ``ci_high`` (and ``boot_bias``); the method is named once, in
-    ``parameters.ci_method``.
+    every field None), which is written without ``boot_bias``. ``about`` says what it is an
+    estimate of and with what counts ((key, value) pairs such as the source pair, the region,
+    ``n_values``, a ``definition``), read with `of`. Written as ``value``, ``ci_low``,
+    ``ci_high`` (and ``boot_bias``), then ``about`` in order; the interval's method is named
+    once, in ``parameters.ci_method``.
     """
 
     statistic: Optional[float]
@@ -54,16 +56,25 @@ class Estimate(Result):
     method: str
     boot_bias: Optional[float] = None
     replicated: bool = True
+    about: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def undefined(cls, method: str = BASIC_BOOTSTRAP) -> "Estimate":
         """The estimate of a statistic that has no data to stand on: every number None."""
         return cls(None, None, None, method, None, replicated=False)
 
+    def labelled(self, **about: Any) -> "Estimate":
+        """This estimate with `about` added after what it already says it is of."""
+        return replace(self, about=self.about + tuple(about.items()))
+
+    def of(self, key: str, default: Any = None) -> Any:
+        """What ``about`` says under `key` (`default` when it says nothing)."""
+        return dict(self.about).get(key, default)
+
     def json_fields(self) -> list[tuple[str, Any]]:
-        """``value``, ``ci_low``, ``ci_high`` and, when bootstrapped, ``boot_bias``."""
+        """``value``, ``ci_low``, ``ci_high``, when bootstrapped ``boot_bias``, then ``about``."""
         out = [("value", self.statistic), ("ci_low", self.ci_low), ("ci_high", self.ci_high)]
-        return out + [("boot_bias", self.boot_bias)] if self.replicated else out
+        return out + ([("boot_bias", self.boot_bias)] if self.replicated else []) + list(self.about)
 
 
 def bootstrap_estimate(point, boot: np.ndarray, lo_bound: float = -1.0, hi_bound: float = 1.0) -> Estimate:
