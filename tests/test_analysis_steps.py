@@ -115,15 +115,16 @@ def test_concordance_step_sees_two_sources_rank_in_opposite_orders():
 def test_reversals_step_counts_each_flipped_pair_once(schedulers):
     st, dups = _flipped(schedulers)
     rev = pooled_reversals(st, 0.05, 0.02, 0.05, dups["labels"])
-    s = rev["summary"]
+    s = rev.summary
     # x-y, x-z, y-z flip between the sources; w (z's twin) adds no comparison and no reversal
-    assert s["n_comparisons"] == 3 and s["n_significant_practical"] == 3
+    assert s.n_comparisons == 3 and s.n_significant_practical == 3
     # schedulers are sorted, so w (first) stands for the pair of twins
     twins = len(schedulers) == 4
-    assert sorted(d["pair"] for d in s["items"]) == (["w = z vs x", "w = z vs y", "x vs y"] if twins
+    assert sorted(d.pair for d in s.items) == (["w = z vs x", "w = z vs y", "x vs y"] if twins
                                                      else ["x vs y", "x vs z", "y vs z"])
-    assert all(d["q_a"] <= 0.05 and d["effect_a"] * d["effect_b"] < 0 for d in s["items"])
-    assert s["cross_source"]["by_region"]["light"]["rate"] == 1.0
+    assert all(d.q_a <= 0.05 and d.effect_a * d.effect_b < 0 for d in s.items)
+    assert s.cross_source["by_region"]["light"]["rate"] == 1.0
+    assert rev.headline.share.statistic == 1.0 and s.share.ci_low < 1.0 == s.share.ci_high
 
 
 @pytest.mark.parametrize("same_best", [True, False])
@@ -139,6 +140,10 @@ def test_best_changes_step_when_the_metrics_disagree_on_the_best(same_best):
     rk = rank_schedulers(st, 30, np.random.default_rng(0), notes)
     bc = best_changes(st, rk, metric_concordance(st, rk, mi), mi, notes)
     assert bc["value"] == (0.0 if same_best else 1.0)
+    est = bc["bc"]   # a result object: the share with its interval, what it counts and its definition
+    assert est.statistic == bc["value"] and 0.0 <= est.ci_low <= est.ci_high <= 1.0
+    assert est.of("n_changed") == (0 if same_best else est.of("n_conditions")) and est.of("n_conditions") > 0
+    assert [k for k, _ in est.json_fields()][:5] == ["value", "ci_low", "ci_high", "boot_bias", "n_conditions"]
     assert bc["conditions"][0]["best"] == {"ttft_p99_s": ["x"], "e2e_mean_s": ["x" if same_best else "y"]}
 
 

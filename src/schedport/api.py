@@ -75,13 +75,16 @@ def render_report(res: dict, out_dir, validation=None) -> Path:
     """Render a portability dict as ``report.html`` in `out_dir` (through a temporary file);
     returns its path.
 
-    `validation` (a ``validation.json`` path or its dict, optional) adds its section. `analyze`
+    `validation` (a ``validation.json`` path or its dict, optional) adds its section. A dict of a
+    schema major version this code does not read is a one-line `SchedportError`. `analyze`
     calls it last (after ``--explain`` has added its block to the dict); it also re-renders a
     saved analysis (``portability.json`` read back) byte for byte as it was rendered first.
     """
+    from schedport.analysis.schema import check_version
     from schedport.analysis.validation_stats import load_validation
     from schedport.report.html import write_report   # matplotlib: imported on use, as in `analyze`
 
+    check_version(res, Path(out_dir) / "portability.json")
     vdict = load_validation(validation) if validation is not None else None
     return write_report(res, Path(out_dir) / "report.html", vdict)
 
@@ -92,7 +95,8 @@ def report(results_dir, *, html: bool = True, study_md=None, command: str = "sch
     Markdown (`schedport.report.studymd`), stamped with the digest of the store's cells and of the
     portability.json read, so a page in the docs always names the store it shows. Returns
     {"html": path or None, "study_md": path or None}. A missing or unreadable portability.json,
-    or a store without results, is a one-line `SchedportError`."""
+    one of an unknown schema major version or one that breaks the shipped schema
+    (`schedport.analysis.schema`), or a store without results, is a one-line `SchedportError`."""
     import hashlib
     import json
 
@@ -109,8 +113,9 @@ def report(results_dir, *, html: bool = True, study_md=None, command: str = "sch
         res = json.loads(raw)
     except ValueError as e:
         raise SchedportError(f"{path}: not valid JSON ({' '.join(str(e).split())})") from None
-    if not isinstance(res, dict) or not str(res.get("schema", "")).startswith("schedport.portability/"):
-        raise SchedportError(f"{path}: not a schedport portability.json (no 'schema' of schedport.portability)")
+    from schedport.analysis.schema import check_portability
+
+    check_portability(res, path)   # its major version, then its structure against the shipped schema
     out = {"html": None, "study_md": None}
     with dir_lock(results_dir, "another schedport command (an analysis, or a run writing its store) is writing "
                                "here right now; wait for it to finish"):

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from schedport.analysis.ranks import Rankings
-from schedport.analysis.stats import basic_ci, ci_fields, kendall_tau_b, nanmean, nanmin, spearman_rho
+from schedport.analysis.results import Estimate, bootstrap_estimate
+from schedport.analysis.stats import basic_ci, kendall_tau_b, nanmean, nanmin, spearman_rho
 from schedport.common.values import json_safe
 from schedport.analysis.store_loading import Study
 
@@ -33,9 +34,9 @@ def feature_dot(a: tuple, b: tuple) -> np.ndarray:
     return np.where(da & db, np.clip(v, -1, 1), np.nan)
 
 
-def mean_ci(pt: np.ndarray, bt: np.ndarray, axes_pt, axes_bt, lo_b: float = -1.0) -> dict:
+def mean_ci(pt: np.ndarray, bt: np.ndarray, axes_pt, axes_bt, lo_b: float = -1.0) -> Estimate:
     """The mean of `pt` over `axes_pt` with the basic interval of the replicates' means (`bt`)."""
-    return ci_fields(nanmean(pt, axes_pt), nanmean(bt, axes_bt), lo_b, 1.0)
+    return bootstrap_estimate(nanmean(pt, axes_pt), nanmean(bt, axes_bt), lo_b, 1.0)
 
 
 @dataclass
@@ -248,17 +249,18 @@ def best_changes(st: Study, rk: Rankings, mc: MetricConcordance, mi: np.ndarray,
             per_condition.append({"source": s, "region": st.regions[r], "changed": bool(ch[r]), "best": best})
     if len(mi) >= 2 and np.isfinite(changed_pt).any():
         bc_value = float(np.nanmean(changed_pt))
-        bc = ci_fields(bc_value, nanmean(changed_bt.reshape(B, -1), 1), 0.0, 1.0)
-        bc.update(n_conditions=int(np.isfinite(changed_pt).sum()), n_changed=int(np.nansum(changed_pt)))
-        bcp = ci_fields(nanmean(pair_changed_pt.ravel(), 0), nanmean(pair_changed_bt.reshape(B, -1), 1), 0.0, 1.0)
+        bc = bootstrap_estimate(bc_value, nanmean(changed_bt.reshape(B, -1), 1), 0.0, 1.0).labelled(
+            n_conditions=int(np.isfinite(changed_pt).sum()), n_changed=int(np.nansum(changed_pt)))
+        bcp = bootstrap_estimate(nanmean(pair_changed_pt.ravel(), 0), nanmean(pair_changed_bt.reshape(B, -1), 1),
+                                 0.0, 1.0)
     else:
         bc_value = None
-        bc = {"value": None, "ci_low": None, "ci_high": None, "n_conditions": 0, "n_changed": 0}
-        bcp = {"value": None, "ci_low": None, "ci_high": None}
+        bc = Estimate.undefined().labelled(n_conditions=0, n_changed=0)
+        bcp = Estimate.undefined()
         notes.append("Best-changes-with-metric share undefined: needs >= 2 main metrics in an analysed condition.")
-    bc["definition"] = ("share of (source, region) conditions in which no scheduler is tied-best on every main "
-                        "metric (the intersection over main metrics of the best-scheduler sets is empty)")
-    bcp["definition"] = "share of (condition, main-metric pair) whose best-scheduler sets are disjoint"
+    bc = bc.labelled(definition="share of (source, region) conditions in which no scheduler is tied-best on every "
+                                "main metric (the intersection over main metrics of the best-scheduler sets is empty)")
+    bcp = bcp.labelled(definition="share of (condition, main-metric pair) whose best-scheduler sets are disjoint")
     return {"value": bc_value, "bc": bc, "bcp": bcp, "conditions": per_condition}
 
 
@@ -279,41 +281,38 @@ def cross_source_headline(st: Study, sc: SourceConcordance, mi: np.ndarray, n_bo
         for r in range(R):
             cell_pt[pi, r] = nanmean(sub_pt[r], 0)
             cell_bt[:, pi, r] = nanmean(sub_bt[:, r], 1)
-            d = ci_fields(cell_pt[pi, r], cell_bt[:, pi, r])
-            d.update(source_a=a, source_b=b, region=st.regions[r], n_metrics=int(np.isfinite(sub_pt[r]).sum()))
-            by_pair_region.append(d)
+            by_pair_region.append(bootstrap_estimate(cell_pt[pi, r], cell_bt[:, pi, r]).labelled(
+                source_a=a, source_b=b, region=st.regions[r], n_metrics=int(np.isfinite(sub_pt[r]).sum())))
         ppt = nanmean(sub_pt.ravel(), 0)
         pbt = nanmean(sub_bt.reshape(B, -1), 1)
         pair_vals_pt.append(ppt)
         pair_vals_bt.append(pbt)
-        d = ci_fields(ppt, pbt)
-        d.update(source_a=a, source_b=b, n_values=int(np.isfinite(sub_pt).sum()))
-        by_pair.append(d)
-        d = mean_ci(src_tau_pt[pi].ravel(), src_tau_bt[:, pi].reshape(B, -1), 0, 1)
-        d.update(source_a=a, source_b=b, n_values=int(np.isfinite(src_tau_pt[pi]).sum()))
-        by_pair_all.append(d)
+        by_pair.append(bootstrap_estimate(ppt, pbt).labelled(source_a=a, source_b=b,
+                                                             n_values=int(np.isfinite(sub_pt).sum())))
+        by_pair_all.append(mean_ci(src_tau_pt[pi].ravel(), src_tau_bt[:, pi].reshape(B, -1), 0, 1).labelled(
+            source_a=a, source_b=b, n_values=int(np.isfinite(src_tau_pt[pi]).sum())))
     if src_pairs and np.isfinite(pair_vals_pt).any():
         pv = np.array(pair_vals_pt)
         k = int(np.nanargmin(pv))
-        min_pair = dict(by_pair[k])  # the pair's own interval: one interval per number
         mlo, mhi = basic_ci(pv[k], nanmin(np.stack(pair_vals_bt, axis=1), 1))
-        min_pair.update(min_over_pairs_ci_low=json_safe(mlo), min_over_pairs_ci_high=json_safe(mhi))
+        # the pair's own interval (one interval per number), with the interval of the minimum beside it
+        min_pair = by_pair[k].labelled(min_over_pairs_ci_low=json_safe(mlo), min_over_pairs_ci_high=json_safe(mhi))
         flat = cell_pt.ravel()
         kc = int(np.nanargmin(flat))
-        min_cell = ci_fields(flat[kc], nanmin(cell_bt.reshape(B, -1), 1))
         pc, rc = divmod(kc, R)
-        min_cell.update(source_a=src_pairs[pc][0], source_b=src_pairs[pc][1], region=st.regions[rc])
+        min_cell = bootstrap_estimate(flat[kc], nanmin(cell_bt.reshape(B, -1), 1)).labelled(
+            source_a=src_pairs[pc][0], source_b=src_pairs[pc][1], region=st.regions[rc])
         top1_src = mean_ci(src_top_pt[:, :, mi].ravel(), src_top_bt[:, :, :, mi].reshape(B, -1), 0, 1, 0.0)
     else:
         min_pair = min_cell = None
-        top1_src = {"value": None, "ci_low": None, "ci_high": None}
+        top1_src = Estimate.undefined()
         if len(st.sources) < 2:
             notes.append("One source only: no cross-source concordance.")
     return {"by_pair_region": by_pair_region, "by_pair": by_pair, "by_pair_all_metrics": by_pair_all,
             "min_pair": min_pair, "min_cell": min_cell, "top1_agreement": top1_src}
 
 
-def metric_headline(mc: MetricConcordance, n_boot: int) -> tuple[dict, dict]:
+def metric_headline(mc: MetricConcordance, n_boot: int) -> tuple[Estimate, Estimate]:
     """The mean pairwise metric tau-b with its interval: over pairs of main metrics, and over all
     pairs of analysed metrics, each over every (source, region) condition."""
     B = n_boot
@@ -321,17 +320,17 @@ def metric_headline(mc: MetricConcordance, n_boot: int) -> tuple[dict, dict]:
     if main_pair_ix:
         mpt = met_tau_pt[:, :, main_pair_ix]
         mbt = met_tau_bt[:, :, :, main_pair_ix]
-        met_main = mean_ci(mpt.ravel(), mbt.reshape(B, -1), 0, 1)
-        met_main["n_values"] = int(np.isfinite(mpt).sum())
+        met_main = mean_ci(mpt.ravel(), mbt.reshape(B, -1), 0, 1).labelled(n_values=int(np.isfinite(mpt).sum()))
     else:
-        met_main = {"value": None, "ci_low": None, "ci_high": None, "n_values": 0}
+        met_main = Estimate.undefined().labelled(n_values=0)
     if met_pairs:
-        met_all = mean_ci(met_tau_pt.ravel(), met_tau_bt.reshape(B, -1), 0, 1)
-        met_all["n_values"] = int(np.isfinite(met_tau_pt).sum())
+        met_all = mean_ci(met_tau_pt.ravel(), met_tau_bt.reshape(B, -1), 0, 1).labelled(
+            n_values=int(np.isfinite(met_tau_pt).sum()))
     else:
-        met_all = {"value": None, "ci_low": None, "ci_high": None, "n_values": 0}
-    met_main["definition"] = "mean Kendall tau-b over all pairs of main metrics and all (source, region) conditions"
-    met_all["definition"] = "mean Kendall tau-b over all pairs of analysed metrics and all conditions"
+        met_all = Estimate.undefined().labelled(n_values=0)
+    met_main = met_main.labelled(
+        definition="mean Kendall tau-b over all pairs of main metrics and all (source, region) conditions")
+    met_all = met_all.labelled(definition="mean Kendall tau-b over all pairs of analysed metrics and all conditions")
     return met_main, met_all
 
 
@@ -363,9 +362,8 @@ def cross_source_tau_by_metric(st: Study, sc: SourceConcordance, mi: np.ndarray)
             pt = src_tau_pt[pi, :, m]
             if not np.isfinite(pt).any():
                 continue
-            d = ci_fields(nanmean(pt, 0), nanmean(src_tau_bt[:, pi, :, m], 1))
-            d.update(source_a=a, source_b=b, metric=st.metrics[m], n_regions=int(np.isfinite(pt).sum()),
-                     n_tied_regions=tied_src.get((a, b, st.metrics[m]), 0),
-                     by_region={st.regions[r]: json_safe(pt[r]) for r in range(R)})
-            cross_tau.append(d)
+            cross_tau.append(bootstrap_estimate(nanmean(pt, 0), nanmean(src_tau_bt[:, pi, :, m], 1)).labelled(
+                source_a=a, source_b=b, metric=st.metrics[m], n_regions=int(np.isfinite(pt).sum()),
+                n_tied_regions=tied_src.get((a, b, st.metrics[m]), 0),
+                by_region={st.regions[r]: json_safe(pt[r]) for r in range(R)}))
     return cross_tau

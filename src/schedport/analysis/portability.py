@@ -303,7 +303,9 @@ from schedport.analysis.duplicates import find_duplicates, pair_keys, pair_label
 from schedport.analysis.provenance import provenance, source_info, subset_info
 from schedport.analysis.ranks import Rankings, mean_ranks, rank_schedulers
 from schedport.analysis.regimes import REGIME_SPREAD, regime_check
+from schedport.analysis.results import Estimate, PooledReversals, to_json
 from schedport.analysis.reversals import pooled_reversals
+from schedport.analysis.schema import SCHEMA_VERSION
 from schedport.analysis.simulator import simulator_axis, variant_findings
 from schedport.analysis.deployments import deployment_axis, is_deployment_set
 from schedport.analysis.stats import (bh_adjust, kendall_tau_b, relative_effect, spearman_rho,
@@ -362,21 +364,21 @@ def main_metrics(st: Study, notes: list[str]) -> tuple[list[str], np.ndarray]:
     return main, np.array([st.metrics.index(m) for m in main])
 
 
-def study_form_step(st: Study, rk: Rankings, rev: dict, dups: dict, mi: np.ndarray, cross_tau: list, *,
+def study_form_step(st: Study, rk: Rankings, rev: PooledReversals, dups: dict, mi: np.ndarray, cross_tau: list, *,
                     q: float, n_splits: int, seed: int) -> dict:
     """The study-form step: the original study's statements computed its way
     (`schedport.analysis.studyform.study_form`), from the rankings and the reversal tests.
 
     The split-half reliability draws its splits from ``default_rng([seed, 16])``.
     """
-    ctx = {"st": st, "raw": rev["raw"], "labels": dups["labels"], "pair_keys": pair_keys,
+    ctx = {"st": st, "raw": rev.tests, "labels": dups["labels"], "pair_keys": pair_keys,
            "pair_label": pair_label, "mean_ranks": mean_ranks, "tau_features": tau_features}
     return studyform.study_form(ctx, q=q, counts=rk.counts, ranks=rk.ranks, valid=rk.valid, mi=mi,
                                 n_splits=n_splits, split_rng=np.random.default_rng([seed, 16]),
                                 cross_source_tau=cross_tau, duplicates=dups)
 
 
-def claims_step(st: Study, sform: dict, cross: dict, met_main: dict) -> list[dict]:
+def claims_step(st: Study, sform: dict, cross: dict, met_main: Estimate) -> list[dict]:
     """The claims step: a verdict per finding of the original study (`studyform.claims`), the
     modeled sources named as such."""
     modeled = [s_ for s_ in st.sources if source_info(s_).get("modeled")]
@@ -486,7 +488,7 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         "main_metrics": main,
         "cross_source": {"basis": "Kendall tau-b between two sources' mean-rank vectors, averaged over the main "
                                   "metrics", **cross},
-        "reversals": rev["headline"],
+        "reversals": rev.headline,
         "cross_region": cross_region_headline(conc_regions, list(st.regions), main),
         "flips": flips_headline(sform["reversals"], [d["source"] for d in prov["data_sources"] if d.get("modeled")]),
         "own": own_standing(rk.table, sorted(prov["user_policies"]), main, list(st.sources), list(st.regions)),
@@ -504,7 +506,7 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
     elapsed_rob = time.perf_counter() - t_rob
     elapsed = time.perf_counter() - t_start
     out = {
-        "schema": "schedport.portability/2",
+        "schema": SCHEMA_VERSION,
         "store": store_identity(manifest),
         "selection": {"schedulers": list(st.schedulers), "sources": list(st.sources), "regions": list(st.regions),
                       "windows_per_source": {s: int(df.loc[df["source"].astype(str) == s, "window_id"].nunique())
@@ -519,9 +521,9 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         "metric_matrix": {"metrics": st.metrics, "tau": metric_matrix(st, mc)},
         "rankings": rk.table,
         "best_changes_with_metric_share": bc["value"],
-        "best_changes_with_metric": {**bc["bc"], "pairwise": bc["bcp"], "conditions": bc["conditions"]},
-        "metric_concordance_mean": met_main["value"],
-        "reversals": rev["summary"],
+        "best_changes_with_metric": bc["bc"].labelled(pairwise=bc["bcp"], conditions=bc["conditions"]),
+        "metric_concordance_mean": met_main.statistic,
+        "reversals": rev.summary,
         "parameters": parameters,
         "provenance": prov,
         "missing_cells": st.missing_cells,
@@ -534,7 +536,7 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
                      "note": "wall times of the statistics and of the protocol multiverse; the only fields that "
                              "differ between identical runs"},
     }
-    return json_safe(out)
+    return to_json(out)
 
 
 def find_workload(manifest: dict, results_dir: Path, corpus_dir=None) -> Optional[dict]:

@@ -7,7 +7,8 @@ made. A reversal between two conditions (two sources at one region, or two regio
 source) is counted when the median effects have opposite signs, both q <= q and both
 |effects| reach the practical threshold; a comparison repeated through a duplicate
 scheduler counts once. The method is in `schedport.analysis.portability`; the study form
-(`schedport.analysis.studyform`) reuses the per-test arrays (``raw``).
+(`schedport.analysis.studyform`) reuses the per-test arrays (`ReversalTests`); the results are
+the types of `schedport.analysis.results`.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ import numpy as np
 
 from schedport.analysis.directions import metric_is_bounded
 from schedport.analysis.duplicates import pair_keys, pair_label
+from schedport.analysis.results import (WILSON, Estimate, PooledReversals, Reversal, ReversalHeadline,
+                                        ReversalSummary, ReversalTests, Top)
 from schedport.analysis.stats import (bh_adjust, bh_by_group, pair_index, relative_effect, wilcoxon_pvalues,
                                       wilson_interval)
 from schedport.analysis.store_loading import Study
 
 
-def reversal_tests(st: Study, thr: float, abs_thr: float, q: float, labels: np.ndarray) -> dict:
+def reversal_tests(st: Study, thr: float, abs_thr: float, q: float, labels: np.ndarray) -> ReversalTests:
     """Every per-condition paired test: effects, Wilcoxon p-values, medians, BH q-values.
 
     Arrays are (S, R, M, P) over sources, regions, metrics and scheduler pairs (``eff`` has the
@@ -84,9 +87,9 @@ def reversal_tests(st: Study, thr: float, abs_thr: float, q: float, labels: np.n
     n_sig = int((distinct & (q_all <= q)).sum())
     n_raw = int((distinct & (p <= q)).sum())
     sigprac = made & (q_all <= q) & (np.abs(med) >= thr_m[None, None, :, None])
-    return {"eff": eff, "p": p, "med": med, "mean": mean, "n_used": n_used, "made": made, "distinct": distinct,
-            "test_rep": test_rep, "q_all": q_all, "q_metric": q_met, "sign": sign, "sigprac": sigprac,
-            "n_tests": n_tests, "n_sig": n_sig, "n_raw": n_raw, "thr_m": thr_m, "bounded": bounded, "I": I, "J": J}
+    return ReversalTests(eff=eff, p=p, med=med, mean=mean, n_used=n_used, made=made, distinct=distinct,
+                         test_rep=test_rep, q_all=q_all, q_metric=q_met, sign=sign, sigprac=sigprac,
+                         n_tests=n_tests, n_sig=n_sig, n_raw=n_raw, thr_m=thr_m, bounded=bounded, I=I, J=J)
 
 
 class ReversalCounter:
@@ -97,9 +100,9 @@ class ReversalCounter:
     pair, metric) feed `reversal_summary`.
     """
 
-    def __init__(self, st: Study, tests: dict, labels: np.ndarray):
+    def __init__(self, st: Study, tests: ReversalTests, labels: np.ndarray):
         self.st, self.t, self.labels = st, tests, labels
-        self.items: list[dict] = []
+        self.items: list[Reversal] = []
         self.n_comp = {"source": 0, "region": 0}
         self.comp_region, self.comp_src_pair, self.comp_reg_pair, self.comp_source = (Counter(), Counter(),
                                                                                       Counter(), Counter())
@@ -111,8 +114,8 @@ class ReversalCounter:
     def add(self, kind: str, s1: int, r1: int, s2: int, r2: int) -> None:
         """Compare condition (s1, r1) with (s2, r2); `kind` "source" (one region) or "region" (one source)."""
         st, t, labels = self.st, self.t, self.labels
-        I, J = t["I"], t["J"]
-        made, sigprac, sign = t["made"], t["sigprac"], t["sign"]
+        I, J = t.I, t.J
+        made, sigprac, sign = t.made, t.sigprac, t.sign
         rep = pair_keys(labels[s1, r1], labels[s2, r2], I, J, len(st.schedulers))
         keep = rep == np.arange(len(I))
         both = made[s1, r1] & made[s2, r2] & keep[None, :]
@@ -141,24 +144,23 @@ class ReversalCounter:
                 self.by_region_pair[f"{ra} vs {rb}"] += 1
                 self.by_source[sa] += 1
 
-    def _item(self, kind: str, m: int, pp: int, c1: tuple, c2: tuple, pair: str) -> dict:
+    def _item(self, kind: str, m: int, pp: int, c1: tuple, c2: tuple, pair: str) -> Reversal:
         """One reversal's entry: both conditions' effects, p- and q-values and better scheduler."""
         st, t = self.st, self.t
         (s1, r1), (s2, r2) = c1, c2
-        I, J, med, mean, p, q_all, n_used = t["I"], t["J"], t["med"], t["mean"], t["p"], t["q_all"], t["n_used"]
-        return {
-            "kind": kind, "scheduler_a": st.schedulers[I[pp]], "scheduler_b": st.schedulers[J[pp]],
-            "pair": pair, "metric": st.metrics[m], "effect_scale": "absolute" if t["bounded"][m] else "relative",
-            "source_a": st.sources[s1], "region_a": st.regions[r1], "source_b": st.sources[s2],
-            "region_b": st.regions[r2],
-            "effect_a": med[s1, r1, m, pp], "effect_b": med[s2, r2, m, pp],
-            "mean_effect_a": mean[s1, r1, m, pp], "mean_effect_b": mean[s2, r2, m, pp],
-            "p_a": p[s1, r1, m, pp], "p_b": p[s2, r2, m, pp],
-            "q_a": q_all[s1, r1, m, pp], "q_b": q_all[s2, r2, m, pp],
-            "n_windows_a": n_used[s1, r1, m, pp], "n_windows_b": n_used[s2, r2, m, pp],
-            "better_a": st.schedulers[I[pp]] if med[s1, r1, m, pp] > 0 else st.schedulers[J[pp]],
-            "better_b": st.schedulers[I[pp]] if med[s2, r2, m, pp] > 0 else st.schedulers[J[pp]],
-        }
+        I, J, med, mean, p, q_all, n_used = t.I, t.J, t.med, t.mean, t.p, t.q_all, t.n_used
+        return Reversal(
+            kind=kind, scheduler_a=st.schedulers[I[pp]], scheduler_b=st.schedulers[J[pp]],
+            pair=pair, metric=st.metrics[m], effect_scale="absolute" if t.bounded[m] else "relative",
+            source_a=st.sources[s1], region_a=st.regions[r1], source_b=st.sources[s2], region_b=st.regions[r2],
+            effect_a=med[s1, r1, m, pp], effect_b=med[s2, r2, m, pp],
+            mean_effect_a=mean[s1, r1, m, pp], mean_effect_b=mean[s2, r2, m, pp],
+            p_a=p[s1, r1, m, pp], p_b=p[s2, r2, m, pp],
+            q_a=q_all[s1, r1, m, pp], q_b=q_all[s2, r2, m, pp],
+            n_windows_a=n_used[s1, r1, m, pp], n_windows_b=n_used[s2, r2, m, pp],
+            better_a=st.schedulers[I[pp]] if med[s1, r1, m, pp] > 0 else st.schedulers[J[pp]],
+            better_b=st.schedulers[I[pp]] if med[s2, r2, m, pp] > 0 else st.schedulers[J[pp]],
+        )
 
 
 def _table(hits: Counter, comps: Counter, total: int, order: Optional[list] = None) -> dict:
@@ -169,12 +171,12 @@ def _table(hits: Counter, comps: Counter, total: int, order: Optional[list] = No
                 "rate": (hits.get(k, 0) / comps[k]) if comps.get(k) else None} for k in keys}
 
 
-def _top(c: Counter, total: int) -> Optional[dict]:
+def _top(c: Counter, total: int) -> Optional[Top]:
     """The key with the most reversals (ties: the largest key) and its share; None if none."""
     if not c:
         return None
     k, v = max(c.items(), key=lambda kv: (kv[1], kv[0]))
-    return {"key": k, "count": v, "share_of_reversals": v / total if total else None}
+    return Top(key=k, count=v, share_of_reversals=v / total if total else None)
 
 
 def _ordered(c: Counter) -> dict:
@@ -182,77 +184,66 @@ def _ordered(c: Counter) -> dict:
     return {k: int(c[k]) for k in sorted(c, key=lambda k: (-c[k], k))}
 
 
-def reversal_summary(st: Study, tests: dict, rc: ReversalCounter) -> tuple[dict, dict]:
+def reversal_summary(st: Study, tests: ReversalTests, rc: ReversalCounter) -> tuple[ReversalSummary,
+                                                                                      ReversalHeadline]:
     """The pooled ``reversals`` block of portability.json and its headline, from the counted reversals
     (`rc.items` already strongest first)."""
     items, n_comp = rc.items, rc.n_comp
-    sigprac, distinct = tests["sigprac"], tests["distinct"]
-    n_tests, n_sig, n_raw = tests["n_tests"], tests["n_sig"], tests["n_raw"]
     n_rev = len(items)
     n_comp_all = n_comp["source"] + n_comp["region"]
-    share = n_rev / n_comp_all if n_comp_all else None
     lo, hi = wilson_interval(n_rev, n_comp_all)
-    n_src = sum(1 for d in items if d["kind"] == "source")
+    share = Estimate(n_rev / n_comp_all if n_comp_all else None, lo, hi, WILSON, replicated=False)
+    n_src = sum(1 for d in items if d.kind == "source")
     n_reg = n_rev - n_src
     src_pair_keys = [f"{a} vs {b}" for i, a in enumerate(st.sources) for b in st.sources[i + 1:]]
     reg_pair_keys = [f"{a} vs {b}" for i, a in enumerate(st.regions) for b in st.regions[i + 1:]]
-    summary = {
-        "n_tests": n_tests,
-        "n_tests_raw_p_below_q": n_raw,
-        "n_tests_significant": n_sig,
-        "n_tests_significant_practical": int((sigprac & distinct).sum()),
-        "n_comparisons": n_comp_all,
-        "n_significant_practical": n_rev,
-        "share": share,
-        "share_ci_low": lo,
-        "share_ci_high": hi,
-        "share_ci_method": "Wilson score interval (treats comparisons as independent; understates uncertainty)",
-        "by_kind": {"source": {"n_reversals": n_src, "n_comparisons": n_comp["source"],
-                               "rate": n_src / n_comp["source"] if n_comp["source"] else None},
-                    "region": {"n_reversals": n_reg, "n_comparisons": n_comp["region"],
-                               "rate": n_reg / n_comp["region"] if n_comp["region"] else None}},
-        "cross_source": {
+    summary = ReversalSummary(
+        n_tests=tests.n_tests,
+        n_tests_raw_p_below_q=tests.n_raw,
+        n_tests_significant=tests.n_sig,
+        n_tests_significant_practical=int((tests.sigprac & tests.distinct).sum()),
+        n_comparisons=n_comp_all,
+        n_significant_practical=n_rev,
+        share=share,
+        by_kind={"source": {"n_reversals": n_src, "n_comparisons": n_comp["source"],
+                            "rate": n_src / n_comp["source"] if n_comp["source"] else None},
+                 "region": {"n_reversals": n_reg, "n_comparisons": n_comp["region"],
+                            "rate": n_reg / n_comp["region"] if n_comp["region"] else None}},
+        cross_source={
             "n_comparisons": n_comp["source"], "n_reversals": n_src,
             "by_region": _table(rc.by_region, rc.comp_region, n_src, st.regions),
             "by_source_pair": _table(rc.by_source_pair, rc.comp_src_pair, n_src, src_pair_keys),
         },
-        "cross_region": {
+        cross_region={
             "n_comparisons": n_comp["region"], "n_reversals": n_reg,
             "by_region_pair": _table(rc.by_region_pair, rc.comp_reg_pair, n_reg, reg_pair_keys),
             "by_source": _table(rc.by_source, rc.comp_source, n_reg, st.sources),
         },
-        "by_scheduler_pair": _ordered(rc.by_sched),
-        "by_metric": _ordered(rc.by_metric),
-        "map": [{"scheduler_pair": k[0], "region": k[1], "count": v} for k, v in sorted(rc.map_counts.items())],
-        "counting": "each reversal counts once; duplicate schedulers (identical results in both conditions "
-                    "compared) are one scheduler, so their repeated comparisons count once; shares of "
-                    "cross-source reversals divide by the cross-source count, of cross-region ones by the "
-                    "cross-region count; the map holds cross-source reversals by their region",
-        "items": items,
-    }
-    headline = {
-        "n_comparisons": n_comp_all,
-        "n_significant_practical": n_rev,
-        "share": share,
-        "ci_low": lo,
-        "ci_high": hi,
-        "ci_method": "Wilson score interval",
-        "n_tests": n_tests,
-        "n_cross_source": n_src,
-        "n_cross_region": n_reg,
-        "top_region": _top(rc.by_region, n_src),
-        "top_source_pair": _top(rc.by_source_pair, n_src),
-        "top_scheduler_pair": _top(rc.by_sched, n_rev),
-        "top_metric": _top(rc.by_metric, n_rev),
-    }
+        by_scheduler_pair=_ordered(rc.by_sched),
+        by_metric=_ordered(rc.by_metric),
+        map=[{"scheduler_pair": k[0], "region": k[1], "count": v} for k, v in sorted(rc.map_counts.items())],
+        items=items,
+    )
+    headline = ReversalHeadline(
+        n_comparisons=n_comp_all,
+        n_significant_practical=n_rev,
+        share=share,
+        n_tests=tests.n_tests,
+        n_cross_source=n_src,
+        n_cross_region=n_reg,
+        top_region=_top(rc.by_region, n_src),
+        top_source_pair=_top(rc.by_source_pair, n_src),
+        top_scheduler_pair=_top(rc.by_sched, n_rev),
+        top_metric=_top(rc.by_metric, n_rev),
+    )
     return summary, headline
 
 
-def pooled_reversals(st: Study, thr: float, abs_thr: float, q: float, labels: np.ndarray) -> dict:
+def pooled_reversals(st: Study, thr: float, abs_thr: float, q: float, labels: np.ndarray) -> PooledReversals:
     """The reversals step: per-condition paired tests, BH over all of them, and the cross-condition
     reversals (pooled: every metric, cross-source and cross-region).
 
-    Returns the pooled ``summary`` and ``headline`` and, under ``raw``, the per-test arrays
+    Returns the pooled ``summary`` and ``headline`` and, as ``tests``, the per-test arrays
     (effects, p-values, medians, test representatives) that the study form reuses.
     """
     S, R = len(st.sources), len(st.regions)
@@ -267,9 +258,7 @@ def pooled_reversals(st: Study, thr: float, abs_thr: float, q: float, labels: np
             for r2 in range(r1 + 1, R):
                 rc.add("region", s, r1, s, r2)
     # strongest flips first: by the smaller of the two |median effects| relative to its threshold
-    rc.items.sort(key=lambda d: -min(abs(d["effect_a"]), abs(d["effect_b"]))
-                  / (abs_thr if d["effect_scale"] == "absolute" else max(thr, 1e-12)))
+    rc.items.sort(key=lambda d: -min(abs(d.effect_a), abs(d.effect_b))
+                  / (abs_thr if d.effect_scale == "absolute" else max(thr, 1e-12)))
     summary, headline = reversal_summary(st, tests, rc)
-    raw = {k: tests[k] for k in ("eff", "p", "med", "n_used", "made", "distinct", "test_rep", "q_metric",
-                                 "thr_m", "bounded", "I", "J")}
-    return {"summary": summary, "headline": headline, "raw": raw}
+    return PooledReversals(summary=summary, headline=headline, tests=tests)

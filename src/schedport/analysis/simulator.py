@@ -55,13 +55,13 @@ FRAGILE_BELOW = 0.5
 def stable_rankings(core: dict, q: float) -> list[dict]:
     """The default variant's stable rankings (see the module docstring), strongest first, from
     `core_steps`' results."""
-    st, raw, labels = core["st"], core["rev"]["raw"], core["dups"]["labels"]
-    I, J = raw["I"], raw["J"]
+    st, raw, labels = core["st"], core["rev"].tests, core["dups"]["labels"]
+    I, J = raw.I, raw.J
     out = []
     for m in core["mi"]:
         m = int(m)
-        made, med, qm = raw["made"][:, :, m], raw["med"][:, :, m], raw["q_metric"][:, :, m]
-        sig = made & (qm <= q) & (np.abs(med) >= float(raw["thr_m"][m]))
+        made, med, qm = raw.made[:, :, m], raw.med[:, :, m], raw.q_metric[:, :, m]
+        sig = made & (qm <= q) & (np.abs(med) >= float(raw.thr_m[m]))
         for r, region in enumerate(st.regions):
             sign = np.sign(med[:, r])                        # (S, P)
             one_way = sig[:, r].all(axis=0) & ((sign == sign[0]).all(axis=0))

@@ -18,7 +18,6 @@ import numpy as np
 from scipy import stats
 
 from schedport.analysis.defaults import CI_LEVEL
-from schedport.common.values import json_safe
 
 
 def bh_adjust(pvalues) -> np.ndarray:
@@ -232,14 +231,6 @@ def wilson_interval(k: int, n: int, level: float = CI_LEVEL) -> tuple[Optional[f
     c = (ph + z * z / (2 * n)) / den
     h = z * math.sqrt(ph * (1 - ph) / n + z * z / (4 * n * n)) / den
     return max(0.0, c - h), min(1.0, c + h)
-
-
-def ci_fields(point: float, boot: np.ndarray, lo_bound: float = -1.0, hi_bound: float = 1.0) -> dict:
-    """value, basic-bootstrap CI and bootstrap bias (mean of replicates - value) of a scalar."""
-    lo, hi = basic_ci(point, boot, lo_bound, hi_bound)
-    bias = nanmean(np.asarray(boot, dtype=np.float64), 0) - point if point is not None else np.nan
-    return {"value": json_safe(point), "ci_low": json_safe(lo), "ci_high": json_safe(hi),
-            "boot_bias": json_safe(bias)}
 
 
 def bh_by_group(p: np.ndarray, groups: np.ndarray) -> np.ndarray:

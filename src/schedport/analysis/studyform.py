@@ -16,12 +16,15 @@ counts without materialising the resamples (`boot_wilcoxon`), checked against sc
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 from scipy import special
 
 from schedport.workload.corpus_manifest import MODELED_ADAPTER, find_builtin
+
+if TYPE_CHECKING:
+    from schedport.analysis.results import Estimate, ReversalTests
 
 __all__ = ["boot_wilcoxon", "bh_rows", "window_best_changes", "split_half", "study_form", "claims",
            "STUDY_FINDINGS"]
@@ -151,21 +154,22 @@ def _basic(point: Optional[float], boot: np.ndarray, lo_b: float,
 # --------------------------------------------------------------------------- reversals per metric
 
 
-def _reversal_share_bootstrap(st, raw: dict, m: int, counts: dict, q: float, thr: float, comps: list) -> np.ndarray:
+def _reversal_share_bootstrap(st, raw: ReversalTests, m: int, counts: dict, q: float, thr: float,
+                              comps: list) -> np.ndarray:
     """The reversal share of metric `m` on each window resample: the Wilcoxon tests, BH and
     reversal counts redone on every bootstrap replicate, with the same resamples as every other
     interval (`counts`). `comps` lists the (region, source, source, pairs compared) of the point
     estimate, so a replicate compares exactly the pairs the point estimate did."""
     S, R = len(st.sources), len(st.regions)
-    P = len(raw["I"])
-    made, distinct, test_rep = raw["made"][:, :, m], raw["distinct"][:, :, m], raw["test_rep"]
+    P = len(raw.I)
+    made, distinct, test_rep = raw.made[:, :, m], raw.distinct[:, :, m], raw.test_rep
     B = next(iter(counts.values())).shape[0]
     p_b = np.full((B, S, R, P), np.nan)
     med_b = np.full((B, S, R, P), np.nan)
     for si, s in enumerate(st.sources):
         W = counts[s].shape[1]
         for r in range(R):
-            rows = raw["eff"][si, r, m, :, :W]
+            rows = raw.eff[si, r, m, :, :W]
             if not np.isfinite(rows).any():
                 continue
             pb, mb = boot_wilcoxon(rows, counts[s])
@@ -198,11 +202,11 @@ def _reversals_for_metric(ctx: dict, m: int, counts: dict, q: float) -> dict:
     st, raw, labels = ctx["st"], ctx["raw"], ctx["labels"]
     pair_keys, pair_label = ctx["pair_keys"], ctx["pair_label"]
     S, R, K = len(st.sources), len(st.regions), len(st.schedulers)
-    I, J = raw["I"], raw["J"]
+    I, J = raw.I, raw.J
     P = len(I)
-    thr = float(raw["thr_m"][m])
-    made, med, qm = raw["made"][:, :, m], raw["med"][:, :, m], raw["q_metric"][:, :, m]
-    distinct = raw["distinct"][:, :, m]
+    thr = float(raw.thr_m[m])
+    made, med, qm = raw.made[:, :, m], raw.med[:, :, m], raw.q_metric[:, :, m]
+    distinct = raw.distinct[:, :, m]
     sig = made & (qm <= q) & (np.abs(med) >= thr)
     sign = np.sign(med)
     comps = []  # (r, s1, s2, keep mask over pairs)
@@ -261,7 +265,7 @@ def _reversals_for_metric(ctx: dict, m: int, counts: dict, q: float) -> dict:
     hits.sort(key=lambda d: -min(abs(d["effect_a"]), abs(d["effect_b"])))
     return {
         "metric": st.metrics[m],
-        "effect_scale": "absolute" if raw["bounded"][m] else "relative",
+        "effect_scale": "absolute" if raw.bounded[m] else "relative",
         "practical_threshold": thr,
         "n_tests": int(distinct.sum()),
         "n_comparisons": n_comp,
@@ -588,7 +592,7 @@ def _reversals_claim(sf: dict, n_sources: int, bg: str | None, note: str) -> dic
                     "on none, partly otherwise"}
 
 
-def claims(st, sf: dict, cross_pairs: list, metric_tau: dict, modeled: Sequence[str]) -> list[dict]:
+def claims(st, sf: dict, cross_pairs: list[Estimate], metric_tau: Estimate, modeled: Sequence[str]) -> list[dict]:
     """One verdict per study finding, computed from this run's study-form numbers (rules stated in each)."""
     out = []
     sources = list(st.sources)
@@ -599,7 +603,7 @@ def claims(st, sf: dict, cross_pairs: list, metric_tau: dict, modeled: Sequence[
 
     def _pair(a, b):
         for d in cross_pairs:
-            if {d["source_a"], d["source_b"]} == {a, b}:
+            if {d.of("source_a"), d.of("source_b")} == {a, b}:
                 return d
         return None
 
@@ -611,48 +615,48 @@ def claims(st, sf: dict, cross_pairs: list, metric_tau: dict, modeled: Sequence[
 
     # 1. Azure vs Bailian near-perfect
     d = _pair(az, bl) if az and bl else None
-    if d is None or d.get("value") is None:
+    if d is None or d.statistic is None:
         out.append({"id": "azure_bailian", "study": STUDY_FINDINGS["azure_bailian"], "here": "no Azure and Bailian "
                     "sources in this run", "verdict": "not comparable", "rule": "", "value": None,
                     "ci_low": None, "ci_high": None})
     else:
         adj = _adj(az, bl)
-        v = _interval_verdict(d["ci_low"], d["ci_high"], lambda x: x >= NEAR_PERFECT)
+        v = _interval_verdict(d.ci_low, d.ci_high, lambda x: x >= NEAR_PERFECT)
         out.append({"id": "azure_bailian", "study": STUDY_FINDINGS["azure_bailian"],
-                    "here": f"tau {d['value']:.3f} [{d['ci_low']:.3f}, {d['ci_high']:.3f}] ({az} vs {bl}, main "
+                    "here": f"tau {d.statistic:.3f} [{d.ci_low:.3f}, {d.ci_high:.3f}] ({az} vs {bl}, main "
                             f"metrics and regions averaged); ceiling-adjusted "
                             f"{adjusted_text(adj)}{_mod(az, bl)}",
-                    "verdict": v, "value": d["value"], "ci_low": d["ci_low"], "ci_high": d["ci_high"],
+                    "verdict": v, "value": d.statistic, "ci_low": d.ci_low, "ci_high": d.ci_high,
                     "adjusted": adj,
                     "rule": f"near-perfect = tau >= {NEAR_PERFECT}: holds if the whole 95% interval is >= "
                             f"{NEAR_PERFECT}, does not hold if all of it is below, inconclusive otherwise"})
     # 2. BurstGPT pairs as low as 0.55
-    bpairs = ([d for d in cross_pairs if bg in (d["source_a"], d["source_b"]) and d.get("value") is not None]
+    bpairs = ([d for d in cross_pairs if bg in (d.of("source_a"), d.of("source_b")) and d.statistic is not None]
               if bg else [])
     if not bpairs:
         out.append({"id": "burstgpt_low", "study": STUDY_FINDINGS["burstgpt_low"], "here": "no BurstGPT pair in "
                     "this run", "verdict": "not comparable", "rule": "", "value": None, "ci_low": None,
                     "ci_high": None})
     else:
-        d = min(bpairs, key=lambda x: x["value"])
-        lowest = min((x for x in cross_pairs if x.get("value") is not None), key=lambda x: x["value"])
-        v = "holds" if d["ci_low"] <= STUDY_LOW_TAU <= d["ci_high"] else "does not hold"
-        side = "" if v == "holds" else (" (higher here)" if d["ci_low"] > STUDY_LOW_TAU else " (lower here)")
+        d = min(bpairs, key=lambda x: x.statistic)
+        lowest = min((x for x in cross_pairs if x.statistic is not None), key=lambda x: x.statistic)
+        v = "holds" if d.ci_low <= STUDY_LOW_TAU <= d.ci_high else "does not hold"
+        side = "" if v == "holds" else (" (higher here)" if d.ci_low > STUDY_LOW_TAU else " (lower here)")
         out.append({"id": "burstgpt_low", "study": STUDY_FINDINGS["burstgpt_low"],
-                    "here": f"lowest BurstGPT pair {d['source_a']} vs {d['source_b']}: tau {d['value']:.3f} "
-                            f"[{d['ci_low']:.3f}, {d['ci_high']:.3f}]{side}; "
+                    "here": f"lowest BurstGPT pair {d.of('source_a')} vs {d.of('source_b')}: tau {d.statistic:.3f} "
+                            f"[{d.ci_low:.3f}, {d.ci_high:.3f}]{side}; "
                             f"{'it is' if lowest is d else 'it is not'} the lowest pair of the run{_mod(bg)}",
-                    "verdict": v, "value": d["value"], "ci_low": d["ci_low"], "ci_high": d["ci_high"],
+                    "verdict": v, "value": d.statistic, "ci_low": d.ci_low, "ci_high": d.ci_high,
                     "rule": f"holds if {STUDY_LOW_TAU} lies in the 95% interval of the lowest pair with BurstGPT"})
     # 3. reversals, per main metric
     out.append(_reversals_claim(sf, len(sources), bg, _mod(bg)))
     # 4. moderate metric agreement
-    lo, hi = metric_tau.get("ci_low"), metric_tau.get("ci_high")
+    lo, hi = metric_tau.ci_low, metric_tau.ci_high
     v4 = _interval_verdict(lo, hi, lambda x: MODERATE[0] <= x < MODERATE[1])
     out.append({"id": "metric_agreement", "study": STUDY_FINDINGS["metric_agreement"],
-                "here": ("n/a" if metric_tau.get("value") is None else
-                         f"mean pairwise tau between main metrics {metric_tau['value']:.3f} [{lo:.3f}, {hi:.3f}]"),
-                "verdict": v4, "value": metric_tau.get("value"), "ci_low": lo, "ci_high": hi,
+                "here": ("n/a" if metric_tau.statistic is None else
+                         f"mean pairwise tau between main metrics {metric_tau.statistic:.3f} [{lo:.3f}, {hi:.3f}]"),
+                "verdict": v4, "value": metric_tau.statistic, "ci_low": lo, "ci_high": hi,
                 "rule": f"moderate = {MODERATE[0]} <= tau < {MODERATE[1]}: holds if the whole 95% interval is in "
                         "that range, does not hold if none of it is, inconclusive otherwise"})
     # 5. best changes with the metric

@@ -1,0 +1,247 @@
+"""The analysis steps' result objects, and their one serialiser into ``portability.json``.
+
+As scipy.stats returns result objects (a statistic, its confidence interval and the method
+that gave it) rather than bare tuples, the analysis steps return frozen, typed results:
+`Estimate` (a statistic with its interval, the interval's method and, for a bootstrap, the
+replicates' bias), the pooled reversal step's `PooledReversals` (its per-test arrays
+`ReversalTests`, the counted `Reversal` items, the `ReversalSummary` block and the
+`ReversalHeadline`). The steps and their readers use the fields by name.
+
+`to_json` is the one place that turns them into ``portability.json``'s dicts: each result
+type says its keys, in order, in `json_fields`, and `to_json` walks the whole portability
+dict, so the file's shape and key order are set here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any, Mapping, Optional
+
+import numpy as np
+
+from schedport.analysis.stats import basic_ci, nanmean
+from schedport.common.values import json_safe
+
+#: The interval method of the concordance statistics and shares (`stats.basic_ci`).
+BASIC_BOOTSTRAP = "basic bootstrap"
+#: The interval method of the pooled reversal share (`stats.wilson_interval`).
+WILSON = "Wilson score interval"
+
+
+class Result:
+    """A result object: its ``portability.json`` form is `json_fields`, in that order (by
+    default every dataclass field under its own name)."""
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """(key, value) pairs of the JSON object, in the order written."""
+        return [(f.name, getattr(self, f.name)) for f in fields(self)]  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Estimate(Result):
+    """A statistic with its confidence interval and the interval's method.
+
+    ``boot_bias`` is the bootstrap replicates' mean minus the statistic (None when undefined);
+    ``replicated`` is False for an estimate that was never bootstrapped (too little data:
+    every field None), which is written without ``boot_bias``. ``about`` says what it is an
+    estimate of and with what counts ((key, value) pairs such as the source pair, the region,
+    ``n_values``, a ``definition``), read with `of`. Written as ``value``, ``ci_low``,
+    ``ci_high`` (and ``boot_bias``), then ``about`` in order; the interval's method is named
+    once, in ``parameters.ci_method``.
+    """
+
+    statistic: Optional[float]
+    ci_low: Optional[float]
+    ci_high: Optional[float]
+    method: str
+    boot_bias: Optional[float] = None
+    replicated: bool = True
+    about: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def undefined(cls, method: str = BASIC_BOOTSTRAP) -> "Estimate":
+        """The estimate of a statistic that has no data to stand on: every number None."""
+        return cls(None, None, None, method, None, replicated=False)
+
+    def labelled(self, **about: Any) -> "Estimate":
+        """This estimate with `about` added after what it already says it is of."""
+        return replace(self, about=self.about + tuple(about.items()))
+
+    def of(self, key: str, default: Any = None) -> Any:
+        """What ``about`` says under `key` (`default` when it says nothing)."""
+        return dict(self.about).get(key, default)
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """``value``, ``ci_low``, ``ci_high``, when bootstrapped ``boot_bias``, then ``about``."""
+        out = [("value", self.statistic), ("ci_low", self.ci_low), ("ci_high", self.ci_high)]
+        return out + ([("boot_bias", self.boot_bias)] if self.replicated else []) + list(self.about)
+
+
+def bootstrap_estimate(point, boot: np.ndarray, lo_bound: float = -1.0, hi_bound: float = 1.0) -> Estimate:
+    """A scalar statistic with its basic bootstrap interval (clipped to [lo_bound, hi_bound]) and
+    bias (mean of the defined replicates minus the statistic), every number JSON-safe."""
+    lo, hi = basic_ci(point, boot, lo_bound, hi_bound)
+    bias = nanmean(np.asarray(boot, dtype=np.float64), 0) - point if point is not None else np.nan
+    return Estimate(json_safe(point), json_safe(lo), json_safe(hi), BASIC_BOOTSTRAP, json_safe(bias))
+
+
+@dataclass(frozen=True, eq=False)
+class ReversalTests:
+    """Every per-condition paired test of the reversal step, as arrays over (source, region,
+    metric, scheduler pair) (``eff`` has the windows last): effects, Wilcoxon p-values, median
+    and mean effects, windows used, which tests were made and which are distinct, each pair's
+    representative test (``test_rep``), BH q-values over all tests (``q_all``) and within each
+    metric (``q_metric``), the medians' signs, which tests are significant and practical
+    (``sigprac``), the counts of tests, the per-metric thresholds (``thr_m``), which metrics are
+    bounded and the pair index (``I``, ``J``). Not written to portability.json."""
+
+    eff: np.ndarray
+    p: np.ndarray
+    med: np.ndarray
+    mean: np.ndarray
+    n_used: np.ndarray
+    made: np.ndarray
+    distinct: np.ndarray
+    test_rep: np.ndarray
+    q_all: np.ndarray
+    q_metric: np.ndarray
+    sign: np.ndarray
+    sigprac: np.ndarray
+    n_tests: int
+    n_sig: int
+    n_raw: int
+    thr_m: np.ndarray
+    bounded: np.ndarray
+    I: np.ndarray  # noqa: E741 - the pair index's name throughout the analysis
+    J: np.ndarray
+
+
+@dataclass(frozen=True)
+class Reversal(Result):
+    """One reversal between two conditions a and b: the scheduler pair and metric, both
+    conditions, their median and mean effects, p- and q-values, windows and better scheduler."""
+
+    kind: str
+    scheduler_a: str
+    scheduler_b: str
+    pair: str
+    metric: str
+    effect_scale: str
+    source_a: str
+    region_a: str
+    source_b: str
+    region_b: str
+    effect_a: float
+    effect_b: float
+    mean_effect_a: float
+    mean_effect_b: float
+    p_a: float
+    p_b: float
+    q_a: float
+    q_b: float
+    n_windows_a: int
+    n_windows_b: int
+    better_a: str
+    better_b: str
+
+
+@dataclass(frozen=True)
+class Top(Result):
+    """The key of a breakdown with the most reversals, its count and its share of them."""
+
+    key: str
+    count: int
+    share_of_reversals: Optional[float]
+
+
+@dataclass(frozen=True)
+class ReversalSummary(Result):
+    """The pooled ``reversals`` block: the test counts, the comparisons and reversals with the
+    share's interval (`share`, Wilson's), the breakdowns (``by_kind``, ``cross_source``,
+    ``cross_region``, ``by_scheduler_pair``, ``by_metric``, ``map``) and the reversals
+    themselves, strongest first."""
+
+    #: How reversals are counted (written as ``counting``).
+    COUNTING = ("each reversal counts once; duplicate schedulers (identical results in both conditions "
+                "compared) are one scheduler, so their repeated comparisons count once; shares of "
+                "cross-source reversals divide by the cross-source count, of cross-region ones by the "
+                "cross-region count; the map holds cross-source reversals by their region")
+    #: What the share's method leaves out (appended to it as ``share_ci_method``).
+    WILSON_CAVEAT = " (treats comparisons as independent; understates uncertainty)"
+
+    n_tests: int
+    n_tests_raw_p_below_q: int
+    n_tests_significant: int
+    n_tests_significant_practical: int
+    n_comparisons: int
+    n_significant_practical: int
+    share: Estimate
+    by_kind: Mapping[str, dict]
+    cross_source: Mapping[str, Any]
+    cross_region: Mapping[str, Any]
+    by_scheduler_pair: Mapping[str, int]
+    by_metric: Mapping[str, int]
+    map: list
+    items: list
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """The counts, the share as ``share``/``share_ci_low``/``share_ci_high``/``share_ci_method``,
+        the breakdowns, ``counting`` and ``items``."""
+        return [("n_tests", self.n_tests), ("n_tests_raw_p_below_q", self.n_tests_raw_p_below_q),
+                ("n_tests_significant", self.n_tests_significant),
+                ("n_tests_significant_practical", self.n_tests_significant_practical),
+                ("n_comparisons", self.n_comparisons), ("n_significant_practical", self.n_significant_practical),
+                ("share", self.share.statistic), ("share_ci_low", self.share.ci_low),
+                ("share_ci_high", self.share.ci_high),
+                ("share_ci_method", self.share.method + self.WILSON_CAVEAT),
+                ("by_kind", self.by_kind), ("cross_source", self.cross_source), ("cross_region", self.cross_region),
+                ("by_scheduler_pair", self.by_scheduler_pair), ("by_metric", self.by_metric), ("map", self.map),
+                ("counting", self.COUNTING), ("items", self.items)]
+
+
+@dataclass(frozen=True)
+class ReversalHeadline(Result):
+    """``headline.reversals``: the share of reversals with its interval, the counts and the top
+    region, source pair, scheduler pair and metric (None without reversals)."""
+
+    n_comparisons: int
+    n_significant_practical: int
+    share: Estimate
+    n_tests: int
+    n_cross_source: int
+    n_cross_region: int
+    top_region: Optional[Top]
+    top_source_pair: Optional[Top]
+    top_scheduler_pair: Optional[Top]
+    top_metric: Optional[Top]
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """The counts with the share as ``share``/``ci_low``/``ci_high``/``ci_method``, then the tops."""
+        return [("n_comparisons", self.n_comparisons), ("n_significant_practical", self.n_significant_practical),
+                ("share", self.share.statistic), ("ci_low", self.share.ci_low), ("ci_high", self.share.ci_high),
+                ("ci_method", self.share.method), ("n_tests", self.n_tests),
+                ("n_cross_source", self.n_cross_source), ("n_cross_region", self.n_cross_region),
+                ("top_region", self.top_region), ("top_source_pair", self.top_source_pair),
+                ("top_scheduler_pair", self.top_scheduler_pair), ("top_metric", self.top_metric)]
+
+
+@dataclass(frozen=True, eq=False)
+class PooledReversals:
+    """The reversal step's result: ``summary`` and ``headline`` (written to portability.json) and
+    ``tests`` (the per-test arrays the study form and the simulator axis reuse)."""
+
+    summary: ReversalSummary
+    headline: ReversalHeadline
+    tests: ReversalTests
+
+
+def to_json(v: Any) -> Any:
+    """The JSON-safe form of `v`, result objects written by their `json_fields`: the one
+    serialiser of ``portability.json`` (containers walked, then `json_safe` for the scalars)."""
+    if isinstance(v, Result):
+        return {k: to_json(x) for k, x in v.json_fields()}
+    if isinstance(v, dict):
+        return {str(k): to_json(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [to_json(x) for x in v]
+    return json_safe(v)
