@@ -96,11 +96,7 @@ class SkipJoinMLFQ(SortedEachStep):
 
     def push(self, req, now):
         self._state(req)
-        # `SortedEachStep.push` for static, cached keys, written out (once per arrival and preemption)
-        if self._sorted_at is not None:
-            insort(self.items, req, key=_KEY_ATTR)
-        else:
-            self.items.append(req)
+        super().push(req, now)
 
     def _to_front(self, req, s) -> None:
         self._front += 1
@@ -115,8 +111,7 @@ class SkipJoinMLFQ(SortedEachStep):
 
     def _run(self, s, start, end) -> bool:
         """Account one step [start, end] the job ran in; demote it if its processing time now
-        exceeds its level's quantum (and say so). `after_step` applies this rule written out in
-        its loop; this is its readable form, which the tests' reference ordering calls."""
+        exceeds its level's quantum (and say so)."""
         if s.last_end != start or math.isnan(s.run_start):
             self._close(s)
             s.run_start = start
@@ -163,36 +158,15 @@ class SkipJoinMLFQ(SortedEachStep):
             batch.sort(key=_KEY_ATTR)
         if self._check_due():
             self._promote_starved({r.idx for r in batch}, start)
-        # `pop_finished_requests`, in batch (rank) order: `_run`, then `_to_front`, written out
-        # (this loop runs once per job per step)
-        quanta = self.quanta
-        last = self.levels - 1
-        front = self._front
+        # `pop_finished_requests`, in batch (rank) order
         for r in batch:
-            s = r.aux
-            s3 = s.run_start
-            if s.last_end != start or s3 != s3:           # a new run starts (s3 != s3: NaN, none open)
-                if s3 == s3:
-                    s.served += s.last_end - s3
-                s.run_start = s3 = start
-            s.last_end = end
-            lvl = s.level
-            if lvl < last and s.served + (end - s3) > quanta[lvl]:
-                lvl += 1
-                s.level = lvl
-                s.served = 0.0
-                s.run_start = math.nan
-                if lvl > self.deepest:
-                    self.deepest = lvl
-            front += 1
-            s.pos = -front
-            r.key = (lvl, -front, r.idx)
-        self._front = front
+            self._run(r.aux, start, end)
+            self._to_front(r, r.aux)
         if kept is not None:
             kept.rebuild(batch, end)
         # a running job that sat this step out ended its open run (its KV stays resident) at its
-        # last step's end, s.last_end; the run is closed when next read (`_close`, the new-run branch
-        # above, `fast_forward_limit`), with the same sum an eager close would make
+        # last step's end, s.last_end; the run is closed when next read (`_close`, from `_run`,
+        # `fast_forward_limit`), with the same sum an eager close would make
 
     def on_finish(self, req, t):
         if self.levels_kept is not None:
@@ -200,15 +174,8 @@ class SkipJoinMLFQ(SortedEachStep):
 
     def requeue(self, req, now):
         # swapped or recomputed out of the batch's way: its place in its queue is kept
-        s = self._state(req)
-        s3 = s.run_start
-        if s3 == s3:                    # (`_close`: a run is open)
-            s.served += s.last_end - s3
-            s.run_start = math.nan
-        if self._sorted_at is not None:
-            insort(self.items, req, key=_KEY_ATTR)
-        else:
-            self.items.append(req)
+        self._close(self._state(req))
+        super().push(req, now)
         if req.generated or req.swapped:
             if self._resumable_sorted:
                 insort(self.resumable, req, key=_KEY_ATTR)

@@ -583,8 +583,7 @@ class MlfqCohort(DueTimes):
 
     def _advance(self, end: float, demoted: tuple[dict, list]) -> None:
         """One step's front pushes and demotions: each level's batch reversed, newcomers `x` at the
-        front, jobs demoted into a level behind its batch (in batch order: B's, then newcomers).
-        (`_push_due` written out: this runs for every job that enters B.)"""
+        front, jobs demoted into a level behind its batch (in batch order: B's, then newcomers)."""
         x = self.x
         down, xs = demoted              # (`_due`: B's by the level they leave, as due entries; newcomers)
         if not x and not down:          # (then no newcomer is demoted either) the order flips, no more
@@ -615,10 +614,6 @@ class MlfqCohort(DueTimes):
         else:
             dem = ()
         sign = self.sign = -sign
-        enter = self._enter
-        held = self.held
-        quanta = q.quanta
-        last = q.levels - 1
         for r in x:                     # at the front of their levels, in batch order
             if r.idx in dem:
                 continue
@@ -636,9 +631,7 @@ class MlfqCohort(DueTimes):
                 d.append(r)
                 vk[L].append(v)
             a.value = r.key = v
-            if not a.stamp & 1 and L < last:   # (an entry it kept lies below its due)
-                a.stamp += 1
-                enter(quanta[L] - a.served + a.run_start - held, a.stamp, r)
+            self._push_due(r)
         for L, rs in moved.items():     # behind B's jobs of the next level
             L += 1
             d, k = lv[L], vk[L]

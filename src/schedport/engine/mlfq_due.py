@@ -115,7 +115,6 @@ class DueTimes:
         last = self.q.levels - 1
         held = self.held
         now = self.last_end
-        at, heap = self.at, self.heap
         for r in dict.fromkeys(self.refix):
             a = r.aux
             L = a.level
@@ -130,13 +129,7 @@ class DueTimes:
                 s3 = now
             stamp = a.stamp
             stamp = a.stamp = stamp + 2 if stamp & 1 else stamp + 1
-            due = quanta[L] - done + s3 - held     # (`_enter`, written out)
-            g = at.get(due)
-            if g is None:
-                at[due] = [(stamp, r)]
-                heapq.heappush(heap, due)
-            else:
-                g.append((stamp, r))
+            self._enter(quanta[L] - done + s3 - held, stamp, r)
         self.refix = []
 
     def _due(self, end: float) -> tuple[dict, list]:
