@@ -592,8 +592,8 @@ def test_fastserve_demotes_by_attained_service_and_new_jobs_preempt():
     sim, out = run(t, "fastserve", cfg, exact=False)
     long, short = sim.requests
     # 10 ms steps: quanta 0.05 + 0.1 + 0.2 s are used up after ~35 steps; the last level keeps it
-    assert long.aux[0] == 3
-    assert short.aux[0] == 0
+    assert long.aux.level == 3
+    assert short.aux.level == 0
     # the short job arrived mid-run and finished first: the demoted long job sat out its steps
     # but kept its KV (vllm-ltr's ranked fill: blocks are plentiful, so nothing is swapped)
     assert out.finish_s[1] < out.finish_s[0]
@@ -657,12 +657,12 @@ def test_fastserve_demotions_between_fast_forwards_match_exact(blocks, seqs):
     ex, out = run(t, "fastserve", cfg, exact=True)
     sim, fast = run(t, "fastserve", cfg, exact=False)
     assert fast.steps_fast_forwarded > fast.iterations // 4
-    assert sum(r.aux[0] for r in sim.requests) > len(sim.requests)      # demoted, most of them deep
+    assert sum(r.aux.level for r in sim.requests) > len(sim.requests)      # demoted, most of them deep
     assert np.array_equal(fast.first_token_s, out.first_token_s, equal_nan=True)
     assert np.array_equal(fast.finish_s, out.finish_s, equal_nan=True)
     assert np.array_equal(fast.preemptions, out.preemptions)
     assert fast.iterations == out.iterations
-    assert [(r.aux[0], r.aux[2]) for r in sim.requests] == [(r.aux[0], r.aux[2]) for r in ex.requests]
+    assert [(r.aux.level, r.aux.served) for r in sim.requests] == [(r.aux.level, r.aux.served) for r in ex.requests]
     assert sim.sched.order.deepest == ex.sched.order.deepest
 
 
@@ -726,9 +726,9 @@ def test_fastserve_cached_ranking_matches_keys_recomputed_every_step(blocks, seq
                 self._to_front(r, r.aux)
             for r in self.sim.running:
                 s = r.aux
-                if r.phase == RUNNING and s[4] != end and not math.isnan(s[3]):
-                    s[2] += s[4] - s[3]
-                    s[3] = math.nan
+                if r.phase == RUNNING and s.last_end != end and not math.isnan(s.run_start):
+                    s.served += s.last_end - s.run_start
+                    s.run_start = math.nan
 
     fs = REGISTRY["fastserve"]
     ref = Policy("fastserve", fs.summary, Continuous, Reference, params=dict(fs.params))
@@ -744,7 +744,7 @@ def test_fastserve_cached_ranking_matches_keys_recomputed_every_step(blocks, seq
         assert np.array_equal(fast.preemptions, slow.preemptions)
         assert fast.iterations == slow.iterations
         if exact:   # (fast mode keeps the levels in the decode cohort: `engine.mlfq_cohort`)
-            assert all(r.key == (r.aux[0], r.aux[1], r.idx) for r in sim.requests if r.aux is not None)
+            assert all(r.key == (r.aux.level, r.aux.pos, r.idx) for r in sim.requests if r.aux is not None)
     if blocks < 4000:
         assert fast.preemptions.sum() > 0
 

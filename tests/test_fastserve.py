@@ -283,7 +283,6 @@ def test_every_job_of_the_last_batch_has_one_due_entry_below_its_due(monkeypatch
     carries, and only odd stamps have one); no entry is kept at the last level, where nothing
     is demoted; and the heap holds each due time that has entries once."""
     from schedport.engine.mlfq_cohort import MARGIN, MlfqCohort
-    from schedport.engine.mlfq_walk import DONE, FRZ, LVL, RUN, STAMP
     checked = {"steps": 0, "jobs": 0}
 
     def check(kept):
@@ -297,17 +296,17 @@ def test_every_job_of_the_last_batch_has_one_due_entry_below_its_due(monkeypatch
             assert entries
             for stamp, r in entries:
                 a = r.aux
-                if a[STAMP] == stamp:
-                    assert r.idx not in live and a[STAMP] % 2 == 1 and a[LVL] < last
+                if a.stamp == stamp:
+                    assert r.idx not in live and a.stamp % 2 == 1 and a.level < last
                     live[r.idx] = due
         for r in list(kept.sim.running) + list(q.items):
-            assert (r.aux[STAMP] % 2 == 1) == (r.idx in live)
+            assert (r.aux.stamp % 2 == 1) == (r.idx in live)
         pending = {r.idx for r in kept.refix}   # ran in freezing steps: entries made when the heap is read
         for L, jobs in enumerate(kept.lv):
             for r in jobs:
                 a = r.aux
-                if L < last and a[FRZ] < 0 and r.idx not in pending:
-                    assert live[r.idx] + kept.held <= q.quanta[L] - a[DONE] + a[RUN] + MARGIN
+                if L < last and a.frozen < 0 and r.idx not in pending:
+                    assert live[r.idx] + kept.held <= q.quanta[L] - a.served + a.run_start + MARGIN
                     checked["jobs"] += 1
         checked["steps"] += 1
 
@@ -351,20 +350,20 @@ def test_a_batch_that_sits_out_for_a_long_prefill_freezes_and_matches_exact(monk
         sit = w.sitters()
         assert len(sit) == w.n_sitters()
         seen["freeze"] += 1
-        seen["again"] += sum(1 for r in sit if r.aux[mc.FRZ] >= 0)
+        seen["again"] += sum(1 for r in sit if r.aux.frozen >= 0)
         seen["victims"] += sum(1 for a in w.acts if a[3] == mc.ACT_PREEMPT)
         plan = freeze0(self, sched, now, w)
-        assert all(r.aux[mc.FRZ] >= 0 for r in sit if r.aux[mc.VAL] is not None)   # every sitter left in B is frozen
+        assert all(r.aux.frozen >= 0 for r in sit if r.aux.value is not None)   # every sitter left in B is frozen
         return plan
 
     def start_runs(self, start):
         for r in self.thawing:
-            seen["thawed"] += r.aux[mc.FRZ] >= 0
-            seen["kept"] += r.aux[mc.FRZ] == mc.FROZEN     # its due entry still in the heap
+            seen["thawed"] += r.aux.frozen >= 0
+            seen["kept"] += r.aux.frozen == mc.FROZEN     # its due entry still in the heap
         start0(self, start)
 
     def write_out(self, order):
-        seen["written"] += sum(1 for r in order if r.aux[mc.FRZ] >= 0)
+        seen["written"] += sum(1 for r in order if r.aux.frozen >= 0)
         write0(self, order)
     monkeypatch.setattr(mc.MlfqCohort, "_freeze", freeze)
     monkeypatch.setattr(mc.MlfqCohort, "_start_runs", start_runs)
@@ -393,4 +392,4 @@ def assert_same_run(ex, a, sim, b):
     assert np.array_equal(a.preemptions, b.preemptions)
     for f in ("iterations", "swapped_blocks", "recomputed_tokens", "host_full_events", "stall_recomputes"):
         assert getattr(a, f) == getattr(b, f), f
-    assert [(r.aux[0], r.aux[2]) for r in sim.requests] == [(r.aux[0], r.aux[2]) for r in ex.requests]
+    assert [(r.aux.level, r.aux.served) for r in sim.requests] == [(r.aux.level, r.aux.served) for r in ex.requests]

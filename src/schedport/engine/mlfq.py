@@ -7,6 +7,7 @@ from bisect import bisect_left, insort
 from operator import attrgetter
 
 from schedport.engine.mlfq_cohort import MlfqCohort
+from schedport.engine.mlfq_job import MLFQJob
 from schedport.engine.queues import SortedEachStep
 
 
@@ -73,8 +74,8 @@ class SkipJoinMLFQ(SortedEachStep):
             self.levels_kept = MlfqCohort(self)
         return self.levels_kept
 
-    def _state(self, req):
-        # [level, position, processing time of closed runs, open run's start, last step's end]
+    def _state(self, req) -> MLFQJob:
+        """The job's `MLFQJob`, made when it first joins the queue (skip-join: at the back of its level)."""
         if req.aux is None:
             lvl = self._joins.get(req.prompt)
             if lvl is None:
@@ -83,7 +84,7 @@ class SkipJoinMLFQ(SortedEachStep):
                 self._joins[req.prompt] = lvl
             self._back += 1
             last = -math.inf if self.never_run_starves else req.arrival
-            req.aux = [lvl, self._back, 0.0, math.nan, last, None, 0, -1]   # (+ `MlfqCohort`'s value, stamp, freeze)
+            req.aux = MLFQJob(lvl, self._back, last)
             req.key = (lvl, self._back, req.idx)
             if lvl > self.deepest:
                 self.deepest = lvl
@@ -91,41 +92,36 @@ class SkipJoinMLFQ(SortedEachStep):
 
     def key(self, req, now):
         s = req.aux                     # set when the request first joined the queue
-        return (s[0], s[1], req.idx)    # == req.key, which sorting and ranking read instead
+        return (s.level, s.pos, req.idx)    # == req.key, which sorting and ranking read instead
 
     def push(self, req, now):
         self._state(req)
-        # `SortedEachStep.push` for static, cached keys, written out (once per arrival and preemption)
-        if self._sorted_at is not None:
-            insort(self.items, req, key=_KEY_ATTR)
-        else:
-            self.items.append(req)
+        super().push(req, now)
 
     def _to_front(self, req, s) -> None:
         self._front += 1
-        s[1] = -self._front
-        req.key = (s[0], s[1], req.idx)
+        s.pos = -self._front
+        req.key = (s.level, s.pos, req.idx)
 
     @staticmethod
     def _close(s):
-        if not math.isnan(s[3]):
-            s[2] += s[4] - s[3]
-            s[3] = math.nan
+        if not math.isnan(s.run_start):
+            s.served += s.last_end - s.run_start
+            s.run_start = math.nan
 
     def _run(self, s, start, end) -> bool:
         """Account one step [start, end] the job ran in; demote it if its processing time now
-        exceeds its level's quantum (and say so). `after_step` applies this rule written out in
-        its loop; this is its readable form, which the tests' reference ordering calls."""
-        if s[4] != start or math.isnan(s[3]):
+        exceeds its level's quantum (and say so)."""
+        if s.last_end != start or math.isnan(s.run_start):
             self._close(s)
-            s[3] = start
-        s[4] = end
-        if s[0] < self.levels - 1 and s[2] + (end - s[3]) > self.quanta[s[0]]:
-            s[0] += 1
-            s[2] = 0.0
-            s[3] = math.nan
-            if s[0] > self.deepest:
-                self.deepest = s[0]
+            s.run_start = start
+        s.last_end = end
+        if s.level < self.levels - 1 and s.served + (end - s.run_start) > self.quanta[s.level]:
+            s.level += 1
+            s.served = 0.0
+            s.run_start = math.nan
+            if s.level > self.deepest:
+                self.deepest = s.level
             return True
         return False
 
@@ -136,17 +132,17 @@ class SkipJoinMLFQ(SortedEachStep):
         """`prevent_starvation`: every job outside the batch idle for `starve_limit_s`, collected
         queue by queue from the top and each pushed to the front of the top queue in turn."""
         limit = self.starve
-        due = [r for r in self.items if start - r.aux[4] >= limit]
-        due += [r for r in self.sim.running if r.idx not in batch_ids and start - r.aux[4] >= limit]
+        due = [r for r in self.items if start - r.aux.last_end >= limit]
+        due += [r for r in self.sim.running if r.idx not in batch_ids and start - r.aux.last_end >= limit]
         if not due:
             return
         due.sort(key=_KEY_ATTR)
         for r in due:
             s = r.aux
             self._close(s)
-            s[0] = 0
-            if s[6] & 1:                # the fast mode's due entry (`MlfqCohort`) no longer bounds its due
-                s[6] += 1
+            s.level = 0
+            if s.stamp & 1:                # the fast mode's due entry (`MlfqCohort`) no longer bounds its due
+                s.stamp += 1
             self._to_front(r, s)
         self.promotions += len(due)
         self._sorted_at = None          # waiting keys changed: re-sort
@@ -162,36 +158,15 @@ class SkipJoinMLFQ(SortedEachStep):
             batch.sort(key=_KEY_ATTR)
         if self._check_due():
             self._promote_starved({r.idx for r in batch}, start)
-        # `pop_finished_requests`, in batch (rank) order: `_run`, then `_to_front`, written out
-        # (this loop runs once per job per step)
-        quanta = self.quanta
-        last = self.levels - 1
-        front = self._front
+        # `pop_finished_requests`, in batch (rank) order
         for r in batch:
-            s = r.aux
-            s3 = s[3]
-            if s[4] != start or s3 != s3:           # a new run starts (s3 != s3: NaN, none open)
-                if s3 == s3:
-                    s[2] += s[4] - s3
-                s[3] = s3 = start
-            s[4] = end
-            lvl = s[0]
-            if lvl < last and s[2] + (end - s3) > quanta[lvl]:
-                lvl += 1
-                s[0] = lvl
-                s[2] = 0.0
-                s[3] = math.nan
-                if lvl > self.deepest:
-                    self.deepest = lvl
-            front += 1
-            s[1] = -front
-            r.key = (lvl, -front, r.idx)
-        self._front = front
+            self._run(r.aux, start, end)
+            self._to_front(r, r.aux)
         if kept is not None:
             kept.rebuild(batch, end)
         # a running job that sat this step out ended its open run (its KV stays resident) at its
-        # last step's end, s[4]; the run is closed when next read (`_close`, the new-run branch
-        # above, `fast_forward_limit`), with the same sum an eager close would make
+        # last step's end, s.last_end; the run is closed when next read (`_close`, from `_run`,
+        # `fast_forward_limit`), with the same sum an eager close would make
 
     def on_finish(self, req, t):
         if self.levels_kept is not None:
@@ -199,15 +174,8 @@ class SkipJoinMLFQ(SortedEachStep):
 
     def requeue(self, req, now):
         # swapped or recomputed out of the batch's way: its place in its queue is kept
-        s = self._state(req)
-        s3 = s[3]
-        if s3 == s3:                    # (`_close`: a run is open)
-            s[2] += s[4] - s3
-            s[3] = math.nan
-        if self._sorted_at is not None:
-            insort(self.items, req, key=_KEY_ATTR)
-        else:
-            self.items.append(req)
+        self._close(self._state(req))
+        super().push(req, now)
         if req.generated or req.swapped:
             if self._resumable_sorted:
                 insort(self.resumable, req, key=_KEY_ATTR)
@@ -250,17 +218,17 @@ class SkipJoinMLFQ(SortedEachStep):
         k = self.every - self.sim.iterations % self.every
         t = math.inf
         if self.items:
-            lw = min(r.aux[0] for r in self.items)
+            lw = min(r.aux.level for r in self.items)
             quanta = self.quanta
             for r, _ in plan.items:
                 s = r.aux
-                lvl = s[0]
+                lvl = s.level
                 if lvl < self.levels - 1:
-                    if s[4] != now or math.isnan(s[3]):
+                    if s.last_end != now or math.isnan(s.run_start):
                         seg = now
-                        done = s[2] if math.isnan(s[3]) else s[2] + (s[4] - s[3])  # a run it sat out closed
+                        done = s.served if math.isnan(s.run_start) else s.served + (s.last_end - s.run_start)  # a run it sat out closed
                     else:
-                        seg, done = s[3], s[2]
+                        seg, done = s.run_start, s.served
                     due = seg + (quanta[lvl] - done)
                     for m in range(lvl + 1, lw + 1):    # empty from lw on: its next demotion counts
                         due += quanta[m]
@@ -281,21 +249,21 @@ class SkipJoinMLFQ(SortedEachStep):
         quanta = self.quanta
         bounds = None
         order = sorted((r for r, _ in plan.items), key=_KEY_ATTR)
-        level0 = {r.idx: r.aux[0] for r in order}
+        level0 = {r.idx: r.aux.level for r in order}
         demoted: dict[int, list] = {}         # step index -> jobs demoted at its end
         for r in order:
             s = r.aux
-            if s[4] != start or math.isnan(s[3]):
+            if s.last_end != start or math.isnan(s.run_start):
                 self._close(s)
-                s[3] = start
-            s[4] = end
-            if s[0] < last and s[2] + (end - s[3]) > quanta[s[0]]:
+                s.run_start = start
+            s.last_end = end
+            if s.level < last and s.served + (end - s.run_start) > quanta[s.level]:
                 if bounds is None:
                     bounds = (starts[:k].tolist(), ends[:k].tolist())
                 for j in self._demote_within(s, bounds[0], bounds[1]):
                     demoted.setdefault(j, []).append(r)
-                if s[0] > self.deepest:
-                    self.deepest = s[0]
+                if s.level > self.deepest:
+                    self.deepest = s.level
         # the batch's order after each step: within a level, the reverse of the step's order
         # (each job was pushed to the front in turn), regrouped by level where jobs were demoted
         lvl = dict(level0)
@@ -329,8 +297,8 @@ class SkipJoinMLFQ(SortedEachStep):
         k = len(ends)
         j = 0
         at = []
-        while s[0] < last:
-            q, base, seg = self.quanta[s[0]], s[2], s[3]
+        while s.level < last:
+            q, base, seg = self.quanta[s.level], s.served, s.run_start
             if not base + (ends[k - 1] - seg) > q:
                 break
             lo, hi = j - 1, k - 1           # the test fails at lo (or lo is before the run), holds at hi
@@ -340,13 +308,13 @@ class SkipJoinMLFQ(SortedEachStep):
                     hi = mid
                 else:
                     lo = mid
-            s[0] += 1
-            s[2] = 0.0
+            s.level += 1
+            s.served = 0.0
             at.append(hi)
             if hi == k - 1:
-                s[3] = math.nan
+                s.run_start = math.nan
                 break
-            s[3] = starts[hi + 1]
+            s.run_start = starts[hi + 1]
             j = hi + 1
         return at
 

@@ -17,7 +17,7 @@ for the fast mode (the decode cohort):
   is in B; each level is a list in value order, so that its rank order is a copy, or a
   reversed one.)
 * **Processing time is summed lazily.** A job that ran in the last step has its last step's end
-  `last_end` and an open run; it is demoted at the first step end where ``s2 + (end - s3) >
+  `last_end` and an open run; it is demoted at the first step end where ``served + (end - run_start) >
   quantum``, found from a heap of due times (`schedport.engine.mlfq_due`). A fast-forward
   stops at the step where a job is next due, unless every running job is in the batch and
   nothing waits: then the order cannot change the batch and the demotions are made inside the
@@ -51,9 +51,9 @@ import math
 from bisect import bisect_left
 from itertools import chain, islice
 
-from schedport.engine.mlfq_due import FROZEN, MARGIN, NO_ENTRY, DueTimes
-from schedport.engine.mlfq_walk import (ACT_PREEMPT, ACT_RUN, BY_KEY, DONE, FRZ, LAST, LVL, POS, RUN, STAMP, VAL,
-                                        GiveWay, Walk)
+from schedport.engine.mlfq_due import MARGIN, DueTimes
+from schedport.engine.mlfq_job import FROZEN, NO_ENTRY, THAWED
+from schedport.engine.mlfq_walk import ACT_PREEMPT, ACT_RUN, BY_KEY, GiveWay, Walk
 from schedport.engine.policy import Plan
 from schedport.engine.queues import Queue
 from schedport.engine.simulator import RUNNING, Request
@@ -100,7 +100,7 @@ class MlfqCohort(DueTimes):
 
     def _drop(self, r: Request) -> None:
         """Take B's job `r` out of its level (its value, in `key`, places it)."""
-        L = r.aux[LVL]
+        L = r.aux.level
         k = self.vk[L]
         i = bisect_left(k, r.key)
         del k[i]
@@ -110,7 +110,7 @@ class MlfqCohort(DueTimes):
         """B's jobs `order` (one level, rank order) leave B: explicit positions, last end, runs."""
         q = self.q
         end = self.last_end
-        L = order[0].aux[LVL]
+        L = order[0].aux.level
         o, k = self.lv[L], self.vk[L]
         n = len(order)
         v0, v1 = (order[0].key, order[-1].key) if self.sign > 0 else (order[-1].key, order[0].key)
@@ -124,15 +124,15 @@ class MlfqCohort(DueTimes):
         for r in reversed(order):
             a = r.aux
             front += 1
-            a[POS] = -front
+            a.pos = -front
             r.key = (L, -front, r.idx)
-            if a[FRZ] < 0:
-                a[LAST] = end
-                if a[RUN] == end:       # demoted at its last step: no run open yet
-                    a[RUN] = math.nan
+            if a.frozen < 0:
+                a.last_end = end
+                if a.run_start == end:  # demoted at its last step: no run open yet
+                    a.run_start = math.nan
             else:
-                a[FRZ] = -1             # frozen: its last end and run were written when it froze
-            a[VAL] = None               # (its due entry stays: a bound below its due when it rejoins)
+                a.frozen = THAWED       # frozen: its last end and run were written when it froze
+            a.value = None              # (its due entry stays: a bound below its due when it rejoins)
         q._front = front
 
     def materialize(self) -> None:
@@ -154,19 +154,19 @@ class MlfqCohort(DueTimes):
         by = {}
         for r in batch:
             if r.phase == RUNNING:
-                by.setdefault(r.aux[LVL], []).append(r)
+                by.setdefault(r.aux.level, []).append(r)
         for L, rs in by.items():
             rs.sort(key=BY_KEY)
             for i, r in enumerate(rs):
                 a = r.aux
-                a[VAL] = r.key = i
-                if a[RUN] != a[RUN]:
-                    a[RUN] = end        # demoted: its next run starts with the next step
+                a.value = r.key = i
+                if a.run_start != a.run_start:
+                    a.run_start = end        # demoted: its next run starts with the next step
                 self._push_due(r)
             self.lv[L] = rs
             self.vk[L] = list(range(len(rs)))
             self.lo[L], self.hi[L] = 0, len(rs) - 1
-        self.others = sorted((r for r in self.sim.running if r.aux[VAL] is None), key=BY_KEY)
+        self.others = sorted((r for r in self.sim.running if r.aux.value is None), key=BY_KEY)
         self.items_prev = list(batch)
         self.x = []
 
@@ -184,9 +184,9 @@ class MlfqCohort(DueTimes):
     def left(self, r: Request) -> None:
         """A job finished (or was preempted on written-out state): it leaves B or the parked set."""
         a = r.aux
-        if a[VAL] is not None:
+        if a.value is not None:
             self._drop(r)
-            a[VAL] = None
+            a.value = None
         else:
             self._unpark(r)
 
@@ -306,9 +306,9 @@ class MlfqCohort(DueTimes):
         new = sorted(rs, key=BY_KEY)
         i, n = 0, len(new)
         while i < n:
-            L = new[i].aux[LVL]
+            L = new[i].aux.level
             j = i + 1
-            while j < n and new[j].aux[LVL] == L:
+            while j < n and new[j].aux.level == L:
                 j += 1
             p = bisect_left(o, (L,), key=BY_KEY)
             o[p:p] = new[i:j]
@@ -320,9 +320,9 @@ class MlfqCohort(DueTimes):
         leave: dict[int, list] = {}
         for r, _, _, act, in_b in acts:
             if act == ACT_PREEMPT and in_b:
-                leave.setdefault(r.aux[LVL], []).append(r)
+                leave.setdefault(r.aux.level, []).append(r)
         for r in sit:
-            leave.setdefault(r.aux[LVL], []).append(r)
+            leave.setdefault(r.aux.level, []).append(r)
         for rs in leave.values():
             rs.sort(key=BY_KEY, reverse=self.sign < 0)
             self._write_out(rs)
@@ -346,7 +346,7 @@ class MlfqCohort(DueTimes):
         x = self.others
         if plan.admitted:
             seen = {r.idx for r in x}
-            x = x + [r for r, _ in plan.items if r.aux[VAL] is None and r.idx not in seen]
+            x = x + [r for r, _ in plan.items if r.aux.value is None and r.idx not in seen]
             x.sort(key=BY_KEY)
         self.x = x
         self.others = []
@@ -358,7 +358,7 @@ class MlfqCohort(DueTimes):
         for r in self.others:
             tokens += r.prompt + r.generated - r.computed
         for r in self.items_prev:
-            if r.phase == RUNNING and r.sync < 0 and r.aux[VAL] is not None:
+            if r.phase == RUNNING and r.sync < 0 and r.aux.value is not None:
                 tokens += r.prompt + r.generated - r.computed
         return tokens > budget
 
@@ -385,7 +385,7 @@ class MlfqCohort(DueTimes):
 
         A frozen job was not pushed this step: it keeps its place behind this step's batch, ahead
         of every older position, as its own push at its last step left it. Its run closes at that
-        step's end (`LAST`); the step that takes it again opens a new one (`_start_runs`), and one
+        step's end (`last_end`); the step that takes it again opens a new one (`_start_runs`), and one
         that leaves it out writes it out as any sitter (`_write_out`). Freezing saves the sitters'
         leaving and rejoining B and the cohort one by one when the next step takes them all back.
         """
@@ -400,27 +400,26 @@ class MlfqCohort(DueTimes):
         end = self.last_end
         frz = self.thawing              # the jobs frozen before this step (`_thaw_next`): some thaw in it
         at_low = self.sign > 0
-        frz_, last_ = FRZ, LAST         # (read once: this loop freezes hundreds at a chain's start)
         for L in range(L0, self.q.deepest + 1):     # (no job is below the deepest level reached)
             d = lv[L]
             if not d:
                 continue
             if L == L0 and reached:
                 seq = islice(d if at_low else reversed(d), reached, None)
-            elif (d[0] if at_low else d[-1]).aux[FRZ] >= 0:
+            elif (d[0] if at_low else d[-1]).aux.frozen >= 0:
                 continue
             else:
                 seq = d if at_low else reversed(d)
             for r in seq:
                 a = r.aux
-                if a[frz_] >= 0:
+                if a.frozen >= 0:
                     break
-                a[frz_] = FROZEN
-                a[last_] = end           # (one demoted at its last step has a run [end, end]: it adds 0.0)
+                a.frozen = FROZEN
+                a.last_end = end           # (one demoted at its last step has a run [end, end]: it adds 0.0)
                 # (its due entry stays: a bound below its due once it thaws, as its run restarts later)
                 frz.append(r)
         # the frozen jobs outside the cohort (before or now): B's jobs outside it are the walk's `bitems`
-        items_out = [r for its in w.bitems.values() for r in its if r.aux[FRZ] >= 0] if w.bitems else []
+        items_out = [r for its in w.bitems.values() for r in its if r.aux.frozen >= 0] if w.bitems else []
         # the walk's decisions in its order, as `_apply` makes them (B's jobs preempted written out
         # first; a preemption frees host room an admission may take back)
         self._leave_b(w.acts, ())
@@ -474,7 +473,7 @@ class MlfqCohort(DueTimes):
                     if alone:
                         sim.serve_alone(alone, items)
                 ran += order
-            while j < n_out and outside[j].aux[LVL] == L:
+            while j < n_out and outside[j].aux.level == L:
                 r = outside[j]
                 j += 1
                 items.append((r, ks[r.idx]))     # (`Plan.add`: the step is not decode-only)
@@ -485,7 +484,7 @@ class MlfqCohort(DueTimes):
             raise RuntimeError("internal: a frozen step's batch is not in level order")
         self.ran = ran
         # every frozen job sits this step; those the batch took thaw (`_start_runs`)
-        self.thawing = [r for r in ran if r.aux[FRZ] >= 0]
+        self.thawing = [r for r in ran if r.aux.frozen >= 0]
         self.frz = frz                  # (those that thaw, or leave B, are passed over later)
         # B's sitters outside the cohort are visited by the next walk, as B's items of this step are
         if self.thawing and items_out:
@@ -519,15 +518,14 @@ class MlfqCohort(DueTimes):
         to: dict[int, list] = {}
         quanta = q.quanta
         last = q.levels - 1
-        lvl, done, run, val = LVL, DONE, RUN, VAL     # (read once: these loops run per job that ran)
         for r in ran:
             a = r.aux
-            L = a[lvl]
-            if L < last and a[done] + (end - a[run]) > quanta[L]:
-                a[done] = 0.0
-                a[run] = end            # its next run starts with the next step
+            L = a.level
+            if L < last and a.served + (end - a.run_start) > quanta[L]:
+                a.served = 0.0
+                a.run_start = end       # its next run starts with the next step
                 L += 1
-                a[lvl] = L
+                a.level = L
                 if L > q.deepest:
                     q.deepest = L
             g = to.get(L)
@@ -547,7 +545,7 @@ class MlfqCohort(DueTimes):
                 k[0:0] = range(v - n, v)
                 for r in rs:
                     v -= 1
-                    r.aux[val] = r.key = v
+                    r.aux.value = r.key = v
             else:
                 v = hi[L]
                 hi[L] = v + n
@@ -555,7 +553,7 @@ class MlfqCohort(DueTimes):
                 k.extend(range(v + 1, v + n + 1))
                 for r in rs:
                     v += 1
-                    r.aux[val] = r.key = v
+                    r.aux.value = r.key = v
         self.refix += ran               # (their due entries are made when the heap is next read: `_settle`)
         self.ran = None
         self.x = []
@@ -566,28 +564,26 @@ class MlfqCohort(DueTimes):
         frozen jobs it took thaw: a new run, and a due time."""
         for r in self.x:
             s = r.aux
-            s3 = s[RUN]
-            if s[LAST] != start or s3 != s3:
+            s3 = s.run_start
+            if s.last_end != start or s3 != s3:
                 if s3 == s3:
-                    s[DONE] += s[LAST] - s3
-                s[RUN] = start
+                    s.served += s.last_end - s3
+                s.run_start = start
         if self.thawing:
-            done, last, run, frz = DONE, LAST, RUN, FRZ     # (read once: this loop thaws hundreds at a chain's end)
             for r in self.thawing:
                 s = r.aux
-                f = s[frz]
+                f = s.frozen
                 if f >= 0:              # (not written out; a job of B has a run open, `_freeze`)
-                    s[done] += s[last] - s[run]
-                    s[run] = start
-                    s[frz] = -1
+                    s.served += s.last_end - s.run_start
+                    s.run_start = start
+                    s.frozen = THAWED
                     if f == NO_ENTRY:
                         self._push_due(r)
             self.thawing = []
 
     def _advance(self, end: float, demoted: tuple[dict, list]) -> None:
         """One step's front pushes and demotions: each level's batch reversed, newcomers `x` at the
-        front, jobs demoted into a level behind its batch (in batch order: B's, then newcomers).
-        (`_push_due` written out: this runs for every job that enters B.)"""
+        front, jobs demoted into a level behind its batch (in batch order: B's, then newcomers)."""
         x = self.x
         down, xs = demoted              # (`_due`: B's by the level they leave, as due entries; newcomers)
         if not x and not down:          # (then no newcomer is demoted either) the order flips, no more
@@ -614,19 +610,15 @@ class MlfqCohort(DueTimes):
                         del o[i], k[i]
             for r in x:
                 if r.idx in dem:
-                    moved.setdefault(r.aux[LVL], []).append(r)
+                    moved.setdefault(r.aux.level, []).append(r)
         else:
             dem = ()
         sign = self.sign = -sign
-        enter = self._enter
-        held = self.held
-        quanta = q.quanta
-        last = q.levels - 1
         for r in x:                     # at the front of their levels, in batch order
             if r.idx in dem:
                 continue
             a = r.aux
-            L = a[LVL]
+            L = a.level
             d = lv[L]
             if not d:
                 lo[L] = hi[L] = 0
@@ -638,10 +630,8 @@ class MlfqCohort(DueTimes):
                 v = hi[L] = hi[L] + 1
                 d.append(r)
                 vk[L].append(v)
-            a[VAL] = r.key = v
-            if not a[STAMP] & 1 and L < last:   # (an entry it kept lies below its due)
-                a[STAMP] += 1
-                enter(quanta[L] - a[DONE] + a[RUN] - held, a[STAMP], r)
+            a.value = r.key = v
+            self._push_due(r)
         for L, rs in moved.items():     # behind B's jobs of the next level
             L += 1
             d, k = lv[L], vk[L]
@@ -664,11 +654,11 @@ class MlfqCohort(DueTimes):
             for r in reversed(rs):
                 v += step
                 a = r.aux
-                fresh = a[VAL] is None  # a newcomer (B's demoted jobs had their entries moved in `_due`)
-                a[LVL] = L
-                a[DONE] = 0.0
-                a[RUN] = end            # its next run starts with the next step
-                a[VAL] = r.key = v
+                fresh = a.value is None  # a newcomer (B's demoted jobs had their entries moved in `_due`)
+                a.level = L
+                a.served = 0.0
+                a.run_start = end            # its next run starts with the next step
+                a.value = r.key = v
                 if fresh:
                     self._push_due(r)
             if L > q.deepest:
@@ -746,16 +736,16 @@ class MlfqCohort(DueTimes):
         self._top_due()
         t = heap[0] + self.held if heap else math.inf
         last = q.levels - 1
-        thaw = [r for r in self.thawing if r.aux[FRZ] >= 0] if self.thawing else ()
+        thaw = [r for r in self.thawing if r.aux.frozen >= 0] if self.thawing else ()
         for r in chain(self.x, thaw):
             s = r.aux
-            if s[LVL] < last:
-                done, s3 = s[DONE], s[RUN]
-                if s[LAST] != now or s3 != s3:
+            if s.level < last:
+                done, s3 = s.served, s.run_start
+                if s.last_end != now or s3 != s3:
                     if s3 == s3:
-                        done = done + (s[LAST] - s3)
+                        done = done + (s.last_end - s3)
                     s3 = now
-                due = q.quanta[s[LVL]] - done + s3
+                due = q.quanta[s.level] - done + s3
                 if due < t:
                     t = due
         return k, (t - MARGIN if t < math.inf else None)

@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import heapq
 
-from schedport.engine.mlfq_walk import DONE, FRZ, LAST, LVL, RUN, STAMP, VAL
+from schedport.engine.mlfq_job import NO_ENTRY
 from schedport.engine.simulator import Request
 
 MARGIN = 1e-6       # seconds: due times are compared with this slack, then tested exactly
-FROZEN, NO_ENTRY = 1, 2     # a frozen job's FRZ: its due entry kept (a bound below its due), or none
 
 
 class DueTimes:
@@ -50,20 +49,20 @@ class DueTimes:
         """Give B's job `r` a due entry if it has none (one it kept lies below its due), or at the
         last level, where nothing is demoted, let go of the one it has."""
         a = r.aux
-        if a[LVL] == self.q.levels - 1:
-            if a[STAMP] & 1:
-                a[STAMP] += 1
-        elif not a[STAMP] & 1:
-            a[STAMP] += 1
-            self._enter(self.q.quanta[a[LVL]] - a[DONE] + a[RUN] - self.held, a[STAMP], r)
+        if a.level == self.q.levels - 1:
+            if a.stamp & 1:
+                a.stamp += 1
+        elif not a.stamp & 1:
+            a.stamp += 1
+            self._enter(self.q.quanta[a.level] - a.served + a.run_start - self.held, a.stamp, r)
 
     def _drop_all(self) -> None:
         """No job keeps an entry (the state is written out)."""
         for g in self.at.values():
             for stamp, r in g:
                 a = r.aux
-                if a[STAMP] == stamp:
-                    a[STAMP] += 1
+                if a.stamp == stamp:
+                    a.stamp += 1
         self.heap = []
         self.at = {}
         self.refix = []
@@ -83,15 +82,15 @@ class DueTimes:
             moved = []
             for i, (stamp, r) in enumerate(g):
                 s = r.aux
-                if s[STAMP] != stamp:
+                if s.stamp != stamp:
                     continue
-                if s[VAL] is None:      # out of B: a new entry if it rejoins
-                    s[STAMP] += 1
-                elif s[FRZ] >= 0:
-                    s[STAMP] += 1
-                    s[FRZ] = NO_ENTRY
+                if s.value is None:      # out of B: a new entry if it rejoins
+                    s.stamp += 1
+                elif s.frozen >= 0:
+                    s.stamp += 1
+                    s.frozen = NO_ENTRY
                 else:
-                    due = quanta[s[LVL]] - s[DONE] + s[RUN] - held
+                    due = quanta[s.level] - s.served + s.run_start - held
                     if due <= key:
                         if i:
                             del g[:i]
@@ -116,29 +115,21 @@ class DueTimes:
         last = self.q.levels - 1
         held = self.held
         now = self.last_end
-        at, heap = self.at, self.heap
-        lvl, st = LVL, STAMP            # (read once: this loop runs per job that ran in a freezing step)
         for r in dict.fromkeys(self.refix):
             a = r.aux
-            L = a[lvl]
-            if a[VAL] is None or L == last:
-                if a[st] & 1:
-                    a[st] += 1
+            L = a.level
+            if a.value is None or L == last:
+                if a.stamp & 1:
+                    a.stamp += 1
                 continue
-            done, s3 = a[DONE], a[RUN]
-            if a[FRZ] >= 0:             # its run closed at its last step's end; the next opens no earlier than now
+            done, s3 = a.served, a.run_start
+            if a.frozen >= 0:             # its run closed at its last step's end; the next opens no earlier than now
                 if s3 == s3:
-                    done = done + (a[LAST] - s3)
+                    done = done + (a.last_end - s3)
                 s3 = now
-            stamp = a[st]
-            stamp = a[st] = stamp + 2 if stamp & 1 else stamp + 1
-            due = quanta[L] - done + s3 - held     # (`_enter`, written out)
-            g = at.get(due)
-            if g is None:
-                at[due] = [(stamp, r)]
-                heapq.heappush(heap, due)
-            else:
-                g.append((stamp, r))
+            stamp = a.stamp
+            stamp = a.stamp = stamp + 2 if stamp & 1 else stamp + 1
+            self._enter(quanta[L] - done + s3 - held, stamp, r)
         self.refix = []
 
     def _due(self, end: float) -> tuple[dict, list]:
@@ -158,30 +149,29 @@ class DueTimes:
         enter = self._enter
         back = []
         down: dict[int, list] = {}      # the entries of the jobs demoted from each level
-        st, done, run = STAMP, DONE, RUN     # (read once: this loop runs per entry that comes up)
         while heap and heap[0] <= lim:
             key = heapq.heappop(heap)
             for e in at.pop(key):
                 stamp, r = e
                 s = r.aux
-                if s[st] != stamp:
+                if s.stamp != stamp:
                     continue
-                if s[VAL] is None:      # out of B (parked, waiting or done): a new entry if it rejoins
-                    s[st] += 1
+                if s.value is None:      # out of B (parked, waiting or done): a new entry if it rejoins
+                    s.stamp += 1
                     continue
-                if s[FRZ] >= 0:         # frozen, not running: a new entry when it thaws
-                    s[st] += 1
-                    s[FRZ] = NO_ENTRY
+                if s.frozen >= 0:         # frozen, not running: a new entry when it thaws
+                    s.stamp += 1
+                    s.frozen = NO_ENTRY
                     continue
-                L = s[LVL]
-                if s[done] + (end - s[run]) > quanta[L]:    # (then its due is not past `lim`)
+                L = s.level
+                if s.served + (end - s.run_start) > quanta[L]:    # (then its due is not past `lim`)
                     g = down.get(L)
                     if g is None:
                         down[L] = [e]
                     else:
                         g.append(e)
                     continue
-                due = quanta[L] - s[done] + s[run] - held
+                due = quanta[L] - s.served + s.run_start - held
                 if due > lim:           # a bound below its due (its run restarted): put back at it
                     enter(due, stamp, r)
                 else:
@@ -191,7 +181,7 @@ class DueTimes:
         for L, es in down.items():
             if L + 1 == last:           # nothing is demoted from the last level: no entry kept there
                 for stamp, r in es:
-                    r.aux[STAMP] += 1
+                    r.aux.stamp += 1
                 continue
             key = quanta[L + 1] + end - held
             g = at.get(key)
@@ -204,5 +194,5 @@ class DueTimes:
             enter(*e)
         if not self.x:
             return down, []
-        xs = [r for r in self.x if r.aux[LVL] < last and r.aux[DONE] + (end - r.aux[RUN]) > quanta[r.aux[LVL]]]
+        xs = [r for r in self.x if r.aux.level < last and r.aux.served + (end - r.aux.run_start) > quanta[r.aux.level]]
         return down, xs

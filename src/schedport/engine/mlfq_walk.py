@@ -1,10 +1,9 @@
-"""FastServe's ranked fill over the levels kept in the decode cohort (`mlfq_cohort.MlfqCohort`),
-and the per-job fields the two read.
+"""FastServe's ranked fill over the levels kept in the decode cohort (`mlfq_cohort.MlfqCohort`).
 
-A job's `aux` list (made by `SkipJoinMLFQ`) holds its level, explicit position, closed processing
-time, open run's start and last step's end; the kept state adds the job's value in the last
-batch B (None outside it), a stamp that tells its live due entry, and whether it sits out
-frozen. The walk (`Walk`) takes one step's batch from those levels with the full pass's rules.
+A job's `aux` is its `schedport.engine.mlfq_job.MLFQJob` (made by `SkipJoinMLFQ`): its level,
+explicit position and processing time, and the kept state's fields, among them its value in the
+last batch B (None outside it). The walk (`Walk`) takes one step's batch from those levels with
+the full pass's rules.
 """
 
 from __future__ import annotations
@@ -18,9 +17,6 @@ from schedport.engine.simulator import RUNNING, Request
 BY_KEY = attrgetter("key")
 
 
-# aux fields: level, position, closed processing time, open run's start, last step's end, value in B, stamp,
-# and whether a job of B sits out frozen (1 or 2) or not (-1)
-LVL, POS, DONE, RUN, LAST, VAL, STAMP, FRZ = range(8)
 ACT_RUN, ACT_ADMIT, ACT_PREEMPT = range(3)   # a walk's actions
 
 
@@ -63,8 +59,8 @@ class Walk:
         self.budget = mode.budget
         self.bitems: dict[int, list] = {}       # B's jobs outside the cohort, by level
         for r in kept.items_prev:
-            if r.phase == RUNNING and r.sync < 0 and r.aux[VAL] is not None:
-                self.bitems.setdefault(r.aux[LVL], []).append(r)
+            if r.phase == RUNNING and r.sync < 0 and r.aux.value is not None:
+                self.bitems.setdefault(r.aux.level, []).append(r)
         # free blocks: a lower bound (every member's new block taken first), or where that leaves too
         # few (`tight`), the exact count, every member visited and given its block in rank order
         self.cross = sim.cohort_buckets[(-self.d) % self.bs]    # members that need a new block this step
@@ -376,7 +372,7 @@ class Walk:
         io = self.io
         low = bmin if cur is None or bmin < cur else cur     # (bmin <= the level count)
         for L in range(self.kept.q.deepest, -1, -1):   # (no job is below the deepest level reached)
-            while j >= io and others[j].aux[LVL] == L:     # parked jobs rank after B's in a level
+            while j >= io and others[j].aux.level == L:     # parked jobs rank after B's in a level
                 if freed >= need:
                     break
                 v = others[j]
@@ -410,17 +406,17 @@ class Walk:
         if freed < need:
             raise GiveWay                  # every job not reached goes, and it is still short
         best = vict[-1][0]
-        self.victim = (best.aux[LVL], -math.inf, 0) if best.aux[VAL] is not None else best.key
+        self.victim = (best.aux.level, -math.inf, 0) if best.aux.value is not None else best.key
         self.vreq = best
         for v, vb in vict:
-            if v.aux[VAL] is None:
+            if v.aux.value is None:
                 self.n_oth -= 1
             else:
-                self.orders[v.aux[LVL]].pop()   # the worst of its level's kept order
+                self.orders[v.aux.level].pop()   # the worst of its level's kept order
             self.free += vb
             self.freed += vb
             self.pending -= 1
-            self.acts.append((v, 0, vb, ACT_PREEMPT, v.aux[VAL] is not None))
+            self.acts.append((v, 0, vb, ACT_PREEMPT, v.aux.value is not None))
         self.room = room
         self.lost += lost
         self.preempted = True
