@@ -180,3 +180,16 @@ def test_the_0_1_module_paths_are_gone():
     for pkg, name in ((schedport.engine, "Simulator"), (schedport.analysis, "analyze"),
                       (schedport.report, "write_report")):
         assert not hasattr(pkg, name), name
+
+
+def test_the_engine_config_and_latency_import_without_the_analysis_stack():
+    """The vLLM conformance driver runs in vLLM's own interpreter, which has numpy but none of
+    pandas, pyarrow, scipy or matplotlib, and imports schedport's engine config, latency model
+    and atomic write from the source tree: those must not pull the analysis stack in."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfor m in ('pandas', 'pyarrow', 'scipy', 'matplotlib'): sys.modules[m] = None\n"
+            "import schedport.engine.config, schedport.engine.latency, schedport.common.atomic\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]

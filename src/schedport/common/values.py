@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 
 def is_int(v: Any) -> bool:
@@ -54,6 +53,7 @@ def json_safe(v: Any) -> Any:
         return json_scalar(v)
     if isinstance(v, Path):
         return str(v)
-    if isinstance(v, pd.Timestamp):
-        return v.isoformat()
+    if type(v).__name__ == "Timestamp" and type(v).__module__.startswith("pandas"):
+        return v.isoformat()      # a pandas Timestamp, known without importing pandas (the vLLM
+                                  # conformance driver imports the engine config where pandas is absent)
     return str(v)
