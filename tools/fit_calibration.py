@@ -29,7 +29,6 @@ Usage:  .venv/bin/python tools/fit_calibration.py [--dir DIR] [--check]
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import sys
@@ -40,6 +39,7 @@ import pandas as pd
 from scipy.optimize import least_squares, lsq_linear
 
 from schedport.engine.profilefit import fit_roofline
+from schedport.workload.datadir import sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DIR = REPO.parent / "shared" / "calibration" / "vidur-a100-llama3-8b"
@@ -55,15 +55,6 @@ KVWRITE_T0_MS, KVWRITE_BYTES, KVWRITE_BW = 0.003, 8192, 1.6e12
 NONATTN_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
                "post_attention_layernorm", "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
 LM_HEAD_RATIO = 128256 / 28672  # vocab / (2*ffn): LM-head GEMM vs the gate+up GEMM, same K
-
-
-def sha256(path: Path) -> str:
-    """Hex sha256 of a file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def sig(x: float, digits: int = 6) -> float:
@@ -94,7 +85,7 @@ def verify(d: Path) -> dict[str, str]:
             sums[name.lstrip("*")] = h
     out = {}
     for name in ("mlp.csv", "attention_decode_samples.csv", "attention_prefill_samples.csv"):
-        h = sha256(d / name)
+        h = sha256_file(d / name)
         if name in sums and sums[name] != h:
             sys.exit(f"{d / name}: sha256 {h} does not match SHA256SUMS ({sums[name]})")
         out[name] = h

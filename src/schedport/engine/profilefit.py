@@ -26,7 +26,6 @@ The latency model is `CalibratedLatency`'s form, built the way the A100 calibrat
 
 from __future__ import annotations
 
-import hashlib
 import math
 from pathlib import Path
 
@@ -35,6 +34,7 @@ import numpy as np
 from schedport.engine.deployments import DEPLOYMENT_SPECS, GPUS, MODELS
 from schedport.engine.latency import CALIBRATED_COEFFS
 from schedport.errors import SchedportError
+from schedport.workload.datadir import sha256_file
 
 __all__ = ["ProfileError", "NONATTN_OPS", "read_sums", "verified_csv", "fit_roofline", "allreduce_ms",
            "fit_deployment", "fit_all", "rel_err"]
@@ -66,14 +66,6 @@ def _sig(x: float, digits: int = 6) -> float:
     return x if x == 0 or not math.isfinite(x) else float(f"{x:.{digits - 1}e}")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def read_sums(data_dir: Path) -> dict[str, str]:
     """``SHA256SUMS`` of the profile directory: relative path -> sha256 (one-line error if absent)."""
     path = Path(data_dir) / "SHA256SUMS"
@@ -103,7 +95,7 @@ def verified_csv(data_dir: Path, rel: str, sums: dict[str, str], columns: tuple[
         raise ProfileError(f"{path}: not listed in {Path(data_dir) / 'SHA256SUMS'}")
     if not path.is_file():
         raise ProfileError(f"{path}: missing (the Vidur profiles: ../shared/calibration/vidur-profiles, README.md)")
-    h = _sha256(path)
+    h = sha256_file(path)
     if h != sums[rel]:
         raise ProfileError(f"{path}: sha256 {h[:12]}... does not match SHA256SUMS ({sums[rel][:12]}...); "
                            "the file is corrupt or not Vidur's")
