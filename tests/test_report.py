@@ -338,3 +338,21 @@ def test_the_docs_study_page_is_the_generated_one():
     assert text.startswith("# The study's figures\n") and "<!-- Written by `schedport report --results" in text
     assert re.search(r"\| results store \| [\d,]+ cells, sha256 `[0-9a-f]{64}` \|", text)
     assert re.search(r"\| portability.json \| sha256 `[0-9a-f]{64}` \|", text)
+
+
+def test_study_page_refuses_a_file_it_did_not_write(study, tmp_path):
+    """--study-md overwrites only a page it wrote: a user's other file is refused in one line."""
+    import sys
+
+    d, _, _, _ = study
+    mine = tmp_path / "notes.md"
+    mine.write_text("# my notes\nkeep me\n")
+    r = subprocess.run([sys.executable, "-m", "schedport.cli", "report", "--results", str(d), "--study-md", str(mine),
+                        "--no-html"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "not a study page" in r.stderr and r.stderr.strip().count("\n") == 0
+    assert mine.read_text() == "# my notes\nkeep me\n"
+    page = tmp_path / "study.md"
+    for _ in range(2):   # a page it wrote is rewritten
+        r = subprocess.run([sys.executable, "-m", "schedport.cli", "report", "--results", str(d), "--study-md",
+                            str(page), "--no-html"], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
