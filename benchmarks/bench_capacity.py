@@ -20,7 +20,7 @@ import statistics
 import time
 
 from schedport.engine.capacity import SATURATED_BATCHES, SATURATED_MAX, capacity, clear_capacity_cache
-from schedport.engine.config import load_engine_config
+from schedport.engine.core.config import load_engine_config
 from schedport.workload.corpus import load_corpus
 
 

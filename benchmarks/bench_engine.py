@@ -52,11 +52,12 @@ import time
 
 from schedport.engine.runner import load_scale, rescale
 from schedport.errors import SchedportError
-from schedport.engine.config import load_engine_config
+from schedport.engine.core.config import load_engine_config
 from schedport.workload.datadir import resolve_data_dir
-from schedport.engine.simulator import Simulator, collector_paused
-from schedport.engine.latency import make_latency_model
-from schedport.engine.schedulers import REGISTRY, get_policy
+from schedport.engine.core.simulator import collector_paused
+from schedport.engine.modes import make_simulator
+from schedport.engine.core.latency import make_latency_model
+from schedport.engine.policies.schedulers import REGISTRY, get_policy
 from schedport.workload.sources import read
 
 
@@ -133,7 +134,7 @@ def measure(args, names: list[str]) -> dict:
             for name in names:
                 policy = get_policy(name)
                 for _ in range(args.repeats):
-                    Simulator(window, policy, cfg, lat, exact=args.mode == "exact").run()
+                    make_simulator(window, policy, cfg, lat, exact=args.mode == "exact").run()
             continue
         times, outs = time_rounds(names, window, cfg, lat, args.repeats)
         results[str(rho)] = {"window": line, "rows": {
@@ -205,7 +206,7 @@ def time_rounds(names: list[str], window, cfg, lat, repeats: int) -> tuple[dict,
             for exact in (False, True):
                 t0 = time.process_time()
                 with collector_paused():    # as a sweep's run: its objects freed before the collector is back
-                    sim = Simulator(window, policies[name], cfg, lat, exact=exact)
+                    sim = make_simulator(window, policies[name], cfg, lat, exact=exact)
                     out = sim.run()
                     sim.release()
                 times[name, exact].append(time.process_time() - t0)

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from schedport.errors import SchedportError
-    from schedport.engine.schedulers import REGISTRY
+    from schedport.engine.policies.schedulers import REGISTRY
     from schedport.study.sweep import run_sweep, write_demo_corpus
 
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:

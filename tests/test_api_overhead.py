@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from schedport.engine.runner import capacity, load_scale, simulate
-from schedport.engine.config import engine_config_from_dict
+from schedport.engine.core.config import engine_config_from_dict
 from schedport.workload.examples import make_example_trace
-from schedport.engine.latency import make_latency_model
+from schedport.engine.core.latency import make_latency_model
 from schedport.workload.trace import Trace
 
 O = 0.0067  # about a vLLM CPU server's per-request cost outside the engine loop (10.7 ms - 4 ms)

@@ -125,7 +125,7 @@ def test_a_cycle_inside_a_layer_is_refused(tmp_path):
     # engine.runner imports engine.config; config importing runner back is a cycle the layers
     # contract cannot see (both are in the engine layer) and the acyclic contract refuses.
     pkg = _copy_package(tmp_path)
-    _plant(pkg, "schedport.engine.config", "schedport.engine.runner")
+    _plant(pkg, "schedport.engine.core.config", "schedport.engine.runner")
     assert _lint(tmp_path, [CONTRACTS["layers"]]).returncode == 0
     p = _lint(tmp_path, [CONTRACTS["acyclic"]])
     assert p.returncode != 0, p.stdout
@@ -190,6 +190,57 @@ def test_the_engine_config_and_latency_import_without_the_analysis_stack():
     import sys
 
     code = ("import sys\nfor m in ('pandas', 'pyarrow', 'scipy', 'matplotlib'): sys.modules[m] = None\n"
-            "import schedport.engine.config, schedport.engine.latency, schedport.common.atomic\n")
+            "import schedport.engine.core.config, schedport.engine.core.latency, schedport.common.atomic\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("importer, imported", [
+    ("schedport.engine.policies.batching", "schedport.engine.fast.ranking"),
+    ("schedport.engine.core.simulator", "schedport.engine.fast.cohort"),
+    ("schedport.engine.core.metrics", "schedport.engine.policies.schedulers"),
+])
+def test_the_engine_subpackages_keep_their_order(tmp_path, importer, imported):
+    # policies never import the fast mode, and the core imports neither: one planted import of
+    # each kind breaks the engine's contract, which the package layers alone cannot see.
+    pkg = _copy_package(tmp_path)
+    _plant(pkg, importer, imported)
+    assert _lint(tmp_path, [CONTRACTS["layers"]]).returncode == 0
+    p = _lint(tmp_path, [CONTRACTS["engine-house"]])
+    assert p.returncode != 0 and f"- {importer} -> {imported} (l." in p.stdout, p.stdout
+
+
+def _simulator_internals_touched(path: Path) -> list[str]:
+    """Reads of the cohort clock `dclock` and writes of a private attribute through a simulator
+    reference (`sim.dclock`, `self.sim._x = ...`) in one module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Attribute):
+            continue
+        owner = node.value
+        through_sim = (isinstance(owner, ast.Name) and owner.id == "sim") or (
+            isinstance(owner, ast.Attribute) and owner.attr == "sim")
+        if not through_sim:
+            continue
+        if node.attr == "dclock" or (node.attr.startswith("_") and isinstance(node.ctx, ast.Store)):
+            found.append(f"{path.name}:{node.lineno} {node.attr}")
+    return found
+
+
+def test_policies_and_the_fast_helpers_use_the_simulators_interface(tmp_path):
+    # The simulator's own classes (core, and the fast mode's cohort and simulator, which are the
+    # simulator) keep its state; every other module reads the decode clock as `decode_clock` and
+    # subscribes with `listen_cohort`, never `sim.dclock` or a private attribute of the simulator.
+    engine = SRC / "engine"
+    own = {engine / "fast" / "cohort.py", engine / "fast" / "simulator.py"}
+    touched = [t for p in sorted(engine.rglob("*.py")) if p not in own and "core" not in p.parts
+               for t in _simulator_internals_touched(p)]
+    assert touched == []
+
+    def planted(code: str) -> list[str]:
+        f = tmp_path / "planted.py"
+        f.write_text((engine / "policies" / "vtc.py").read_text() + code)
+        return _simulator_internals_touched(f)
+    assert planted("") == []
+    assert planted("\n\ndef _peek(sim):\n    return sim.dclock\n")
+    assert planted("\n\ndef _poke(self):\n    self.sim._cohort_hook = None\n")

@@ -7,8 +7,8 @@ import pytest
 
 from schedport.realengine.calibrate import (PARAMS, Calibration, Observation, _Prober, decode_features, fit_linear,
                                  mixed_delta_features, parse_prometheus, prefill_features)
-from schedport.engine.config import load_engine_config
-from schedport.engine.latency import LinearLatency
+from schedport.engine.core.config import load_engine_config
+from schedport.engine.core.latency import LinearLatency
 from schedport.realengine.replay import ServerInfo
 
 METRICS = '''# HELP vllm:num_requests_running Number of requests in model execution batches.

@@ -8,7 +8,7 @@ import pytest
 
 from schedport.analysis.regimes import REGIME_SPREAD, regime_check
 from schedport.engine.runner import capacity, simulate
-from schedport.engine.config import engine_config_from_dict
+from schedport.engine.core.config import engine_config_from_dict
 from schedport.errors import SchedportError
 from schedport.study.regions import CapacityCache, parse_region_def
 from schedport.workload.trace import Trace

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from schedport.engine.schedulers import REGISTRY
+from schedport.engine.policies.schedulers import REGISTRY
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -1,4 +1,4 @@
-"""Tests for schedport.engine.config: defaults, TOML loading, resolution rules and one-line errors."""
+"""Tests for schedport.engine.core.config: defaults, TOML loading, resolution rules and one-line errors."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import tomllib
 
 import pytest
 
-import schedport.engine.config as config_mod
-from schedport.engine.config import (
+import schedport.engine.core.config as config_mod
+from schedport.engine.core.config import (
     DEFAULT_SLO_PROFILES,
     EngineConfig,
     engine_config_from_dict,
     load_engine_config,
 )
 from schedport.errors import ConfigError
-from schedport.engine.latency import (
+from schedport.engine.core.latency import (
     DEFAULT_CPU_OVERHEAD_S,
     LINEAR_DEFAULTS,
     CalibratedLatency,

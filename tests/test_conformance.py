@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from _vllm import require_vllm
-from schedport.engine.config import engine_config_from_dict
+from schedport.engine.core.config import engine_config_from_dict
 from schedport.realengine.conformance import Case, Record, check_built, compare, simulate_record
 from schedport.workload.datadir import resolve_data_dir
 from schedport.errors import SchedportError
@@ -142,7 +142,7 @@ def conformance(tmp_path_factory):
     ]
     # a policy of a user's own, from a file: a fixed non-preemptive key is vLLM's priorities
     pol = tmp_path_factory.mktemp("userpol") / "lpf.py"
-    pol.write_text("from schedport.engine.policy import Ordering\n\n\nclass LongestPromptFirst(Ordering):\n"
+    pol.write_text("from schedport.engine.policies.policy import Ordering\n\n\nclass LongestPromptFirst(Ordering):\n"
                    "    def key(self, req, now):\n        return (-req.prompt, req.arrival, req.idx)\n")
     user = [dataclasses.replace(small, name="user/longest-prompt-first/1500-blocks/rho0.95",
                                 scheduler=f"{pol}:LongestPromptFirst")]

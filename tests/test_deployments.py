@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from schedport.engine.config import GIB, engine_config_from_dict, load_engine_config
-from schedport.engine.deployments import DEPLOYMENT_SPECS, deployment, engine_overlay
-from schedport.engine.latency import CalibratedLatency, make_latency_model
-from schedport.engine.profilefit import ProfileError, fit_all, fit_deployment, read_sums
+from schedport.engine.core.config import GIB, engine_config_from_dict, load_engine_config
+from schedport.engine.core.deployments import DEPLOYMENT_SPECS, deployment, engine_overlay
+from schedport.engine.core.latency import CalibratedLatency, make_latency_model
+from schedport.engine.core.profilefit import ProfileError, fit_all, fit_deployment, read_sums
 from schedport.errors import ConfigError, SchedportError
 from schedport.study.variants import load_variant_set, variant_configs
 
@@ -45,7 +45,7 @@ def test_default_config_and_model_unchanged():
 @needs_profiles
 def test_embedded_profiles_are_a_fresh_fit():
     fresh = fit_all(PROFILES)
-    emb = json.loads((REPO / "src/schedport/engine/data/deployments.json").read_text())
+    emb = json.loads((REPO / "src/schedport/engine/core/data/deployments.json").read_text())
     assert emb == json.loads(json.dumps(fresh))
     for name, d in fresh["deployments"].items():
         assert 0 < d["fit"]["nonattn_err_pct"][1] < 6, name       # mean error of the non-attention fit

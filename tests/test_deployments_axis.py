@@ -10,8 +10,8 @@ import pytest
 from _synthstore import MANIFEST, write_store
 from schedport.analysis.deployments import is_deployment_set
 from schedport.analysis.portability import analyze
-from schedport.engine.config import EngineConfig
-from schedport.engine.deployments import engine_overlay
+from schedport.engine.core.config import EngineConfig
+from schedport.engine.core.deployments import engine_overlay
 from schedport.study.variants import load_variant_set, variant_configs, variant_store, write_set_record
 from test_simulator_axis import cost_ratio, planted_runs
 

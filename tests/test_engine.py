@@ -8,10 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedport.engine.runner import simulate
-from schedport.engine.config import engine_config_from_dict
-from schedport.engine.simulator import Simulator
-from schedport.engine.latency import make_latency_model
-from schedport.engine.schedulers import REGISTRY, get_policy
+from schedport.engine.core.config import engine_config_from_dict
+from schedport.engine.fast.simulator import FastSimulator
+from schedport.engine.modes import make_simulator
+from schedport.engine.core.latency import make_latency_model
+from schedport.engine.policies.schedulers import REGISTRY, get_policy
 from schedport.workload.trace import Trace
 
 ALL = list(REGISTRY)
@@ -38,7 +39,7 @@ def assert_same_run(fast, out):
 
 
 def run(trace, name, cfg, exact, observer=None, seed=0):
-    sim = Simulator(trace, get_policy(name), cfg, make_latency_model(cfg), seed=seed, exact=exact,
+    sim = make_simulator(trace, get_policy(name), cfg, make_latency_model(cfg), seed=seed, exact=exact,
                     observer=observer)
     return sim, sim.run()
 
@@ -138,7 +139,7 @@ def test_fast_equals_exact_with_quadratic_prefill_term(name, trace, blocks, seqs
 def test_fast_forward_timing_paths_agree_with_exact(monkeypatch, name, blocks, scalar_steps):
     """Fast-forwards are timed in plain floats (short runs) or numpy (long runs); forcing every
     run down either path, with a cache that does or does not run short, gives exact's bits."""
-    import schedport.engine.simulator as engine_mod
+    import schedport.engine.fast.simulator as engine_mod
     monkeypatch.setattr(engine_mod, "_SCALAR_STEPS", scalar_steps)
     cfg = engine_config_from_dict({"engine": {"num_gpu_blocks": blocks, "max_num_seqs": 32,
                                               "max_model_len": 512}})
@@ -311,7 +312,7 @@ def test_vtc_keeps_backlogged_clients_within_the_published_bound():
         if q.get("heavy") and q.get("light"):
             samples.append((order.service("heavy"), order.service("light")))
 
-    sim = Simulator(t, get_policy("vtc"), cfg, make_latency_model(cfg), exact=True, observer=watch)
+    sim = make_simulator(t, get_policy("vtc"), cfg, make_latency_model(cfg), exact=True, observer=watch)
     sim.run()
     assert len(samples) > 100
     h0, l0 = samples[0]
@@ -375,7 +376,7 @@ def test_ltr_guard_kept_lazily_for_the_decode_cohort_matches_exact(monkeypatch, 
     """In fast mode a decoding ltr request advances with the cohort and its guard state
     (last scheduled step, boost steps left) is kept lazily; promotions, boosts running out
     inside cohort steps, and members sitting steps out still give exact's bits."""
-    from schedport.engine.schedulers import PredictedRank
+    from schedport.engine.policies.schedulers import PredictedRank
     boosted_joins = []
     orig = PredictedRank.cohort_changed
 
@@ -403,8 +404,8 @@ def test_ranked_pass_sit_outs_either_side_of_the_cohort_match_exact(monkeypatch,
     first took the budget), the cohort stands still and the few that run take their token as
     items. Both forms give exact's bits. (The kept rank order, `RankTracker`, is switched off
     here so that the full pass decides every step; it is tested on its own below.)"""
-    from schedport.engine.batching import Continuous
-    from schedport.engine.ranking import RankTracker
+    from schedport.engine.policies.batching import Continuous
+    from schedport.engine.fast.ranking import RankTracker
     monkeypatch.setattr(RankTracker, "plan", lambda self, sched, now: None)
     seen = {"leave": 0, "stand_still": 0}
     orig = Continuous._plan_ranked
@@ -443,7 +444,7 @@ def test_kept_rank_order_decides_most_steps_and_matches_exact(monkeypatch, name,
     while a long prefill holds the cohort still, preempts the worst-ranked for a request short of
     blocks (by swap or by recompute), and gives way to the full pass where it cannot settle a
     step."""
-    from schedport.engine.ranking import RankTracker
+    from schedport.engine.fast.ranking import RankTracker
     seen = {"walk": 0, "full": 0, "parked": 0, "back": 0, "victims": 0}
     orig_plan, orig_apply = RankTracker.plan, RankTracker._apply
 
@@ -457,7 +458,7 @@ def test_kept_rank_order_decides_most_steps_and_matches_exact(monkeypatch, name,
         seen["back"] += sum(1 for r, _, _, waiting in picked if not waiting and r.decoding)
         seen["victims"] += len(victims)
         return orig_apply(self, sched, now, reached, sit, picked, victims)
-    orig_execute = Simulator._execute
+    orig_execute = FastSimulator._execute
 
     def spy_execute(self, plan):
         if self.bulk and not plan.cohort:      # the cohort stands still: its members among the items run alone
@@ -465,7 +466,7 @@ def test_kept_rank_order_decides_most_steps_and_matches_exact(monkeypatch, name,
         return orig_execute(self, plan)
     monkeypatch.setattr(RankTracker, "plan", spy_plan)
     monkeypatch.setattr(RankTracker, "_apply", spy_apply)
-    monkeypatch.setattr(Simulator, "_execute", spy_execute)
+    monkeypatch.setattr(FastSimulator, "_execute", spy_execute)
     extra = {"scheduler": {name: {"preemption": preemption}}}
     if host_gib is not None:
         eng = {"num_gpu_blocks": blocks, "max_num_seqs": seqs, "max_model_len": 512, "block_size": 16,
@@ -499,8 +500,8 @@ def test_done_heap_keeps_bounds_below_done_clocks_and_finishes_on_time(monkeypat
     exact's step, with far fewer pushes than joins plus alone-serves."""
     import heapq as real_heapq
 
-    import schedport.engine.cohort as cohort
-    from schedport.engine.ranking import RankTracker
+    import schedport.engine.fast.cohort as cohort
+    from schedport.engine.fast.ranking import RankTracker
     seen = {"push": 0, "early": 0, "parks": 0, "alone": 0, "joins": 0}
 
     class CountingHeap:
@@ -524,7 +525,7 @@ def test_done_heap_keeps_bounds_below_done_clocks_and_finishes_on_time(monkeypat
             seen["push"] += 1
             return real_heapq.heapreplace(heap, entry)
     monkeypatch.setattr(cohort, "heapq", CountingHeap)
-    orig_execute, orig_join, orig_join_all = Simulator._execute, Simulator.cohort_join, Simulator.cohort_join_all
+    orig_execute, orig_join, orig_join_all = FastSimulator._execute, FastSimulator.cohort_join, FastSimulator.cohort_join_all
     orig_park = RankTracker._park
 
     def spy_execute(self, plan):
@@ -543,9 +544,9 @@ def test_done_heap_keeps_bounds_below_done_clocks_and_finishes_on_time(monkeypat
     def spy_park(self, im, now):
         seen["parks"] += len(self.members) - im
         return orig_park(self, im, now)
-    monkeypatch.setattr(Simulator, "_execute", spy_execute)
-    monkeypatch.setattr(Simulator, "cohort_join", spy_join)
-    monkeypatch.setattr(Simulator, "cohort_join_all", spy_join_all)
+    monkeypatch.setattr(FastSimulator, "_execute", spy_execute)
+    monkeypatch.setattr(FastSimulator, "cohort_join", spy_join)
+    monkeypatch.setattr(FastSimulator, "cohort_join_all", spy_join_all)
     monkeypatch.setattr(RankTracker, "_park", spy_park)
     cfg = small_engine(blocks=400, seqs=32, budget=64)
     t = busy_trace(300, seed=11, rate=60.0)
@@ -709,9 +710,9 @@ def test_fastserve_cached_ranking_matches_keys_recomputed_every_step(blocks, seq
     (KV-resident jobs that sit steps out, swaps and starvation promotions all exercised)."""
     import math
 
-    from schedport.engine.simulator import RUNNING
-    from schedport.engine.batching import Continuous
-    from schedport.engine.schedulers import Policy, SkipJoinMLFQ
+    from schedport.engine.core.simulator import RUNNING
+    from schedport.engine.policies.batching import Continuous
+    from schedport.engine.policies.schedulers import Policy, SkipJoinMLFQ
 
     class Reference(SkipJoinMLFQ):
         cached_key = False
@@ -738,7 +739,7 @@ def test_fastserve_cached_ranking_matches_keys_recomputed_every_step(blocks, seq
     t = busy_trace(400, seed=11, rate=30.0)
     for exact in (True, False):
         sim, fast = run(t, "fastserve", cfg, exact=exact)
-        slow = Simulator(t, ref, cfg, make_latency_model(cfg), exact=exact).run()
+        slow = make_simulator(t, ref, cfg, make_latency_model(cfg), exact=exact).run()
         assert np.array_equal(fast.first_token_s, slow.first_token_s, equal_nan=True)
         assert np.array_equal(fast.finish_s, slow.finish_s, equal_nan=True)
         assert np.array_equal(fast.preemptions, slow.preemptions)
@@ -755,7 +756,7 @@ def test_a_finished_run_is_freed_without_the_cyclic_collector(name):
     requests, so a run's requests go as soon as it returns; runs and set-up keep the collector
     as they found it."""
     import gc
-    from schedport.engine.simulator import Request
+    from schedport.engine.core.simulator import Request
     t = busy_trace(120, seed=2, rate=4.0)
     cfg = engine_config_from_dict({"engine": {"num_gpu_blocks": 400, "max_num_seqs": 16, "max_model_len": 512}})
     gc.collect()
@@ -769,6 +770,6 @@ def test_a_finished_run_is_freed_without_the_cyclic_collector(name):
         assert not gc.isenabled()      # a run leaves a disabled collector disabled
     finally:
         gc.enable()
-    sim = Simulator(t, get_policy(name), cfg, make_latency_model(cfg))
+    sim = make_simulator(t, get_policy(name), cfg, make_latency_model(cfg))
     sim.run()
     assert gc.isenabled()

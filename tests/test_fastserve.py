@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from schedport.engine.config import engine_config_from_dict
-from schedport.engine.simulator import Simulator
-from schedport.engine.latency import make_latency_model
-from schedport.engine.schedulers import SkipJoinMLFQ, get_policy
+from schedport.engine.core.config import engine_config_from_dict
+from schedport.engine.modes import make_simulator
+from schedport.engine.core.latency import make_latency_model
+from schedport.engine.policies.schedulers import SkipJoinMLFQ, get_policy
 from schedport.workload.trace import Trace
 
 LAT = {"model": "linear", "a": 0.004, "b": 1e-5, "c": 1e-4, "d": 1e-7}
@@ -33,7 +33,7 @@ def engine(blocks=64, seqs=8, host_gib=16.0, max_model_len=600, fastserve=None, 
 
 
 def sim_for(trace, name, cfg, exact=False):
-    return Simulator(trace, get_policy(name), cfg, make_latency_model(cfg), exact=exact)
+    return make_simulator(trace, get_policy(name), cfg, make_latency_model(cfg), exact=exact)
 
 
 def long_prompt_overload(n=240, seed=3, rate=60.0):
@@ -111,7 +111,7 @@ def test_jobs_that_ran_go_to_the_front_of_their_queue():
     assert lat.prefill_time(short) <= 0.01 < lat.prefill_time(long_) <= 0.02   # levels 0 and 1
     t = Trace(np.array([0.0, 0.0]), np.array([short, long_]), np.array([60, 5]), None, "front")
     steps = []
-    sim = Simulator(t, get_policy("fastserve"), cfg, lat, exact=True, observer=steps.append)
+    sim = make_simulator(t, get_policy("fastserve"), cfg, lat, exact=True, observer=steps.append)
     out = sim.run()
     ran = [s.scheduled[0][0] for s in steps]
     # the short job runs first (level 0); demoted into level 1 after 0.01 s it goes to that
@@ -205,7 +205,7 @@ def test_fastserve_at_severe_load_on_a_long_prompt_azure_window_stays_within_fcf
     full host turned it into a recompute loop: 84,861 preemptions, 9.1 TB swapped, 100x E2E)."""
     from schedport.workload import sources
     from schedport.engine.runner import simulate
-    from schedport.engine.config import load_engine_config
+    from schedport.engine.core.config import load_engine_config
 
     t = sources.read("azure", [AZURE_CONV], start_s=1400.689176, duration_s=175.086147).trace
     assert len(t) == 1142
@@ -229,8 +229,8 @@ def test_levels_kept_in_the_cohort_decide_most_steps_and_match_exact(monkeypatch
     and writes the state out for the full pass only where it cannot settle a step; a walk that
     counted blocks one by one goes back to counting levels once room is made for every member
     not reached. Either way the bits are exact's."""
-    from schedport.engine.mlfq_cohort import MlfqCohort
-    from schedport.engine.mlfq_walk import Walk
+    from schedport.engine.fast.mlfq_cohort import MlfqCohort
+    from schedport.engine.fast.mlfq_walk import Walk
     seen = {"walk": 0, "full": 0, "parked": 0, "victims": 0, "host_full": 0, "untight": 0}
     walk0, apply0, level0 = MlfqCohort.walk, MlfqCohort._apply, Walk.level
 
@@ -282,7 +282,7 @@ def test_every_job_of_the_last_batch_has_one_due_entry_below_its_due(monkeypatch
     keeps its entry only while that still bounds its due (a live entry is one whose stamp its job
     carries, and only odd stamps have one); no entry is kept at the last level, where nothing
     is demoted; and the heap holds each due time that has entries once."""
-    from schedport.engine.mlfq_cohort import MARGIN, MlfqCohort
+    from schedport.engine.fast.mlfq_cohort import MARGIN, MlfqCohort
     checked = {"steps": 0, "jobs": 0}
 
     def check(kept):
@@ -342,7 +342,7 @@ def test_a_batch_that_sits_out_for_a_long_prefill_freezes_and_matches_exact(monk
     prefill goes on, thawed when a step takes them back, written out when one leaves them out;
     their due entries stay in the heap through it, as bounds below their dues. The bits are
     exact's, with preemptions by swap (and a full host) among the freezing steps."""
-    from schedport.engine import mlfq_cohort as mc
+    from schedport.engine.fast import mlfq_cohort as mc
     seen = {"freeze": 0, "again": 0, "kept": 0, "victims": 0, "thawed": 0, "written": 0}
     freeze0, start0, write0 = mc.MlfqCohort._freeze, mc.MlfqCohort._start_runs, mc.MlfqCohort._write_out
 

@@ -1,4 +1,4 @@
-"""Tests for schedport.engine.latency: bit identity, monotonicity, calibration table, exact arithmetic."""
+"""Tests for schedport.engine.core.latency: bit identity, monotonicity, calibration table, exact arithmetic."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedport.engine.config import EngineConfig, engine_config_from_dict
-from schedport.engine.latency import (
+from schedport.engine.core.config import EngineConfig, engine_config_from_dict
+from schedport.engine.core.latency import (
     CALIBRATED_COEFFS,
     DEFAULT_CPU_OVERHEAD_S,
     LINEAR_DEFAULTS,

@@ -1,4 +1,4 @@
-"""Tests for schedport.engine.metrics: hand-computed tables, edge cases and properties."""
+"""Tests for schedport.engine.core.metrics: hand-computed tables, edge cases and properties."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedport.errors import ConfigError
-from schedport.engine.metrics import (
+from schedport.engine.core.metrics import (
     BASE_SUMMARY_KEYS,
     REQUEST_COLUMNS,
     jain_index,

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import schedport
-from schedport.engine.plugins import PolicyError, PolicySource, get_scheduler
+from schedport.engine.policies.plugins import PolicyError, PolicySource, get_scheduler
 from schedport.workload.examples import make_example_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,9 +34,9 @@ DOC = ROOT / "docs" / "own-scheduler.md"
 MIRROR = ROOT.parent / "shared" / "datasets"
 
 LAS = '''
-from schedport.engine.batching import Continuous
-from schedport.engine.policy import Ordering, PerServedToken
-from schedport.engine.schedulers import Policy
+from schedport.engine.policies.batching import Continuous
+from schedport.engine.policies.policy import Ordering, PerServedToken
+from schedport.engine.policies.schedulers import Policy
 
 
 class LeastAttained(Ordering):
@@ -54,9 +54,9 @@ LAS = Policy("las", "Least attained service", Continuous, LeastAttained)
 '''
 
 BAD = '''
-from schedport.engine.batching import Continuous
-from schedport.engine.policy import Ordering, PerServedToken
-from schedport.engine.schedulers import Policy
+from schedport.engine.policies.batching import Continuous
+from schedport.engine.policies.policy import Ordering, PerServedToken
+from schedport.engine.policies.schedulers import Policy
 
 
 class Raises(Ordering):
@@ -110,7 +110,7 @@ def files(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("policies")
     (d / "las.py").write_text(LAS)
     (d / "bad.py").write_text(BAD)
-    (d / "syntax.py").write_text("from schedport.engine.policy import Ordering\n\nclass X(Ordering)\n    pass\n")
+    (d / "syntax.py").write_text("from schedport.engine.policies.policy import Ordering\n\nclass X(Ordering)\n    pass\n")
     (d / "boom.py").write_text("import math\n\nraise RuntimeError('not today')\n")
     trace = make_example_trace(60, 1)
     from schedport.workload.trace import save_trace
@@ -165,7 +165,7 @@ def test_bad_policies_in_run_are_the_same_one_line_errors(files, tmp_path):
 
 
 def test_a_policy_named_twice_through_its_file_is_refused(files):
-    from schedport.engine.plugins import resolve_schedulers
+    from schedport.engine.policies.plugins import resolve_schedulers
 
     with pytest.raises(PolicyError, match="scheduler 'las' is named twice"):
         resolve_schedulers([f"{files}/las.py:LAS", f"{files}/./las.py:LAS"])
@@ -296,7 +296,7 @@ def test_store_records_the_version_and_refuses_another(files, tmp_path):
 
 
 def test_workers_load_the_policy_from_the_text_they_are_sent(files, tmp_path):
-    from schedport.engine.config import load_engine_config
+    from schedport.engine.core.config import load_engine_config
     from schedport.study.executors import make_executor
     from schedport.study.tasks import run_chunk
 
@@ -339,7 +339,7 @@ def test_duplicates_and_explain_treat_a_user_policy_as_any_other(tmp_path):
 
     corpus = write_demo_corpus(tmp_path / "corpus", windows_per_source=3, requests_per_window=40)
     pol = tmp_path / "myjf.py"
-    pol.write_text("from schedport.engine.policy import Ordering\n\n\nclass MySjf(Ordering):\n"
+    pol.write_text("from schedport.engine.policies.policy import Ordering\n\n\nclass MySjf(Ordering):\n"
                    "    def key(self, req, now):\n        return (req.output, req.arrival, req.idx)\n")
     from schedport.study.sweep import run_sweep
 
@@ -442,7 +442,7 @@ def test_conformance_takes_a_user_policy_only_where_vllm_priorities_express_it(f
                                       "vLLM's priority policy never preempts for priority")
     from schedport.realengine.replay import user_priorities
 
-    files.joinpath("lpf.py").write_text("from schedport.engine.policy import Ordering\n\n\nclass Lpf(Ordering):\n"
+    files.joinpath("lpf.py").write_text("from schedport.engine.policies.policy import Ordering\n\n\nclass Lpf(Ordering):\n"
                                         "    def key(self, req, now):\n        return (-req.prompt, req.arrival, req.idx)\n")
     trace = make_example_trace(50, 0)
     prio = user_priorities(trace, f"{files}/lpf.py:Lpf")
@@ -460,7 +460,7 @@ def test_a_module_on_the_path_is_a_policy_too(tmp_path, monkeypatch):
     b = schedport.simulate(trace, pol.source, load=1.2)          # a worker's form: the recorded source
     pd.testing.assert_frame_equal(a.requests, b.requests)
     assert pol.params == {"preemption": "swap"}
-    from schedport.engine.plugins import from_source
+    from schedport.engine.policies.plugins import from_source
 
     changed = PolicySource("las", "module", "my_las_module:LAS", "LAS", pol.source.path, "0" * 64)
     with pytest.raises(PolicyError, match="recorded as sha256 000000000000: another version"):
@@ -471,7 +471,7 @@ def test_an_error_in_a_helper_beside_the_policy_file_names_the_helper(tmp_path):
     (tmp_path / "las_helpers.py").write_text("def served(req):\n    if req.generated > 2:\n"
                                              "        raise KeyError('no history')\n    return req.generated\n")
     (tmp_path / "uses_helper.py").write_text(
-        "from schedport.engine.policy import Ordering, PerServedToken\nfrom las_helpers import served\n\n\n"
+        "from schedport.engine.policies.policy import Ordering, PerServedToken\nfrom las_helpers import served\n\n\n"
         "class Las(Ordering):\n    preemptive = True\n    dynamics = PerServedToken(+1)\n\n"
         "    def key(self, req, now):\n        return (served(req), req.arrival, req.idx)\n")
     with pytest.raises(PolicyError) as e:

@@ -16,17 +16,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from schedport.engine.batching import Continuous
-from schedport.engine.config import engine_config_from_dict
-from schedport.engine.latency import make_latency_model
-from schedport.engine.policy import FIXED, WITH_TIME, Ordering, PerServedToken
-from schedport.engine.queues import SortedEachStep, StaticKey, queue_for
-from schedport.engine.schedulers import REGISTRY, Policy
-from schedport.engine.simulator import Simulator
+from schedport.engine.policies.batching import Continuous
+from schedport.engine.core.config import engine_config_from_dict
+from schedport.engine.core.latency import make_latency_model
+from schedport.engine.policies.policy import FIXED, WITH_TIME, Ordering, PerServedToken
+from schedport.engine.policies.queues import SortedEachStep, StaticKey, queue_for
+from schedport.engine.policies.schedulers import REGISTRY, Policy
+from schedport.engine.modes import make_simulator
 from schedport.workload.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
-ENGINE = ROOT / "src" / "schedport" / "engine"
+ENGINE = ROOT / "src" / "schedport" / "engine" / "policies"
 
 
 class LeastAttained(Ordering):
@@ -57,7 +57,7 @@ def _trace(n: int, seed: int, rate: float) -> Trace:
 
 
 def _run(trace, policy, cfg, exact, observer=None):
-    sim = Simulator(trace, policy, cfg, make_latency_model(cfg), exact=exact, observer=observer)
+    sim = make_simulator(trace, policy, cfg, make_latency_model(cfg), exact=exact, observer=observer)
     return sim, sim.run()
 
 
@@ -115,7 +115,7 @@ def test_the_contract_is_small():
 
 def test_the_engine_picks_the_queue_from_the_dynamics():
     cfg = _engine(200, 8)
-    sim = Simulator(_trace(5, 1, 1.0), REGISTRY["vllm-fcfs"], cfg, make_latency_model(cfg))
+    sim = make_simulator(_trace(5, 1, 1.0), REGISTRY["vllm-fcfs"], cfg, make_latency_model(cfg))
     kinds = {name: type(queue_for(REGISTRY[name].order(sim, dict(REGISTRY[name].params)), sim, {})).__name__
              for name in ("sjf", "edf", "srpt", "hrrn")}
     assert kinds == {"sjf": "StaticKey", "edf": "StaticKey", "srpt": "SortedEachStep", "hrrn": "SortedEachStep"}
@@ -138,7 +138,7 @@ def test_orderings_that_are_only_a_ranking_never_touch_the_engines_machinery():
             if isinstance(node, ast.ClassDef) and any(getattr(b, "id", "") == "Ordering" for b in node.bases):
                 src = ast.get_source_segment((ENGINE / name).read_text(), node)
                 assert not banned.search(src), (name, node.name, banned.search(src).group())
-    orderings = [c for c in vars(__import__("schedport.engine.orderings", fromlist=["x"])).values()
+    orderings = [c for c in vars(__import__("schedport.engine.policies.orderings", fromlist=["x"])).values()
                  if inspect.isclass(c) and issubclass(c, Ordering) and c is not Ordering]
     assert len(orderings) == 5
 
@@ -157,3 +157,28 @@ def test_the_documented_example_runs_as_written():
     _, exact = _run(t, policy, cfg, exact=True)
     _, fast = _run(t, policy, cfg, exact=False)
     assert np.array_equal(fast.finish_s, exact.finish_s, equal_nan=True)
+
+
+def test_the_whole_contract_on_one_screen_is_the_code():
+    """docs/own-scheduler.md's "The whole contract" lists exactly the public members of `Ordering`,
+    `Queue` and `Hooks` (issue: a contract the size of vLLM's, on one screen): a member added to
+    or dropped from the code without the page fails here, and the queue stays at ten."""
+    from schedport.engine.policies.policy import Ordering
+    from schedport.engine.policies.queues import Hooks, Queue
+
+    text = (ROOT / "docs" / "own-scheduler.md").read_text()
+    section = text[text.index("## The whole contract"):text.index("## What to know")]
+    assert len(section.splitlines()) <= 60      # one screen
+    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    listed = {}
+    for part in re.split(r"\n(?=class )", block):
+        name = re.match(r"class (\w+)", part).group(1)
+        listed[name] = set(re.findall(r"def (\w+)\(", part)) | set(re.findall(r"^    (\w+) = ", part, re.M))
+
+    def public(cls, attrs=()):
+        own = {n for n, v in vars(cls).items() if callable(v) and (not n.startswith("_") or n in ("__len__", "__iter__"))}
+        return own | set(attrs)
+    assert listed["Ordering"] == public(Ordering, ("preemptive", "dynamics", "victim", "params")) - {"rng"}
+    assert listed["Queue"] == public(Queue) - {"__init__"}
+    assert len(listed["Queue"]) == 10
+    assert listed["Hooks"] == public(Hooks)

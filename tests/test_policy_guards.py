@@ -24,9 +24,9 @@ from schedport.workload.trace import save_trace
 HEAD = '''import os
 import sys
 
-from schedport.engine.batching import Continuous
-from schedport.engine.policy import FIXED, WITH_TIME, Ordering, PerServedToken
-from schedport.engine.schedulers import Policy
+from schedport.engine.policies.batching import Continuous
+from schedport.engine.policies.policy import FIXED, WITH_TIME, Ordering, PerServedToken
+from schedport.engine.policies.schedulers import Policy
 '''
 
 
@@ -110,7 +110,7 @@ def test_a_policy_file_ending_the_process_while_loading_is_one_line(work):
 
 # ============================================================================ case 2: helpers are the policy too
 
-USES_HELPER = '''from schedport.engine.policy import Ordering
+USES_HELPER = '''from schedport.engine.policies.policy import Ordering
 from helper import SIGN
 
 
@@ -141,11 +141,11 @@ def test_a_changed_helper_is_a_new_version_and_the_manifest_says_what_was_hashed
 def test_a_recorded_policy_whose_helper_changed_is_not_rerun(tmp_path):
     (tmp_path / "main.py").write_text(USES_HELPER)
     (tmp_path / "helper.py").write_text("SIGN = 1\n")
-    script = (f"import json; from schedport.engine.plugins import get_scheduler; "
+    script = (f"import json; from schedport.engine.policies.plugins import get_scheduler; "
               f"print(json.dumps(get_scheduler({str(tmp_path / 'main.py:Signed')!r}).source.record()))")
     rec = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     (tmp_path / "helper.py").write_text("SIGN = -1\n")
-    script = ("import json, sys; from schedport.engine.plugins import PolicySource, from_source; "
+    script = ("import json, sys; from schedport.engine.policies.plugins import PolicySource, from_source; "
               "from_source(PolicySource.from_record('Signed', json.loads(sys.stdin.read())))")
     p = subprocess.run([sys.executable, "-c", script], input=rec, capture_output=True, text=True)
     assert p.returncode == 1 and re.search(r"PolicyError: .*/helper\.py: this helper of scheduler 'Signed' hashes to "

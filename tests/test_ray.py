@@ -83,14 +83,14 @@ def test_ray_workers_run_a_user_policy_from_the_text_they_are_sent(tmp_path):
     and their rows are the local run's, bit for bit."""
     import ray
 
-    from schedport.engine.config import load_engine_config
-    from schedport.engine.plugins import get_scheduler
+    from schedport.engine.core.config import load_engine_config
+    from schedport.engine.policies.plugins import get_scheduler
     from schedport.study.executors import make_executor
     from schedport.study.tasks import run_chunk
     from schedport.workload.examples import make_example_trace
 
     pol = tmp_path / "las_remote.py"
-    pol.write_text("from schedport.engine.policy import Ordering, PerServedToken\n\n\n"
+    pol.write_text("from schedport.engine.policies.policy import Ordering, PerServedToken\n\n\n"
                    "class LeastAttained(Ordering):\n    preemptive = True\n    dynamics = PerServedToken(+1)\n\n"
                    "    def key(self, req, now):\n        return (req.generated, req.arrival, req.idx)\n")
     src = get_scheduler(f"{pol}:LeastAttained").source

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from _vllm import require_vllm
-from schedport.engine.config import load_engine_config
+from schedport.engine.core.config import load_engine_config
 from schedport.realengine.replay import parse_request_id
 from schedport.workload.trace import Trace
 
@@ -149,7 +149,7 @@ def test_priorities_honoured_under_overload(server, calibrated):
     fewer than `MIN_DECIDED_PAIRS` remain (the premise failed, not the rule), the replay is
     repeated, up to three times.
     """
-    from schedport.engine.latency import make_latency_model
+    from schedport.engine.core.latency import make_latency_model
     from schedport.realengine.replay import replay
 
     _, engine = calibrated

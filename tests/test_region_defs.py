@@ -13,7 +13,7 @@ from schedport.analysis.comparison import load_comparison
 from schedport.analysis.portability import compute_portability
 from schedport.api import analyze
 from schedport.engine.runner import simulate
-from schedport.engine.config import EngineConfig, engine_config_from_dict
+from schedport.engine.core.config import EngineConfig, engine_config_from_dict
 from schedport.errors import SchedportError
 from schedport.study.regions import DRAIN, SUSTAINABLE, CapacityCache, offered_rate, parse_region_def, slo_capacity
 from schedport.study.store import read_results

@@ -27,9 +27,9 @@ import pandas as pd
 import pytest
 from aiohttp import web
 
-from schedport.engine.config import load_engine_config
+from schedport.engine.core.config import load_engine_config
 from schedport.errors import SchedportError
-from schedport.engine.metrics import REQUEST_COLUMNS
+from schedport.engine.core.metrics import REQUEST_COLUMNS
 from schedport.realengine.replay import (
     EXPRESSIBLE,
     EndpointError,
@@ -39,7 +39,7 @@ from schedport.realengine.replay import (
     replay,
     request_priorities,
 )
-from schedport.engine.schedulers import predicted_scores
+from schedport.engine.policies.schedulers import predicted_scores
 from schedport.workload.trace import Trace, save_trace
 
 REPLAY_COLUMNS = [*REQUEST_COLUMNS, "scheduled_s", "send_lag_s", "tokens_received", "detail"]

@@ -130,17 +130,17 @@ def test_an_extreme_custom_region_is_refused_before_any_cell_runs(corpus, tmp_pa
 
 
 def test_the_engine_fails_in_one_line_instead_of_spinning_on_a_clock_that_cannot_advance():
-    from schedport.engine.config import load_engine_config
-    from schedport.engine.simulator import Simulator
-    from schedport.engine.latency import make_latency_model
-    from schedport.engine.schedulers import get_policy
+    from schedport.engine.core.config import load_engine_config
+    from schedport.engine.modes import make_simulator
+    from schedport.engine.core.latency import make_latency_model
+    from schedport.engine.policies.schedulers import get_policy
     from schedport.workload.trace import Trace
 
     t = make_example_trace(5)
     broken = Trace(np.array([0.0, 1.0, np.nan, np.nan, np.nan]), t.input_tokens, t.output_tokens)
     cfg = load_engine_config(None)
     with pytest.raises(SchedportError, match="makes no progress"):
-        Simulator(broken, get_policy("vllm-fcfs"), cfg, make_latency_model(cfg)).run()
+        make_simulator(broken, get_policy("vllm-fcfs"), cfg, make_latency_model(cfg)).run()
 
 
 def test_negative_seed_is_one_line(trace_csv, tmp_path):

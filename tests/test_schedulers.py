@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from schedport.engine.runner import simulate
-from schedport.engine.config import engine_config_from_dict, load_engine_config
-from schedport.engine.simulator import Simulator
+from schedport.engine.core.config import engine_config_from_dict, load_engine_config
+from schedport.engine.modes import make_simulator
 from schedport.errors import ConfigError
 from schedport.workload.examples import make_example_trace
-from schedport.engine.latency import make_latency_model
-from schedport.engine.schedulers import (
+from schedport.engine.core.latency import make_latency_model
+from schedport.engine.policies.schedulers import (
     LTR_REFERENCE_LOG_SD, MODE_KEYS, PARAM_RULES, REGISTRY, achieved_tau, get_policy, ltr_noise_sigma,
     predicted_scores, reference_log_sd, request_deadlines, validate_scheduler_params,
 )
@@ -95,9 +95,9 @@ def test_every_default_passes_and_every_parameter_has_a_rule():
 
 def test_swap_rules_for_a_policy_that_takes_them():
     """pcie_gb_s = 0 or a negative swap space is refused wherever a policy declares them."""
-    from schedport.engine.batching import Continuous
-    from schedport.engine.queues import Fifo
-    from schedport.engine.schedulers import Policy
+    from schedport.engine.policies.batching import Continuous
+    from schedport.engine.policies.queues import Fifo
+    from schedport.engine.policies.schedulers import Policy
 
     pol = Policy("swapper", "test", Continuous, Fifo, params={"swap_space_gib": 4.0, "pcie_gb_s": 25.0})
     known = {"swapper": pol}
@@ -150,10 +150,10 @@ def test_sarathi_budget_is_its_chunk_size_whatever_the_engine_budget():
     for engine, tables, want in (({}, {}, 512), ({"max_num_batched_tokens": 4096}, {}, 512),
                                  ({"max_num_batched_tokens": 4096}, {"sarathi": {"chunk_size": 1024}}, 1024)):
         cfg = engine_config_from_dict({"engine": engine, "scheduler": tables})
-        sim = Simulator(t, get_policy("sarathi"), cfg, make_latency_model(cfg))
+        sim = make_simulator(t, get_policy("sarathi"), cfg, make_latency_model(cfg))
         assert sim.sched.mode.budget == want
     cfg = engine_config_from_dict({"engine": {"max_num_batched_tokens": 4096}})
-    assert Simulator(t, get_policy("vllm-fcfs"), cfg, make_latency_model(cfg)).sched.mode.budget == 4096
+    assert make_simulator(t, get_policy("vllm-fcfs"), cfg, make_latency_model(cfg)).sched.mode.budget == 4096
 
 
 # ============================================================================ EDF

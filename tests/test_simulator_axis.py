@@ -24,8 +24,8 @@ import pytest
 
 from _synthstore import MANIFEST, METRICS_MAIN, write_store
 from schedport.analysis.portability import analyze
-from schedport.engine.config import EngineConfig
-from schedport.engine.latency import make_latency_model
+from schedport.engine.core.config import EngineConfig
+from schedport.engine.core.latency import make_latency_model
 from schedport.errors import SchedportError
 from schedport.study.variants import (load_variant_set, variant_configs, variant_store, write_set_record)
 

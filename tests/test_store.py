@@ -258,7 +258,7 @@ def test_time_scale_matches_api_load_scale():
 
 
 def test_capacity_cache_roundtrip_merge_and_corruption(tmp_path):
-    from schedport.engine.config import EngineConfig
+    from schedport.engine.core.config import EngineConfig
     from schedport.workload.examples import make_example_trace
 
     path = tmp_path / "capacity.json"

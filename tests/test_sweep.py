@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 import _gate
 
-from schedport.engine.config import EngineConfig
+from schedport.engine.core.config import EngineConfig
 from schedport.errors import SchedportError
 from schedport.study.store import KEY_COLUMNS, StoreError, StoreMismatch, read_results
 from schedport.cli import study as cli_study

@@ -9,7 +9,7 @@ import pytest
 
 import schedport.realengine.replay as replay_mod
 from schedport.engine.runner import simulate
-from schedport.engine.config import engine_config_from_dict
+from schedport.engine.core.config import engine_config_from_dict
 from schedport.errors import SchedportError
 from schedport.workload.examples import make_example_trace
 from schedport.realengine.validate import NamedTrace, head, validate

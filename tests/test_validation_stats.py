@@ -14,7 +14,7 @@ from scipy import stats
 
 from _synthstore import REGIONS6, make_runs, write_store
 from schedport.errors import SchedportError
-from schedport.engine.metrics import request_table
+from schedport.engine.core.metrics import request_table
 from schedport.analysis.validation_stats import (
     RUN_METRICS,
     load_validation,

@@ -17,8 +17,8 @@ override with ``--dir``):
 Every fit is least squares on *relative* error (scipy.optimize.least_squares /
 lsq_linear), so short and long batches weigh alike.  The script prints each coefficient
 with its fit error and its difference from calibration.json, the section-5 table
-reproduced by `schedport.engine.latency.CalibratedLatency`, the fitted defaults of the linear
-model, and finally the Python literals embedded in ``src/schedport/engine/latency.py``.
+reproduced by `schedport.engine.core.latency.CalibratedLatency`, the fitted defaults of the linear
+model, and finally the Python literals embedded in ``src/schedport/engine/core/latency.py``.
 
 ``--check`` exits non-zero if the embedded constants differ from a fresh fit by more
 than 0.1 % (use it in CI after touching either side).
@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, lsq_linear
 
-from schedport.engine.profilefit import fit_roofline
+from schedport.engine.core.profilefit import fit_roofline
 from schedport.workload.datadir import sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -249,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="calibration directory")
     ap.add_argument("--check", action="store_true",
-                    help="fail if the constants embedded in schedport.engine.latency differ from this fit by > 0.1%%")
+                    help="fail if the constants embedded in schedport.engine.core.latency differ from this fit "
+                         "by > 0.1%%")
     args = ap.parse_args(argv)
     d: Path = args.dir
     hashes = verify(d)
@@ -320,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         **{k: sig(v) for k, v in lm.items()},
     }
     # Keep the literal's key order identical to latency.py's.
-    from schedport.engine import latency
+    from schedport.engine.core import latency
 
     coeffs = {k: coeffs[k] for k in latency.CALIBRATED_COEFFS}
 
@@ -356,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         report_lit[f"{name}_max_rel_err_pct"] = round(rep_lin[key][0], 1)
         report_lit[f"{name}_mean_rel_err_pct"] = round(rep_lin[key][1], 1)
 
-    print("\n## literals for src/schedport/engine/latency.py")
+    print("\n## literals for src/schedport/engine/core/latency.py")
     print("CALIBRATED_COEFFS = {")
     for k, v in coeffs.items():
         print(f"    {k!r}: {v!r},")

@@ -3,8 +3,8 @@
 
 Reads ``../shared/calibration/vidur-profiles`` (relative to the repository root; ``--dir`` to
 override), checks every file against its ``SHA256SUMS``, fits each deployment of
-`schedport.engine.deployments.DEPLOYMENT_SPECS` (`schedport.engine.profilefit.fit_all`) and
-writes ``src/schedport/engine/data/deployments.json``. ``--check`` writes nothing and exits 1 if
+`schedport.engine.core.deployments.DEPLOYMENT_SPECS` (`schedport.engine.core.profilefit.fit_all`) and
+writes ``src/schedport/engine/core/data/deployments.json``. ``--check`` writes nothing and exits 1 if
 the embedded file differs from a fresh fit. Every problem with a profile file is one line and
 exit 2.
 
@@ -18,11 +18,11 @@ import json
 import sys
 from pathlib import Path
 
-from schedport.engine.profilefit import ProfileError, fit_all
+from schedport.engine.core.profilefit import ProfileError, fit_all
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DIR = REPO.parent / "shared" / "calibration" / "vidur-profiles"
-OUT = REPO / "src" / "schedport" / "engine" / "data" / "deployments.json"
+OUT = REPO / "src" / "schedport" / "engine" / "core" / "data" / "deployments.json"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """Deployment as a comparison kind: does a scheduler ranking carry over to another GPU or model?
 
 A store run with ``schedport run --variants deployments`` (or ``deployments-scaled``, or a user's
-set of deployments) holds the study once per deployment (`schedport.engine.deployments`): the
+set of deployments) holds the study once per deployment (`schedport.engine.core.deployments`): the
 default engine (Llama-3-8B on one A100) and other models on other GPUs, each with its capacity
 measured on its own engine so that a region means the same load. This module compares them the
 way the study compares sources: per traffic source, the deployments take the place of the sources

@@ -9,7 +9,7 @@ from typing import Optional
 
 from schedport.__about__ import __version__
 from schedport.analysis.store_loading import Study
-from schedport.engine.schedulers import REGISTRY
+from schedport.engine.policies.schedulers import REGISTRY
 from schedport.study.regions import REGIONS
 from schedport.workload.corpus_manifest import BUILTIN_SOURCES, builtin_source
 

@@ -2,9 +2,9 @@
 
 For each (window, region, scheduler) the same scaled trace is simulated with a calibrated
 engine and replayed against a real vLLM server; both give a per-request table (columns of
-`schedport.engine.metrics.REQUEST_COLUMNS`) and a run summary (`schedport.engine.metrics.summarize`).
+`schedport.engine.core.metrics.REQUEST_COLUMNS`) and a run summary (`schedport.engine.core.metrics.summarize`).
 This module compares them, with pure functions of their inputs. Every dict returned is JSON-safe:
-NaN and infinities become None (the rule of `schedport.engine.metrics`), so
+NaN and infinities become None (the rule of `schedport.engine.core.metrics`), so
 ``json.dumps(x, allow_nan=False)`` succeeds.
 
 Per request (`request_errors`)
@@ -40,7 +40,7 @@ import pandas as pd
 
 from schedport.common.formatting import as_float
 from schedport.common.values import json_safe, json_scalar
-from schedport.engine.metrics import percentiles
+from schedport.engine.core.metrics import percentiles
 
 __all__ = ["RUN_METRICS", "REQUEST_ERROR_METRICS", "request_errors", "median_summary", "repeat_spread",
            "median_request_table", "run_errors", "runs_frame", "relative_error", "run_side", "as_float",

@@ -35,7 +35,7 @@ from scipy import stats
 from schedport.errors import SchedportError
 from schedport.common.formatting import as_float, fmt, pct, signed_pct
 from schedport.common.values import json_safe
-from schedport.engine.metrics import percentiles
+from schedport.engine.core.metrics import percentiles
 from schedport.analysis.validation_errors import REQUEST_ERROR_METRICS, RUN_METRICS, relative_error, run_side
 from schedport.analysis.validation_errors import (median_request_table, median_summary,  # noqa: F401 (re-exported)
                                                   repeat_spread, request_errors, run_errors, runs_frame)

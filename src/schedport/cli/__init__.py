@@ -378,7 +378,7 @@ def validate(
         from functools import partial
 
         from schedport.realengine.calibrate import speed_index
-        from schedport.engine.config import load_engine_config
+        from schedport.engine.core.config import load_engine_config
 
         probe = partial(speed_index, endpoint, load_engine_config(engine), model=model)
     res = run_validation(endpoint, named, out_dir, engine=engine, schedulers=scheds,
@@ -451,8 +451,8 @@ def schedulers(
     engine: Optional[Path] = typer.Option(None, "--engine", metavar="FILE", help="Engine config TOML for the check."),
 ) -> None:
     """List the scheduling policies, one line each (built-in, then installed); or check your own."""
-    from schedport.engine.plugins import get_scheduler, installed_policies, load_entry_point, source_of
-    from schedport.engine.schedulers import REGISTRY
+    from schedport.engine.policies.plugins import get_scheduler, installed_policies, load_entry_point, source_of
+    from schedport.engine.policies.schedulers import REGISTRY
 
     if check:
         from schedport.engine.policycheck import check_policy

@@ -52,7 +52,7 @@ def conformance_command(
     bad input."""
     from rich.console import Console
 
-    from schedport.engine.config import load_engine_config
+    from schedport.engine.core.config import load_engine_config
     from schedport.engine.runner import scaled
     from schedport.realengine.conformance import (Case, format_divergence, format_table, run_conformance,
                                                   standard_cases, vllm_policy)

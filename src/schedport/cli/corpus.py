@@ -133,7 +133,7 @@ def list_cmd(
                                           help="Engine config TOML for --regions (default engine otherwise)."),
 ) -> None:
     """One line per window with its statistics (and, with --regions, capacity and scale factors)."""
-    from schedport.engine.config import load_engine_config
+    from schedport.engine.core.config import load_engine_config
     from schedport.study.regions import REGIONS, capacity_cache
     from schedport.workload.corpus import MODELED_ADAPTER, load_corpus, source_label
 

@@ -122,8 +122,8 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
     from rich.console import Console
 
     from schedport import api
-    from schedport.engine.config import load_engine_config
-    from schedport.engine.plugins import check_scheduler_tables, resolve_schedulers
+    from schedport.engine.core.config import load_engine_config
+    from schedport.engine.policies.plugins import check_scheduler_tables, resolve_schedulers
     from schedport.study.progress import fmt_wall
     from schedport.study.sweep import load_corpus, run_sweep, select
     from schedport.study.variants import load_variant_set, run_variant_sweeps, variant_configs, variants_dir

@@ -28,12 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-from schedport.engine.config import EngineConfig
+from schedport.engine.core.config import EngineConfig
 from schedport.engine.execution import simulate_scaled
 from schedport.engine.inputs import check_clock, check_simulation_memory, check_time_scale, rescale, resolve_engine
-from schedport.engine.latency import make_latency_model
-from schedport.engine.schedulers import get_policy
-from schedport.engine.simulator import Simulator
+from schedport.engine.core.latency import make_latency_model
+from schedport.engine.policies.schedulers import get_policy
+from schedport.engine.modes import make_simulator
 from schedport.errors import SchedportError, TraceError
 from schedport.workload.trace import Trace
 
@@ -69,8 +69,9 @@ def capacity(trace: Trace, engine: EngineConfig | str | Path | None = None,
     mix) and before the last request is admitted (after which the queue is empty and the batch
     drains). A window with fewer than `SATURATED_BATCHES` x `max_num_seqs` requests is replayed
     as enough copies of its mix to reach that many (at most `SATURATED_MAX` requests), so the
-    saturated part is at least two batches long. This is the service rate mu of queueing theory: at offered load rho = lambda / mu > 1
-    the queue of a fluid model grows at lambda - mu (docs/corpus.md, "Capacity").
+    saturated part is at least two batches long. This is the service rate mu of queueing theory: at
+    offered load rho = lambda / mu > 1 the queue of a fluid model grows at lambda - mu (docs/corpus.md,
+    "Capacity").
 
     ``drain``: requests completed / makespan of the same replay. The makespan includes the
     drain at the end, when the batch thins out while the longest requests finish, so windows
@@ -114,7 +115,7 @@ def _capacity_cached(key: _TraceKey, cfg: EngineConfig, definition: str) -> floa
     tile = (lambda a: np.tile(a, copies))
     clients = None if t.client_id is None else tile(np.asarray(t.client_id, dtype=object))
     burst = Trace(np.zeros(len(t) * copies), tile(t.input_tokens), tile(t.output_tokens), clients, t.name)
-    out = Simulator(burst, get_policy(CAPACITY_REFERENCE), cfg, make_latency_model(cfg)).run()
+    out = make_simulator(burst, get_policy(CAPACITY_REFERENCE), cfg, make_latency_model(cfg)).run()
     done = out.status == "completed"
     if not done.any():
         raise TraceError(f"{t.name}: no request of this trace can ever be served by this engine, "

@@ -14,12 +14,13 @@ import pandas as pd
 
 from schedport.common.atomic import atomic_write as common_atomic_write
 from schedport.common.outputs import io_error
-from schedport.engine.config import EngineConfig
+from schedport.engine.core.config import EngineConfig
 from schedport.engine.inputs import check_metrics_horizon, served_trace
-from schedport.engine.latency import make_latency_model
-from schedport.engine.metrics import request_columns, summarize, table_of
-from schedport.engine.schedulers import Policy, run_counters
-from schedport.engine.simulator import Simulator, collector_paused
+from schedport.engine.core.latency import make_latency_model
+from schedport.engine.core.metrics import request_columns, summarize, table_of
+from schedport.engine.policies.schedulers import Policy, run_counters
+from schedport.engine.core.simulator import collector_paused
+from schedport.engine.modes import make_simulator
 from schedport.errors import SchedportError
 from schedport.workload.trace import Trace
 
@@ -39,7 +40,7 @@ class SimulationResult:
 
     @property
     def requests(self) -> pd.DataFrame:
-        """One row per request (`schedport.engine.metrics.REQUEST_COLUMNS`, then `reject_reason`)."""
+        """One row per request (`schedport.engine.core.metrics.REQUEST_COLUMNS`, then `reject_reason`)."""
         if not isinstance(self._requests, pd.DataFrame):
             self._requests = self._requests()
         return self._requests
@@ -101,7 +102,7 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
     with collector_paused(), policy.guarded():
         sim = None
         try:
-            sim = Simulator(engine_trace, policy, cfg, lat, seed=seed, exact=exact, horizon_s=horizon_s,
+            sim = make_simulator(engine_trace, policy, cfg, lat, seed=seed, exact=exact, horizon_s=horizon_s,
                             progress=progress)
             out = sim.run()
             policy.after_run(sim)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from schedport.engine.config import EngineConfig, load_engine_config
-from schedport.engine.latency import make_latency_model
+from schedport.engine.core.config import EngineConfig, load_engine_config
+from schedport.engine.core.latency import make_latency_model
 from schedport.errors import SchedportError
 from schedport.workload.trace import MAX_ARRIVAL_S, Trace, available_memory
 

@@ -10,7 +10,7 @@ exercised. Each run goes once in the default fast mode
 and once stepping every iteration (``--exact``), and requires every request's status, first
 token, finish and preemption count to agree bit for bit. The same runs check every evaluation of
 each request's key (a valid key, of one shape with the others) and that the policy never writes
-to a request (`schedport.engine.plugins.CheckedPolicy`); the exact run goes first, so a key that
+to a request (`schedport.engine.policies.plugins.CheckedPolicy`); the exact run goes first, so a key that
 goes bad is named as such rather than as a difference between the modes. When the modes differ,
 the exact run is repeated: a policy whose two identical runs differ keeps state across runs
 (module-level variables), which is reported as such, not as a wrong `dynamics` declaration.
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from schedport.engine.inputs import resolve_engine
-from schedport.engine.plugins import PolicyError, checking, get_scheduler
+from schedport.engine.policies.plugins import PolicyError, checking, get_scheduler
 from schedport.engine.runner import simulate
 from schedport.workload.examples import make_example_trace
 

@@ -37,14 +37,14 @@ from schedport.engine.capacity import (  # noqa: F401  (re-exported: the API of 
     CAPACITY_DEFINITIONS, CAPACITY_REFERENCE, DRAIN, SATURATED_BATCHES, SATURATED_MAX, SUSTAINABLE, capacity,
     load_scale, scaled,
 )
-from schedport.engine.config import EngineConfig
+from schedport.engine.core.config import EngineConfig
 from schedport.engine.execution import SimulationResult, atomic_write, simulate_scaled  # noqa: F401
 from schedport.engine.inputs import (  # noqa: F401  (re-exported: the checks at the engine's entry)
     SIM_BYTES_PER_REQUEST, check_clock, check_horizon, check_metrics_horizon, check_seed, check_simulation_memory,
     check_time_scale, rescale, resolve_engine, served_trace,
 )
-from schedport.engine.plugins import check_scheduler_tables, get_scheduler
-from schedport.engine.schedulers import Policy
+from schedport.engine.policies.plugins import check_scheduler_tables, get_scheduler
+from schedport.engine.policies.schedulers import Policy
 from schedport.workload.trace import MAX_ARRIVAL_S, Trace, load_trace  # noqa: F401
 
 
@@ -55,11 +55,11 @@ def simulate(trace: Trace | str | Path, scheduler: "str | Policy", engine: Engin
              region_def: str | None = None, check_tables: bool = True) -> SimulationResult:
     """Simulate `trace` under `scheduler` on `engine`; return the per-request table and summary.
 
-    The table has the columns of `schedport.engine.metrics.request_table` plus ``reject_reason``:
+    The table has the columns of `schedport.engine.core.metrics.request_table` plus ``reject_reason``:
     for a request rejected at arrival, why (e.g. it can never fit the KV cache); else None.
 
     `scheduler` is a built-in name, ``PATH.py:NAME`` or ``module:NAME`` (a policy of your own,
-    `schedport.engine.plugins`), an installed policy's name, or a `Policy` declaration.
+    `schedport.engine.policies.plugins`), an installed policy's name, or a `Policy` declaration.
     `trace` is a `Trace` or a path to a canonical CSV/Parquet file; `engine` an `EngineConfig`,
     a TOML path, or None for the documented defaults. `load` rescales time to offered load rho
     against the sustainable capacity, or against the anchor of `region_def` (``drain``,

@@ -92,8 +92,8 @@ def run(case: dict) -> dict:
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
 
-    from schedport.engine.config import engine_config_from_dict
-    from schedport.engine.latency import make_latency_model
+    from schedport.engine.core.config import engine_config_from_dict
+    from schedport.engine.core.latency import make_latency_model
 
     cfg = engine_config_from_dict(case["engine"], source="conformance case")
     lat = make_latency_model(cfg)

@@ -38,7 +38,7 @@ from typing import Callable
 import numpy as np
 
 from schedport.errors import SchedportError
-from schedport.engine.config import load_engine_config
+from schedport.engine.core.config import load_engine_config
 from schedport.engine.runner import atomic_write, resolve_engine, simulate
 from schedport.realengine.replay import (EndpointError, ServerInfo, StreamTimer, client_connector, completion_body,
                                          fetch_server_info, need_aiohttp, no_gc_pauses, prompt_token_ids, server_root)

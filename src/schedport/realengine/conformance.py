@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from schedport.engine.config import EngineConfig
+from schedport.engine.core.config import EngineConfig
 from schedport.errors import SchedportError
 from schedport.workload.trace import Trace
 
@@ -97,8 +97,8 @@ def vllm_policy(scheduler: str) -> str:
     """The vLLM policy that runs `scheduler` ("fcfs" or "priority"): a built-in's from `VLLM_POLICY`,
     "priority" for a user's policy that priorities express (`replay.priority_inexpressible`); any
     other is a one-line error."""
-    from schedport.engine.plugins import get_scheduler
-    from schedport.engine.schedulers import REGISTRY
+    from schedport.engine.policies.plugins import get_scheduler
+    from schedport.engine.policies.schedulers import REGISTRY
     from schedport.realengine.replay import priority_inexpressible
 
     if scheduler in VLLM_POLICY:
@@ -118,9 +118,9 @@ def simulate_record(case: Case, exact: bool) -> tuple[Record, list[str], dict]:
     """Run the case through the simulator with an observer: its record, the requests' statuses
     and the batch limits its batching mode ran with (token budget, sequence cap, watermark)."""
     from schedport.engine.runner import served_trace
-    from schedport.engine.simulator import Simulator
-    from schedport.engine.latency import make_latency_model
-    from schedport.engine.plugins import get_scheduler
+    from schedport.engine.modes import make_simulator
+    from schedport.engine.core.latency import make_latency_model
+    from schedport.engine.policies.plugins import get_scheduler
 
     steps: list = []
     preempted: list = []
@@ -132,7 +132,7 @@ def simulate_record(case: Case, exact: bool) -> tuple[Record, list[str], dict]:
             steps.extend([rec.scheduled] * rec.steps)
 
     trace = served_trace(case.trace, case.engine)
-    sim = Simulator(trace, get_scheduler(case.scheduler), case.engine, make_latency_model(case.engine),
+    sim = make_simulator(trace, get_scheduler(case.scheduler), case.engine, make_latency_model(case.engine),
                     exact=exact, observer=observe)
     orig = sim.preempt
 

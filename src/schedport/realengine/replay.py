@@ -54,10 +54,10 @@ import numpy as np
 import pandas as pd
 
 from schedport.engine.runner import SimulationResult, resolve_engine, scaled
-from schedport.engine.config import EngineConfig
+from schedport.engine.core.config import EngineConfig
 from schedport.errors import SchedportError
-from schedport.engine.latency import make_latency_model
-from schedport.engine.metrics import REPLAY_STATUSES, request_table, summarize
+from schedport.engine.core.latency import make_latency_model
+from schedport.engine.core.metrics import REPLAY_STATUSES, request_table, summarize
 from schedport.workload.trace import Trace
 
 #: Schedulers a stock vLLM server expresses through per-request priorities.
@@ -95,10 +95,10 @@ def request_priorities(trace: Trace, scheduler: str, engine: EngineConfig | None
     ranks of its keys at arrival (`user_priorities`).
     Any other scheduler is a one-line error listing the expressible ones.
     """
-    from schedport.engine.schedulers import (REGISTRY, deadline_priorities, predicted_scores, request_deadlines,
-                                      validate_scheduler_params)
+    from schedport.engine.policies.schedulers import (REGISTRY, deadline_priorities, predicted_scores,
+                                                      request_deadlines, validate_scheduler_params)
 
-    from schedport.engine.plugins import installed_policies, is_spec
+    from schedport.engine.policies.plugins import installed_policies, is_spec
 
     if scheduler not in REGISTRY and (is_spec(scheduler) or scheduler in installed_policies()):
         return user_priorities(trace, scheduler, engine)
@@ -134,9 +134,9 @@ def request_priorities(trace: Trace, scheduler: str, engine: EngineConfig | None
 def priority_inexpressible(policy) -> str:
     """Why a vLLM server's priority policy cannot run `policy` ('' when it can: continuous batching,
     no gate, a non-preemptive `Ordering` with `FIXED` keys and the worst-ranked as victim)."""
-    from schedport.engine.batching import Continuous
-    from schedport.engine.gates import AdmitAll
-    from schedport.engine.policy import FIXED, Ordering
+    from schedport.engine.policies.batching import Continuous
+    from schedport.engine.policies.gates import AdmitAll
+    from schedport.engine.policies.policy import FIXED, Ordering
 
     order = policy.order
     if policy.batching is not Continuous:
@@ -157,16 +157,16 @@ def priority_inexpressible(policy) -> str:
 def user_priorities(trace: Trace, scheduler, engine: EngineConfig | None = None) -> np.ndarray:
     """The priorities that make vLLM's priority policy run a user's `scheduler`: each request's rank
     by the policy's key at its arrival (0 = first); a one-line error when it is not expressible."""
-    from schedport.engine.latency import make_latency_model
-    from schedport.engine.plugins import get_scheduler
-    from schedport.engine.simulator import Simulator
+    from schedport.engine.core.latency import make_latency_model
+    from schedport.engine.policies.plugins import get_scheduler
+    from schedport.engine.modes import make_simulator
 
     policy = get_scheduler(scheduler)
     why = priority_inexpressible(policy)
     if why:
         raise SchedportError(f"scheduler {policy.name!r} cannot run on a vLLM server as priorities: {why}")
     cfg = engine if engine is not None else resolve_engine(None)
-    sim = Simulator(trace, policy, cfg, make_latency_model(cfg))
+    sim = make_simulator(trace, policy, cfg, make_latency_model(cfg))
     keys = [sim.sched.ordering.key(r, r.arrival) for r in sim.requests]
     order = sorted(range(len(keys)), key=keys.__getitem__)
     ranks = np.empty(len(keys), dtype=np.int64)

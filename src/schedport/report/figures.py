@@ -21,8 +21,9 @@ import numpy as np  # noqa: E402
 
 from schedport.report.style import LINESTYLES, MARKERS, OKABE_ITO  # noqa: E402
 
-__all__ = ["plt", "png_data_uri", "trivial_metrics", "trajectory_styles", "fig_tau_heatmap", "fig_headline_tau", "fig_metric_matrix", "fig_reversal_map",
-           "fig_rank_trajectories", "fig_workload", "fig_spec_curve", "MAP_ROWS"]
+__all__ = ["plt", "png_data_uri", "trivial_metrics", "trajectory_styles", "fig_tau_heatmap", "fig_headline_tau",
+           "fig_metric_matrix", "fig_reversal_map", "fig_rank_trajectories", "fig_workload", "fig_spec_curve",
+           "MAP_ROWS"]
 
 MAP_ROWS = 20  # scheduler pairs shown in the reversal map
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from schedport.engine.metrics import summary_keys
-from schedport.engine.plugins import PolicySource, resolve_schedulers, source_of
-from schedport.engine.schedulers import REGISTRY
+from schedport.engine.core.metrics import summary_keys
+from schedport.engine.policies.plugins import PolicySource, resolve_schedulers, source_of
+from schedport.engine.policies.schedulers import REGISTRY
 from schedport.errors import SchedportError
 from schedport.common.atomic import atomic_write_bytes
 from schedport.study.regions import REGIONS, parse_regions
@@ -72,7 +72,7 @@ def write_demo_corpus(out: str | os.PathLike[str], *, sources: tuple[str, ...] =
 @dataclass(frozen=True)
 class Selection:
     """What to run: scheduler names, windows (in corpus order), regions {name: rho}, seeds, and
-    the source of each user scheduler among the names (`schedport.engine.plugins`)."""
+    the source of each user scheduler among the names (`schedport.engine.policies.plugins`)."""
 
     schedulers: tuple[str, ...]
     windows: tuple[Window, ...]

@@ -13,7 +13,7 @@ Layout of a results directory ``DIR`` (default ``results/``)::
 ``pandas.read_parquet("DIR/runs")`` reads every finished cell: one row per
 (source, window_id, region, scheduler, seed) -- the *key* -- with ``rho``, ``time_scale``,
 ``capacity_rps``, ``window_sha256``, ``corpus_sha256``, ``engine_hash`` and one column per
-run metric (the ``summary.json`` fields of `schedport.engine.metrics`, in `summary_keys` order).
+run metric (the ``summary.json`` fields of `schedport.engine.core.metrics`, in `summary_keys` order).
 Every part has exactly the same Arrow schema: strings for the key names and hashes, int64
 for ``seed`` and the counts, float64 for everything else, with an undefined metric (None in
 the summary) stored as NaN.
@@ -35,7 +35,7 @@ kind or schema, unknown files in ``runs/``), an unreadable or inconsistent part 
 Parquet, other schema, other hashes, duplicated cells) is reported in one line and never
 overwritten.
 
-User schedulers (`schedport.engine.plugins`: a policy from the user's own file, module or an
+User schedulers (`schedport.engine.policies.plugins`: a policy from the user's own file, module or an
 installed package) are identified by the sha256 of their source file. The manifest's
 ``policies`` records each one's kind, spec, path, hash and source text (so `explain` reruns the
 very code that made the cells), and every runs part holding its cells names that hash in its

@@ -22,7 +22,7 @@ Per cell: ``time_scale = offered / (capacity * rho)`` (the formula of
 stored row is the cell key, rho, time_scale, capacity and the run summary. Simulation is
 deterministic, so every executor and worker count gives bit-identical rows.
 
-A scheduler may be a user's own (``--schedulers vllm-fcfs,las.py:LAS``; `schedport.engine.plugins`):
+A scheduler may be a user's own (``--schedulers vllm-fcfs,las.py:LAS``; `schedport.engine.policies.plugins`):
 the selection loads it once, the store records its version (`ResultsStore.adopt_policies` refuses
 cells of another), and every task carries its `PolicySource`, source text included, so a worker --
 local or on a Ray node -- runs exactly the code the driver hashed.
@@ -61,10 +61,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from schedport.common.outputs import writing
-from schedport.engine.config import EngineConfig, load_engine_config
+from schedport.engine.core.config import EngineConfig, load_engine_config
 from schedport.engine.inputs import check_clock, check_metrics_horizon, check_time_scale, rescale
-from schedport.engine.latency import make_latency_model
-from schedport.engine.plugins import check_scheduler_tables, from_source
+from schedport.engine.core.latency import make_latency_model
+from schedport.engine.policies.plugins import check_scheduler_tables, from_source
 from schedport.errors import SchedportError
 from schedport.study.executors import EXECUTORS, make_executor  # noqa: F401  (re-exported)
 from schedport.study.progress import PROGRESS_SECONDS, PlainProgress, fmt_wall, progress_display  # noqa: F401

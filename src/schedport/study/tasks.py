@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import schedport
-from schedport.engine.plugins import PolicyError, PolicySource
+from schedport.engine.policies.plugins import PolicyError, PolicySource
 from schedport.engine.runner import simulate
 from schedport.study.regions import parse_region_def, time_scale
 
@@ -90,7 +90,7 @@ def code_fingerprint() -> str:
     """
     h = hashlib.sha256(schedport.__version__.encode())
     pkg = Path(schedport.__file__).parent
-    files = sorted((pkg / "engine").glob("*.py")) + [pkg / "workload" / "trace.py", pkg / "workload" / "tracecheck.py",
+    files = sorted((pkg / "engine").rglob("*.py")) + [pkg / "workload" / "trace.py", pkg / "workload" / "tracecheck.py",
                                                      pkg / "study" / "regions.py"]
     for p in files:
         h.update(p.relative_to(pkg).as_posix().encode() + b"\0" + p.read_bytes())

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from schedport.engine.config import EngineConfig, engine_config_from_dict, load_engine_config
+from schedport.engine.core.config import EngineConfig, engine_config_from_dict, load_engine_config
 from schedport.errors import ConfigError, SchedportError
 from schedport.common.atomic import atomic_write_bytes
 from schedport.study.sweep import run_sweep
@@ -194,7 +194,7 @@ def scaled_slo_profiles(base: EngineConfig, cfg: EngineConfig, ref_tokens: int) 
     Why: absolute thresholds put a faster deployment into another regime (the SLO metrics then
     measure the hardware, not the scheduler); scaled ones ask each deployment the same relative
     tightness. The choice is the set's ``slo`` key and the report names it."""
-    from schedport.engine.latency import make_latency_model
+    from schedport.engine.core.latency import make_latency_model
 
     lb, lc = make_latency_model(base), make_latency_model(cfg)
     r_ttft = lc.prefill_time(ref_tokens) / lb.prefill_time(ref_tokens)

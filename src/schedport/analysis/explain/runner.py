@@ -27,7 +27,7 @@ import numpy as np
 
 from schedport.errors import SchedportError
 from schedport.common.atomic import atomic_write_text
-from schedport.engine.config import engine_config_from_dict
+from schedport.engine.core.config import engine_config_from_dict
 from schedport.engine.capacity import LEGACY_DRAIN, THROUGHPUT_KINDS, parse_region_def
 from schedport.study.regions import capacity_cache
 from schedport.study.sweep import code_fingerprint, make_executor, measure_capacity, progress_display, run_chunk
@@ -39,7 +39,7 @@ from schedport.analysis.explain.effects import (attribute, finite_or_none, media
 from schedport.analysis.explain.reversals import ranked_reversals, read_portability
 from schedport.analysis.explain.variants import CLIENT_AWARE, FEATURES, Variant, build_variant, variant_name
 from schedport.analysis.store_loading import load_store, window_key
-from schedport.engine.plugins import PolicySource
+from schedport.engine.policies.plugins import PolicySource
 
 __all__ = ["DEFAULT_BOOT", "Explainer"]
 

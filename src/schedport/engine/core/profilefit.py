@@ -1,4 +1,4 @@
-"""Fit deployment profiles (`schedport.engine.deployments`) from Vidur's published profiles.
+"""Fit deployment profiles (`schedport.engine.core.deployments`) from Vidur's published profiles.
 
 Reads ``../shared/calibration/vidur-profiles`` (its README gives the columns, the MIT licence and
 the citation: Agrawal et al., "Vidur", MLSys 2024, microsoft/vidur@7d47513), each file checked
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from schedport.engine.deployments import DEPLOYMENT_SPECS, GPUS, MODELS
-from schedport.engine.latency import CALIBRATED_COEFFS
+from schedport.engine.core.deployments import DEPLOYMENT_SPECS, GPUS, MODELS
+from schedport.engine.core.latency import CALIBRATED_COEFFS
 from schedport.errors import SchedportError
 from schedport.workload.datadir import sha256_file
 
@@ -72,7 +72,8 @@ def read_sums(data_dir: Path) -> dict[str, str]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise ProfileError(f"{path}: cannot read the profiles' checksums ({getattr(e, 'strerror', None) or e})") from None
+        why = getattr(e, "strerror", None) or e
+        raise ProfileError(f"{path}: cannot read the profiles' checksums ({why})") from None
     sums = {}
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():

@@ -27,9 +27,9 @@ import math
 
 from bisect import bisect_left, insort
 
-from schedport.engine.policy import Plan
-from schedport.engine.queues import Queue
-from schedport.engine.simulator import RUNNING, Request
+from schedport.engine.policies.policy import Plan
+from schedport.engine.policies.queues import Queue
+from schedport.engine.core.simulator import RUNNING, Request
 
 
 class RankTracker:
@@ -55,7 +55,7 @@ class RankTracker:
         # the order's own cohort hook, told of the joins and leaves the walk makes itself
         self._order_hook = None
         if getattr(order.cohort_changed, "__func__", None) is Queue.cohort_changed:
-            sim._cohort_hook = self.cohort_changed      # the order keeps no cohort state: skip it
+            sim.listen_cohort(self.cohort_changed)      # the order keeps no cohort state: skip it
         else:
             self._order_hook = order.cohort_changed
         for r in sim.running:
@@ -71,7 +71,7 @@ class RankTracker:
         if req.sync >= 0:
             # lists, so that `served` can move a served prefix's leading keys in place (and the
             # two lists' entries compare alike)
-            e = [k[0] - self.step * self.sim.dclock, *k[1:], req]
+            e = [k[0] - self.step * self.sim.decode_clock, *k[1:], req]
             insort(self.members, e)
         else:
             e = [*k, req]
@@ -158,7 +158,7 @@ class RankTracker:
                     self._drop(r)
                     self._add(r)
 
-    def fast_forward_limit(self, now: float) -> int | None:
+    def next_decision(self, now: float) -> int | None:
         """Steps the cohort may run before its ranking can turn (None: never, between events).
 
         With `step` <= 0 a served member's key only improves on those of requests not served.
@@ -174,7 +174,7 @@ class RankTracker:
             best = k0 if best is None or k0 < best else best
         if best is None:
             return None
-        gap = best - (self.members[-1][0] + self.step * self.sim.dclock)
+        gap = best - (self.members[-1][0] + self.step * self.sim.decode_clock)
         return max(1, math.ceil(gap / self.step)) if gap > 0 else 1
 
     # -- the walk
@@ -189,12 +189,12 @@ class RankTracker:
         order = self.order
         members, others = self.members, self.others
         waiting = order.ordered(now)
-        shift = self.step * sim.dclock
+        shift = self.step * sim.decode_clock
         cap = mode.max_num_seqs
         budget = mode.budget
         wm = mode.watermark_blocks
         n_mem = len(members)
-        cross = sim.cohort_crossings(sim.dclock)   # new blocks of all members this step
+        cross = sim.cohort_crossings(sim.decode_clock)   # new blocks of all members this step
         free = cache.free                           # less what non-members take, in rank order
         im = io = iw = 0
         n_oth = len(others)
@@ -302,14 +302,14 @@ class RankTracker:
         """The new blocks the first `im` members take this step, where the bounds do not settle it."""
         if hi == lo:
             return hi
-        d = self.sim.dclock
+        d = self.sim.decode_clock
         bs = self.sim.cache.block_size
         return sum(1 for e in members[:im] if not (e[-1].pval + d) % bs)
 
     def _after_victims(self, victims: list) -> tuple:
         """The best-ranked of the victims so far (the last chosen), and the members' new blocks
         this step without theirs."""
-        d = self.sim.dclock
+        d = self.sim.decode_clock
         bs = self.sim.cache.block_size
         cross = self.sim.cohort_crossings(d) - sum(1 for r, _, member in victims if member and not (r.pval + d) % bs)
         return victims[-1], cross
@@ -321,7 +321,7 @@ class RankTracker:
         left); None where the full pass would preempt otherwise (nothing left to preempt, a full
         host) or would preempt a member among those counted."""
         members = self.members
-        d = self.sim.dclock
+        d = self.sim.decode_clock
         bs = self.sim.cache.block_size
         m = sum(1 for e in members[:a] if not (e[-1].pval + d) % bs)   # blocks taken before `a`
         got: list = []
@@ -347,7 +347,7 @@ class RankTracker:
     def _readmit_need(self, victim: tuple, budget: int) -> int:
         """The blocks a request the walk preempted would need to start again this step."""
         r, _, member = victim
-        d = self.sim.dclock
+        d = self.sim.decode_clock
         computed, generated = (r.pval + d, r.generated + d - r.sync) if member else (r.computed, r.generated)
         if not self.mode.swap:
             computed = 0                            # recomputed: its KV is gone
@@ -361,7 +361,7 @@ class RankTracker:
         full pass would find the host swap space full, or preempt every request not reached and
         still be short."""
         sim = self.sim
-        d = sim.dclock
+        d = sim.decode_clock
         bs = sim.cache.block_size
         members, others = self.members, self.others
         swap = self.mode.swap
@@ -408,7 +408,7 @@ class RankTracker:
         if stand_still:
             # the batch in rank order: each request picked goes before the reached members that
             # rank after it (as the walk compared them), the members in their kept order
-            shift = self.step * sim.dclock
+            shift = self.step * sim.decode_clock
             key = order.key
             at = 0
             for req, k, need, is_waiting in picked:
@@ -422,7 +422,7 @@ class RankTracker:
             plan.cohort = True
             if sit:
                 self._park(len(reached), now)
-            sim.cache.free -= sim.cohort_crossings(sim.dclock)
+            sim.cache.free -= sim.cohort_crossings(sim.decode_clock)
             back = []
             for req, k, need, is_waiting in picked:
                 if not is_waiting and req.decoding:
@@ -471,7 +471,7 @@ class RankTracker:
             e = entry[r.idx]
             if self.step:
                 k = self._key(r)
-                e = entry[r.idx] = [k[0] - self.step * self.sim.dclock, *k[1:], r]
+                e = entry[r.idx] = [k[0] - self.step * self.sim.decode_clock, *k[1:], r]
             insort(members, e)
 
     def _serve_alone(self, plan: Plan, reached: list, a: int, b: int) -> None:

@@ -12,7 +12,7 @@ class MLFQJob:
     """One job's place and accounting in the skip-join MLFQ.
 
     The exact rules (`SkipJoinMLFQ`) read the first five fields; the fast mode's kept state
-    (`schedport.engine.mlfq_cohort.MlfqCohort`) adds the last three.
+    (`schedport.engine.fast.mlfq_cohort.MlfqCohort`) adds the last three.
 
     * `level`: its queue (0 the top).
     * `pos`: its explicit position in the queue (pushes to the front take negative ones).

@@ -1,6 +1,6 @@
 """The queues the engine keeps waiting requests in, and the protocol its ranked fill talks to.
 
-A policy's ranking is an `Ordering` (`schedport.engine.policy`): a key and how it moves. The
+A policy's ranking is an `Ordering` (`schedport.engine.policies.policy`): a key and how it moves. The
 engine keeps the requests; `queue_for` picks the container the declared dynamics allow:
 
 * `StaticKey` — a heap of keys fixed at arrival (vLLM v1's priority queue); non-preemptive
@@ -11,11 +11,11 @@ engine keeps the requests; `queue_for` picks the container the declared dynamics
 * `Fifo` — arrival order with preempted requests back at the head (vLLM's FCFS queue), for the
   orders that have no key.
 
-`Queue` is the engine's side of the contract: the container, and the hooks through which the
-fast mode (the decode cohort, fast-forwards) keeps a policy's state exact. Policies whose state is
-more than a key — VTC's counters (`schedport.engine.vtc`), ltr's starvation guard
-(`schedport.engine.ltr`), FastServe's MLFQ (`schedport.engine.mlfq`) — are written against it
-directly; a policy written as an `Ordering` never sees it.
+`Queue` is the contract of a policy whose state is more than a key — VTC's counters
+(`schedport.engine.policies.vtc`), ltr's starvation guard (`schedport.engine.policies.ltr`),
+FastServe's MLFQ (`schedport.engine.policies.mlfq`): ten members, the size of vLLM's
+`RequestQueue` with its ranking, plus the optional `Hooks`. A policy written as an `Ordering`
+never sees it.
 """
 
 from __future__ import annotations
@@ -28,73 +28,124 @@ from typing import Any
 
 import numpy as np
 
-from schedport.engine.policy import FIXED, Ordering, PerServedToken, Plan, WithTime
-from schedport.engine.simulator import Request
+from schedport.engine.policies.policy import FIXED, Ordering, PerServedToken, Plan, WithTime
+from schedport.engine.core.simulator import Request
 
 _KEY = attrgetter("key")
 
 
-class Queue:
-    """The engine's waiting container for one policy, and the hooks the fast mode keeps it exact with.
+class Hooks:
+    """The hooks a stateful policy may declare, each optional (a no-op by default).
 
-    `preemptive` orderings rank running and waiting requests together every step and
-    preempt running requests that fall outside the selected set. `dynamic` orderings can
-    change the order of waiting requests at any time (aging, counters): the engine then
-    fast-forwards only when no waiting request could be admitted in any order.
+    Told by the engine: `on_admit`, `on_finish`, `prepare` (before each step's batch is formed)
+    and `after_step`. Telling the engine: `next_decision`, the point at which the policy next needs
+    to act (SimPy's way: a process says when it next wakes), up to which the engine may run the
+    same decode-only batch without asking. For the fast mode only, with a policy whose state
+    moves as its requests decode: `cohort_changed`, `after_fast_forward`, `refine_fast_forward`
+    and three declarations (`per_request_steps`, `served_key_step`, `lazy_state`).
 
     In fast mode the engine advances decoding requests as a cohort, so a running request's
-    `computed`/`generated` fields may lag until it is synced. Waiting requests are always
-    exact, and a preemptive ordering's keys for running requests are computed after every
-    running request is synced. An ordering that reads running requests' progress anywhere else
-    (in its hooks) must set `per_request_steps = True`, which keeps every request exact at
-    every step.
+    `computed`/`generated` fields may lag until it is synced. Waiting requests are always exact,
+    and a preemptive ordering's keys for running requests are computed after every running
+    request is synced. A policy that reads running requests' progress anywhere else (in its hooks)
+    sets `per_request_steps = True`, which keeps every request exact at every step.
     """
 
-    preemptive = False
-    dynamic = False
-    victim = "newest"      # memory-pressure victim for non-preemptive orderings: newest | worst
     per_request_steps = False  # True: needs every decode step reported per request (no bulk cohort)
     #: How a preemptive order's keys move, if the engine may keep its rank order between steps:
     #: a served request's leading key changes by this much per token served (srpt: -1; a fixed
     #: key: 0) and no key changes otherwise. None: keys may change any time; ranked afresh each step.
     served_key_step: int | None = None
+    #: The name of a keeper the fast mode has for this policy's state (`Simulator.lazy_state`), which
+    #: then keeps it lazily in the decode cohort; None: the policy updates its own state every step.
+    lazy_state: str | None = None
+
+    def on_admit(self, req: Request, now: float) -> None:
+        """`req` left the waiting queue for the running set."""
+
+    def on_finish(self, req: Request, t: float) -> None:
+        """`req` emitted its last token at `t`."""
+
+    def prepare(self, now: float) -> None:
+        """A step begins, before its batch is formed (time-driven promotions)."""
+
+    def after_step(self, plan: Plan, start: float, end: float) -> None:
+        """The step `plan` ran from `start` to `end`; its tokens are out."""
+
+    def next_decision(self, plan: Plan, now: float) -> tuple[int | None, float | None]:
+        """When the policy next needs to act, if the same decode-only batch ran on: after at most
+        this many steps, or at the first step that starts at or after this time (None: no bound)."""
+        return None, None
+
+    def cohort_changed(self, req: Request, delta: int) -> None:
+        """A request joined (+1) or left (-1) the engine's decode cohort (fast mode only)."""
+
+    def after_fast_forward(self, plan: Plan, starts: np.ndarray, ends: np.ndarray, k: int) -> None:
+        """The engine ran `plan`'s decode-only batch `k` times at once (`starts`, `ends` per step)."""
+
+    def refine_fast_forward(self, plan: Plan, starts: np.ndarray, ends: np.ndarray, k: int) -> int:
+        """How many of the `k` steps about to be run at once may run before the policy acts."""
+        return k
+
+
+class Queue(Hooks):
+    """What a stateful policy implements: its waiting requests in its order (vLLM's `RequestQueue`:
+    add, prepend, peek, pop, remove, length, iteration) and the key they rank by.
+
+    Ten members, and three declarations: `preemptive` orders rank running and waiting requests
+    together every step and preempt running requests that fall outside the selected set;
+    `dynamic` orders can change the order of waiting requests at any time (aging, counters), and
+    the engine then fast-forwards only when no waiting request could be admitted in any order;
+    `victim` says whom memory pressure preempts under a non-preemptive order. The optional hooks
+    are `Hooks`'. A policy written as an `Ordering` gets one of the queues below and never sees it.
+    """
+
+    preemptive = False
+    dynamic = False
+    victim = "newest"      # memory-pressure victim for non-preemptive orderings: newest | worst
 
     def __init__(self, sim, params: dict):
         self.sim = sim
         self.params = params
 
-    # -- container
-    def __len__(self) -> int: raise NotImplementedError
-    def push(self, req: Request, now: float) -> None: raise NotImplementedError
-    def requeue(self, req: Request, now: float) -> None: raise NotImplementedError
-    def head(self, now: float) -> Request | None: raise NotImplementedError
-    def pop_head(self) -> Request: raise NotImplementedError
-    def remove(self, req: Request) -> None: raise NotImplementedError
-    def ordered(self, now: float) -> list[Request]: raise NotImplementedError
-    def __iter__(self): raise NotImplementedError
+    def push(self, req: Request, now: float) -> None:
+        """Queue an arriving request (vLLM's `add_request`)."""
+        raise NotImplementedError
 
-    # -- keys (preemptive / worst-victim orderings)
+    def requeue(self, req: Request, now: float) -> None:
+        """Queue a preempted request again (vLLM's `prepend_request`)."""
+        raise NotImplementedError
+
+    def head(self, now: float) -> Request | None:
+        """The first waiting request, left in place (vLLM's `peek_request`); None when empty."""
+        raise NotImplementedError
+
+    def pop_head(self) -> Request:
+        """Take the request `head` returned (vLLM's `pop_request`)."""
+        raise NotImplementedError
+
+    def remove(self, req: Request) -> None:
+        """Take `req` out wherever it is (vLLM's `remove_request`)."""
+        raise NotImplementedError
+
+    def ordered(self, now: float) -> list[Request]:
+        """The waiting requests in order, first to be served first."""
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def __iter__(self):
+        raise NotImplementedError
+
     def key(self, req: Request, now: float) -> Any:
+        """`req`'s rank, smallest first, ending in a unique tiebreak (preemptive and worst-victim orders)."""
         return (req.arrival, req.idx)
 
     def victim_key(self, req: Request, now: float) -> Any:
         """The rank a memory-pressure victim is chosen by, without the final index tiebreak
         (vLLM ranks victims by (priority, arrival_time) only)."""
         return self.key(req, now)[:-1]
-
-    # -- hooks
-    def prepare(self, now: float) -> None:
-        """Called at the start of every step, before the batch is formed (time-driven promotions)."""
-    def on_admit(self, req: Request, now: float) -> None: pass
-    def after_step(self, plan: Plan, start: float, end: float) -> None: pass
-    def after_fast_forward(self, plan: Plan, starts: np.ndarray, ends: np.ndarray, k: int) -> None: pass
-    def on_finish(self, req: Request, t: float) -> None: pass
-    def cohort_changed(self, req: Request, delta: int) -> None:
-        """A request joined (+1) or left (-1) the engine's decode cohort (fast mode only)."""
-    def fast_forward_limit(self, plan: Plan, now: float) -> tuple[int | None, float | None]:
-        return None, None
-    def refine_fast_forward(self, plan: Plan, starts: np.ndarray, ends: np.ndarray, k: int) -> int:
-        return k
 
 
 class Fifo(Queue):

@@ -19,7 +19,7 @@ class AdmitAll:
     def filter(self, sched, now: float) -> None:
         pass
 
-    def fast_forward_limit(self, sched, plan, now):
+    def next_decision(self, sched, plan, now):
         return None, None
 
     def refine(self, sched, plan, starts, ends, k):
@@ -84,7 +84,7 @@ class SloGate:
             ahead += r.num_tokens
         return out
 
-    def fast_forward_limit(self, sched, plan, now):
+    def next_decision(self, sched, plan, now):
         d = self._deadlines(sched, now) if len(sched.order) else []
         if not d:
             return None, None

@@ -1,17 +1,17 @@
 """The parts a scheduling policy is composed of, and the interfaces between them.
 
-A policy is a short declaration (`schedport.engine.schedulers.Policy`):
+A policy is a short declaration (`schedport.engine.policies.schedulers.Policy`):
 
 * a **batching mode** — how an iteration's batch is formed (`BatchingMode`; the four modes,
-  `Continuous`, `StallFree`, `Selective` and `Static`, are in `schedport.engine.batching`);
+  `Continuous`, `StallFree`, `Selective` and `Static`, are in `schedport.engine.policies.batching`);
 * an **ordering** — which waiting (and, if preemptive, which running) request goes first: an
   `Ordering`, a key and how it moves (`FIXED`, `PerServedToken`, `WITH_TIME`); the engine keeps
-  the requests in the queue those dynamics allow (`schedport.engine.queues`). FCFS and the
+  the requests in the queue those dynamics allow (`schedport.engine.policies.queues`). FCFS and the
   policies with state beyond a key (VTC, ltr's guard, FastServe's MLFQ) are engine queues;
-* an optional **admission gate** — requests it refuses are rejected (`schedport.engine.gates`).
+* an optional **admission gate** — requests it refuses are rejected (`schedport.engine.policies.gates`).
 
 Each part is a small class; `Policy.bind(sim)` instantiates them for one simulation. The engine
-calls the bound policy (`schedport.engine.schedulers.BoundPolicy`) through a narrow interface:
+calls the bound policy (`schedport.engine.policies.schedulers.BoundPolicy`) through a narrow interface:
 `plan`, the queue hooks, and the fast-forward hooks that say when the next decision is due.
 """
 
@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from schedport.engine.simulator import Request
+from schedport.engine.core.simulator import Request
 from schedport.errors import ConfigError
 
 # ============================================================================ plans
@@ -154,7 +154,8 @@ class BatchingMode:
     default_budget = 2048
     default_watermark = 0.0
     allocates_decode_blocks = True
-    tracker = None          # the kept rank order of a preemptive policy (`schedport.engine.ranking`)
+    reserve_full = False    # a waiting request starts only when its whole known prompt's blocks are free
+    tracker = None          # the kept rank order of a preemptive policy (`Simulator.rank_keeper`)
 
     def __init__(self, sim, params: dict):
         cfg = sim.config
@@ -191,6 +192,9 @@ class BatchingMode:
             return f"needs {need} KV blocks, the cache holds {c.num_blocks}"
         return ""
 
+    def on_finish(self, req: Request, t: float) -> None:
+        """`req` emitted its last token at `t` (a mode that delivers tokens late says so here)."""
+
     def planned_tokens(self, plan: Plan) -> int:
         """Tokens the plan computes this step (cohort decodes included)."""
         return sum(k for _, k in plan.items) + (self.sim.cohort_n if plan.cohort else 0)
@@ -204,7 +208,7 @@ class BatchingMode:
         if left <= 0:
             return False
         m = min(r.num_tokens for r in sched.order)
-        if not (getattr(self, "reserve_full", False) and not sched.order.preemptive):
+        if not (self.reserve_full and not sched.order.preemptive):
             m = min(m, left)
         return sim.cache.blocks_for(m) <= sim.cache.free - self.watermark_blocks
 

@@ -8,8 +8,8 @@
   preemption),
 * `Static` (FasterTransformer request-level batches).
 
-Each is a `schedport.engine.policy.BatchingMode`; a policy declaration names one
-(`schedport.engine.schedulers`).
+Each is a `schedport.engine.policies.policy.BatchingMode`; a policy declaration names one
+(`schedport.engine.policies.schedulers`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ import heapq
 from collections import deque
 from operator import attrgetter, itemgetter
 
-from schedport.engine.policy import BatchingMode, Plan
-from schedport.engine.ranking import RankTracker
-from schedport.engine.simulator import RUNNING, WAITING, Request
+from schedport.engine.policies.policy import BatchingMode, Plan
+from schedport.engine.core.simulator import RUNNING, WAITING, Request
 
 _KEY = attrgetter("key")
 _SECOND = itemgetter(1)
@@ -139,7 +138,7 @@ class Continuous(BatchingMode):
                     left -= k
             for r in skipped:
                 sim.cohort_leave(r)
-        blocks = sim.cohort_crossings(sim.dclock)
+        blocks = sim.cohort_crossings(sim.decode_clock)
         for it in items:
             r, k, _ = it
             it[2] = nb = -(-(r.computed + k) // bs) - r.blocks
@@ -252,7 +251,7 @@ class Continuous(BatchingMode):
         order = sched.order
         gated = self.host_gated()
         host_was_full, sim.host_full_prev = sim.host_full_prev, False
-        levels = order.kept() if sim.bulk and hasattr(order, "kept") else None
+        levels = sim.lazy_state(order) if sim.bulk and order.lazy_state else None
         plan = self._ranked_kept(sched, now, gated, host_was_full, levels)
         if plan is not None:
             return plan
@@ -352,7 +351,7 @@ class Continuous(BatchingMode):
         order = sched.order
         tracker = self.tracker
         if tracker is None and sim.bulk and order.served_key_step is not None and not self.host_gate:
-            tracker = self.tracker = RankTracker(sim, order, self)
+            tracker = self.tracker = sim.rank_keeper(order, self)
         if levels is not None:
             levels.resume()
         skip = levels is not None and not len(order) and levels.over_budget(self.budget)
@@ -513,7 +512,7 @@ class Continuous(BatchingMode):
         waiting = list(order.ordered(now))
         tokens = blocks = 0
         if sim.cohort_n:
-            tokens, blocks = sim.cohort_n, sim.cohort_crossings(sim.dclock)
+            tokens, blocks = sim.cohort_n, sim.cohort_crossings(sim.decode_clock)
         budget, room = self.budget, cache.free - self.watermark_blocks
         # (both sums only grow: the first request past the budget or the free blocks settles it)
         for r in waiting:
@@ -602,7 +601,7 @@ class StallFree(BatchingMode):
         plan = Plan()
         budget = self.budget
         if sim.bulk:
-            cross = sim.cohort_crossings(sim.dclock)
+            cross = sim.cohort_crossings(sim.decode_clock)
             if sim.cohort_n <= budget and cross <= cache.free:
                 cache.free -= cross
                 plan.cohort = True
@@ -761,6 +760,13 @@ class Static(BatchingMode):
 
     def any_admissible(self, sched, plan):
         return False if self.sim.running else bool(len(sched.order))
+
+    def on_finish(self, req, t):
+        """With `return_at_batch_end`, the whole batch is delivered when its last member ends."""
+        if self.return_at_batch_end and not self.sim.running:
+            for r in self.batch:
+                r.first_token = t
+                r.finish = t
 
     def plan(self, sched, now):
         sim = self.sim

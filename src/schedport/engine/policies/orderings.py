@@ -2,16 +2,16 @@
 
 sjf (`ShortestJob`), spf (`ShortestPrompt`, with optional aging), edf (`EarliestDeadline`), srpt
 (`ShortestRemaining`) and hrrn (`ResponseRatio`). The engine keeps their requests in the queue
-their dynamics allow (`schedport.engine.queues.queue_for`). The policies with state beyond a key
+their dynamics allow (`schedport.engine.policies.queues.queue_for`). The policies with state beyond a key
 have modules of their own: VTC (`vtc`), ltr (`ltr`), FastServe (`mlfq`); FCFS is the engine's
-`Fifo`. The registry that names them all is `schedport.engine.schedulers`.
+`Fifo`. The registry that names them all is `schedport.engine.policies.schedulers`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from schedport.engine.policy import WITH_TIME, Ordering, PerServedToken
+from schedport.engine.policies.policy import WITH_TIME, Ordering, PerServedToken
 from schedport.errors import ConfigError
 
 

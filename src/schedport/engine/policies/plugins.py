@@ -3,7 +3,7 @@
 Wherever a scheduler is named (`schedport simulate --scheduler`, `run --schedulers`, `explain`,
 the Python API's `simulate`), the name may be:
 
-* a built-in policy (`schedport.engine.schedulers.REGISTRY`);
+* a built-in policy (`schedport.engine.policies.schedulers.REGISTRY`);
 * ``PATH.py:NAME`` -- NAME defined in the Python file at PATH;
 * ``package.module:NAME`` -- NAME in an importable module;
 * a name that an installed package registers in the entry-point group ``schedport.policies``
@@ -52,13 +52,13 @@ from pathlib import Path
 
 import numpy as np
 
-from schedport.engine.batching import Continuous
-from schedport.engine.policy import BatchingMode, Ordering
-from schedport.engine.policyguard import (  # noqa: F401  (re-exported: a user policy's run checks)
+from schedport.engine.policies.batching import Continuous
+from schedport.engine.policies.policy import BatchingMode, Ordering
+from schedport.engine.policies.policyguard import (  # noqa: F401  (re-exported: a user policy's run checks)
     CheckedPolicy, PolicyError, checking, exit_call, exits_trapped, frame_at, line_in, one_line,
 )
-from schedport.engine.queues import Queue
-from schedport.engine.schedulers import PARAM_RULES, REGISTRY, Policy, class_params, validate_scheduler_params
+from schedport.engine.policies.queues import Queue
+from schedport.engine.policies.schedulers import PARAM_RULES, REGISTRY, Policy, class_params, validate_scheduler_params
 from schedport.errors import SchedportError
 
 #: The entry-point group an installed package registers its policies in.
@@ -522,7 +522,7 @@ def _check_declaration(pol: Policy, where: str, attr: str) -> None:
                           f"give your policy another name")
     if not (isinstance(pol.batching, type) and issubclass(pol.batching, BatchingMode)):
         raise PolicyError(f"{where}: {attr}'s batching mode {pol.batching!r} is not a BatchingMode "
-                          f"(Continuous, StallFree, Selective or Static from schedport.engine.batching)")
+                          f"(Continuous, StallFree, Selective or Static from schedport.engine.policies.batching)")
     if not callable(pol.order):
         raise PolicyError(f"{where}: {attr}'s order {pol.order!r} is not an Ordering class")
     if not isinstance(pol.params, dict):

@@ -1,16 +1,16 @@
-"""The 13 scheduling policies, each a short declaration (`Policy`) over `schedport.engine.policy`'s parts.
+"""The 13 scheduling policies, each a short declaration (`Policy`) over `schedport.engine.policies.policy`'s parts.
 
 Names are part of the CLI (`schedport schedulers` lists them). Parameters marked unverified in
 ../shared/docs/schedulers.md are our documented choices and can be overridden per run with a
 `[scheduler.<name>]` table in the engine config. A policy is one `Policy(...)` declaration
 (and, if its ranking is new, one small `Ordering`: a key and its dynamics, docs/schedulers.md
 "Write your own policy"). A built-in one is added to `REGISTRY`; a user's own stays in their file
-or package and is loaded by `schedport.engine.plugins` (docs/own-scheduler.md).
+or package and is loaded by `schedport.engine.policies.plugins` (docs/own-scheduler.md).
 
-The batching modes are in `schedport.engine.batching`; the key orderings in
-`schedport.engine.orderings`; the policies with state of their own in `schedport.engine.vtc`,
-`schedport.engine.ltr` (with its predictor) and `schedport.engine.mlfq`; the gates in
-`schedport.engine.gates`. `Policy.bind` checks every ``[scheduler.*]`` table against this
+The batching modes are in `schedport.engine.policies.batching`; the key orderings in
+`schedport.engine.policies.orderings`; the policies with state of their own in `schedport.engine.policies.vtc`,
+`schedport.engine.policies.ltr` (with its predictor) and `schedport.engine.policies.mlfq`; the gates in
+`schedport.engine.policies.gates`. `Policy.bind` checks every ``[scheduler.*]`` table against this
 registry (`validate_for`) before a simulation starts.
 """
 
@@ -22,21 +22,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedport.engine.batching import Continuous, Selective, Static, StallFree
-from schedport.engine.config import fmt_toml
-from schedport.engine.ltr import (  # noqa: F401  (re-exported: the ltr predictor is part of this module's API)
+from schedport.engine.policies.batching import Continuous, Selective, Static, StallFree
+from schedport.engine.core.config import fmt_toml
+from schedport.engine.policies.ltr import (  # noqa: F401  (re-exported: the ltr predictor is part of this module's API)
     LTR_REFERENCE_LOG_SD, PredictedRank, achieved_tau, ltr_noise_sigma, predicted_scores, reference_log_sd,
 )
-from schedport.engine.gates import AdmitAll, SloGate
-from schedport.engine.mlfq import SkipJoinMLFQ
-from schedport.engine.orderings import (  # noqa: F401  (re-exported: edf's deadlines are part of this module's API)
-    DEADLINE_RULES, EarliestDeadline, ResponseRatio, ShortestJob, ShortestPrompt, ShortestRemaining, deadline_priorities,
-    request_deadlines,
+from schedport.engine.policies.gates import AdmitAll, SloGate
+from schedport.engine.policies.mlfq import SkipJoinMLFQ
+from schedport.engine.policies.orderings import (  # noqa: F401  (re-exported: edf's deadlines are part of this module's API)
+    DEADLINE_RULES, EarliestDeadline, ResponseRatio, ShortestJob, ShortestPrompt, ShortestRemaining,
+    deadline_priorities, request_deadlines,
 )
-from schedport.engine.policy import BatchingMode, Ordering, Plan
-from schedport.engine.queues import Fifo, Queue, SortedEachStep, StaticKey, queue_for  # noqa: F401
-from schedport.engine.vtc import VirtualTokenCounter
-from schedport.engine.simulator import Request
+from schedport.engine.policies.policy import BatchingMode, Ordering, Plan
+from schedport.engine.policies.queues import Fifo, Queue, SortedEachStep, StaticKey, queue_for  # noqa: F401
+from schedport.engine.policies.vtc import VirtualTokenCounter
+from schedport.engine.core.simulator import Request
 from schedport.common.values import is_int as _is_int, is_real as _is_real
 from schedport.errors import ConfigError
 
@@ -151,10 +151,7 @@ class BoundPolicy:
         if self.mode.tracker is not None:
             self.mode.tracker.left(req)
         self.order.on_finish(req, t)
-        if isinstance(self.mode, Static) and self.mode.return_at_batch_end and not self.sim.running:
-            for r in self.mode.batch:       # the whole batch is delivered when its last member ends
-                r.first_token = t
-                r.finish = t
+        self.mode.on_finish(req, t)
 
     def admit(self, req: Request, now: float) -> None:
         self.sim.admit(req)
@@ -186,11 +183,11 @@ class BoundPolicy:
             return not self.mode.any_admissible(self, plan)
         return True
 
-    def fast_forward_limit(self, plan: Plan, now: float):
-        k1, t1 = self.order.fast_forward_limit(plan, now)
-        k2, t2 = self.gate.fast_forward_limit(self, plan, now)
+    def next_decision(self, plan: Plan, now: float):
+        k1, t1 = self.order.next_decision(plan, now)
+        k2, t2 = self.gate.next_decision(self, plan, now)
         if self.mode.tracker is not None:
-            k1 = _min_opt(k1, self.mode.tracker.fast_forward_limit(now))
+            k1 = _min_opt(k1, self.mode.tracker.next_decision(now))
         return _min_opt(k1, k2), _min_opt(t1, t2)
 
     def refine_fast_forward(self, plan, starts, ends, k):
@@ -234,7 +231,8 @@ REGISTRY: dict[str, Policy] = {p.name: p for p in [
            cite="Yu et al., OSDI 2022 (Orca); Sarathi-Serve's orca_scheduler.py baseline"),
     Policy("static", "Request-level batches (FasterTransformer): nothing joins a running batch",
            Static, Fifo, params={"batch_size": 128, "pad_compute": False, "return_at_batch_end": False},
-           cite="NVIDIA FasterTransformer, the baseline of Yu et al., OSDI 2022; Sarathi-Serve faster_transformer_scheduler.py"),
+           cite="NVIDIA FasterTransformer, the baseline of Yu et al., OSDI 2022; "
+                "Sarathi-Serve faster_transformer_scheduler.py"),
     Policy("sjf", "Shortest job first by oracle output length, non-preemptive",
            Continuous, ShortestJob,
            cite="Classic SJF; oracle-length baseline of Fu et al., NeurIPS 2024 (hao-ai-lab/vllm-ltr, sjf mode)"),
@@ -268,7 +266,8 @@ REGISTRY: dict[str, Policy] = {p.name: p for p in [
            cite="Brinch Hansen, 'Short-term scheduling in multiprogramming systems', SOSP 1971"),
     Policy("slo-admission", "FCFS with admission control: reject requests whose TTFT deadline cannot be met",
            Continuous, Fifo, admission=SloGate, params={"slo_profile": "standard", "slack": 0.0},
-           cite="Qin et al., Mooncake (FAST 2025) early rejection; Tang et al., SCORPIO (2025); DistServe goodput (OSDI 2024)"),
+           cite="Qin et al., Mooncake (FAST 2025) early rejection; Tang et al., SCORPIO (2025); "
+                "DistServe goodput (OSDI 2024)"),
 ]}
 
 
@@ -368,7 +367,7 @@ def validate_scheduler_params(cfg, policies: dict | None = None, *, others: str 
     that is not there, a key the policy does not take, a value of the wrong type or out of its
     range, or a combination without meaning (vtc with both weights 0) is an error naming
     ``cfg.source``, the table, the key, the value and the rule. Called with every policy a run can
-    meet (built-in, from a user's file, installed) by `schedport.engine.plugins.check_scheduler_tables`
+    meet (built-in, from a user's file, installed) by `schedport.engine.policies.plugins.check_scheduler_tables`
     at each entry (`simulate`, the sweep before any worker starts); `Policy.bind` calls it with
     ``others="skip"``, which passes over tables naming neither a built-in nor the policy bound (a
     user policy's table, checked at the entry that knew that policy).

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from schedport.engine.queues import SortedEachStep
+from schedport.engine.policies.queues import SortedEachStep
 
 
 class PredictedRank(SortedEachStep):
@@ -56,7 +56,7 @@ class PredictedRank(SortedEachStep):
         if self.threshold <= 0:
             # no guard: the ranking is the scores alone and there is no per-step state to keep;
             # every key is fixed, made once here (the class is 0 for all: left out, same order)
-            for hook in ("push", "cohort_changed", "after_step", "after_fast_forward", "fast_forward_limit"):
+            for hook in ("push", "cohort_changed", "after_step", "after_fast_forward", "next_decision"):
                 setattr(self, hook, getattr(super(), hook))
             arrival = sim.trace.arrival_s.tolist()
             self._keys = [(sc, arrival[i], i) for i, sc in enumerate(self.scores)]
@@ -79,7 +79,7 @@ class PredictedRank(SortedEachStep):
     def cohort_changed(self, req, delta):
         idx = req.idx
         if delta > 0:
-            self.base[idx] = self.sim.dclock
+            self.base[idx] = self.sim.decode_clock
             if idx in self.boost:
                 self.boosted_members.add(idx)
         else:
@@ -89,7 +89,7 @@ class PredictedRank(SortedEachStep):
 
     def _rebase(self, idx: int) -> None:
         """Make a cohort member's `last` and `boost` true at the current cohort clock."""
-        d = self.sim.dclock
+        d = self.sim.decode_clock
         ran = d - self.base[idx]
         if ran:
             self.last[idx] = self.cohort_it
@@ -126,7 +126,7 @@ class PredictedRank(SortedEachStep):
             due = last[idx] + thr
             if nxt is None or due < nxt:
                 nxt = due
-        base, d, cit = self.base, self.sim.dclock, self.cohort_it
+        base, d, cit = self.base, self.sim.decode_clock, self.cohort_it
         for r in self.sim.running:
             idx = r.idx
             if idx in boost:
@@ -168,7 +168,7 @@ class PredictedRank(SortedEachStep):
         self.last.pop(req.idx, None)
         self.boost.pop(req.idx, None)
 
-    def fast_forward_limit(self, plan, now):
+    def next_decision(self, plan, now):
         k = None
         if self.threshold > 0 and self.items:
             k = self._next_promo - self.sim.iterations   # a lower bound on steps before a promotion
@@ -176,7 +176,7 @@ class PredictedRank(SortedEachStep):
             b = self.boost.get(r.idx)
             if b is not None:
                 k = b if k is None else min(k, b)
-        d = self.sim.dclock
+        d = self.sim.decode_clock
         for idx in self.boosted_members:
             b = self.boost.get(idx)
             if b is not None:

@@ -1,6 +1,6 @@
 """What a user's policy may not do in a run, and the one line it gets when it does.
 
-`schedport.engine.plugins` loads a user's policy and binds each of its runs to a `CheckedPolicy`:
+`schedport.engine.policies.plugins` loads a user's policy and binds each of its runs to a `CheckedPolicy`:
 each arriving request's key is checked (a number or a tuple of numbers and strings, not NaN, of
 one shape with the others); in exact mode and in the policy check (`checking`) every evaluation of
 it is, and every call of the key and the ordering's hooks must leave the request as it found it. A
@@ -20,10 +20,10 @@ import os
 import threading
 import traceback
 
-from schedport.engine.policy import Ordering
-from schedport.engine.queues import queue_for
-from schedport.engine.schedulers import BoundPolicy
-from schedport.engine.simulator import Request
+from schedport.engine.policies.policy import Ordering
+from schedport.engine.policies.queues import queue_for
+from schedport.engine.policies.schedulers import BoundPolicy
+from schedport.engine.core.simulator import Request
 from schedport.errors import SchedportError
 
 

@@ -1,7 +1,7 @@
 """vtc: the Virtual Token Counter's fair queue (`VirtualTokenCounter`).
 
 Its state is more than a key — a counter per client that every token served moves — so it is an
-engine queue (`schedport.engine.queues.Queue`) that keeps the counters of decode-cohort members
+engine queue (`schedport.engine.policies.queues.Queue`) that keeps the counters of decode-cohort members
 lazily, rather than an `Ordering`.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from schedport.engine.queues import Queue
-from schedport.engine.simulator import Request
+from schedport.engine.policies.queues import Queue
+from schedport.engine.core.simulator import Request
 
 
 class VirtualTokenCounter(Queue):
@@ -55,10 +55,10 @@ class VirtualTokenCounter(Queue):
             self.tin[c] = 0
             self.tout[c] = 0
             self.ncoh[c] = 0
-            self.csync[c] = self.sim.dclock
+            self.csync[c] = self.sim.decode_clock
 
     def _sync(self, c):
-        d = self.sim.dclock
+        d = self.sim.decode_clock
         self.tout[c] += self.ncoh[c] * (d - self.csync[c])
         self.csync[c] = d
 

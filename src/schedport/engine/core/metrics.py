@@ -242,10 +242,11 @@ def request_columns(
 
     Inputs are equal-length arrays in trace order. ``status`` holds "completed", "rejected"
     or "unfinished" (or one of ``extra_statuses``, which follow the "unfinished" rules:
-    a replay records server errors, timeouts and truncated streams this way); ``first_token_s`` / ``finish_s`` are NaN where not reached. ``client_id``
-    is None (no client column) or an array of client ids (None or NaN where missing; `table_of`
-    writes them as str). Derived columns ``ttft_s``, ``tpot_s`` and ``e2e_s`` follow the module
-    docstring. ``request_id`` is 0..n-1 (int64).
+    a replay records server errors, timeouts and truncated streams this way); ``first_token_s`` /
+    ``finish_s`` are NaN where not reached. ``client_id`` is None (no client column) or an array of
+    client ids (None or NaN where missing; `table_of` writes them as str). Derived columns
+    ``ttft_s``, ``tpot_s`` and ``e2e_s`` follow the module docstring. ``request_id`` is 0..n-1
+    (int64).
 
     The engine's timing invariants are checked here, because a violation is an engine bug
     that would otherwise surface only as strange metrics: a completed request has

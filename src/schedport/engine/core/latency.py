@@ -380,8 +380,8 @@ class CalibratedLatency:
         if not cpu_overhead_s >= 0:
             raise ValueError(f"cpu_overhead_s must be >= 0, got {cpu_overhead_s!r}")
         self.deployment, shape, tp = deployment, CALIBRATED_MODEL_SHAPE, 1
-        if deployment is not None:      # another model on another GPU: its fit, its shape (engine/deployments.py)
-            from schedport.engine.deployments import latency_inputs
+        if deployment is not None:      # another model on another GPU: its fit, its shape (engine/core/deployments.py)
+            from schedport.engine.core.deployments import latency_inputs
             shape, tp, coeffs = latency_inputs(deployment, coeffs)
         co = dict(CALIBRATED_COEFFS if coeffs is None else coeffs)
         self.coeffs = co
@@ -549,7 +549,7 @@ class CalibratedLatency:
     def describe(self) -> dict:
         """Model name, coefficients, options and provenance."""
         if self.deployment is not None:
-            from schedport.engine.deployments import describe_latency
+            from schedport.engine.core.deployments import describe_latency
             return describe_latency(self.deployment, self.cpu_overhead_s, self.lm_head, self.coeffs)
         return {
             "model": "calibrated",
@@ -766,7 +766,7 @@ SCALE_KEYS = ("prefill_scale", "decode_scale", "attention_scale")
 
 class LatencySettings(Protocol):
     """The ``[latency]`` settings `make_latency_model` reads: what an
-    `schedport.engine.config.EngineConfig` provides (declared here, so the latency models do not
+    `schedport.engine.core.config.EngineConfig` provides (declared here, so the latency models do not
     depend on the configuration that chooses among them)."""
 
     latency_model: str

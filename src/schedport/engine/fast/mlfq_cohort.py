@@ -18,7 +18,7 @@ for the fast mode (the decode cohort):
   reversed one.)
 * **Processing time is summed lazily.** A job that ran in the last step has its last step's end
   `last_end` and an open run; it is demoted at the first step end where ``served + (end - run_start) >
-  quantum``, found from a heap of due times (`schedport.engine.mlfq_due`). A fast-forward
+  quantum``, found from a heap of due times (`schedport.engine.fast.mlfq_due`). A fast-forward
   stops at the step where a job is next due, unless every running job is in the batch and
   nothing waits: then the order cannot change the batch and the demotions are made inside the
   run, at the steps the heap names.
@@ -51,12 +51,12 @@ import math
 from bisect import bisect_left
 from itertools import chain, islice
 
-from schedport.engine.mlfq_due import MARGIN, DueTimes
-from schedport.engine.mlfq_job import FROZEN, NO_ENTRY, THAWED
-from schedport.engine.mlfq_walk import ACT_PREEMPT, ACT_RUN, BY_KEY, GiveWay, Walk
-from schedport.engine.policy import Plan
-from schedport.engine.queues import Queue
-from schedport.engine.simulator import RUNNING, Request
+from schedport.engine.fast.mlfq_due import MARGIN, DueTimes
+from schedport.engine.policies.mlfq_job import FROZEN, NO_ENTRY, THAWED
+from schedport.engine.fast.mlfq_walk import ACT_PREEMPT, ACT_RUN, BY_KEY, GiveWay, Walk
+from schedport.engine.policies.policy import Plan
+from schedport.engine.policies.queues import Queue
+from schedport.engine.core.simulator import RUNNING, Request
 
 
 class MlfqCohort(DueTimes):
@@ -75,7 +75,7 @@ class MlfqCohort(DueTimes):
         self.hi = [0] * n
         self.sign = 1
         self.last_end = -math.inf
-        self.heap: list[float] = []     # due times (less held) of B's jobs, each once (`schedport.engine.mlfq_due`)
+        self.heap: list[float] = []     # due times (less held) of B's jobs, each once (`fast.mlfq_due`)
         self.at: dict[float, list] = {}     # the entries at each: (stamp, request)
         self.held = 0.0                 # the freezing steps' summed durations: the heap's time is wall time less this
         self.refix: list[Request] = []  # the jobs that ran in freezing steps since the heap was last read
@@ -90,7 +90,7 @@ class MlfqCohort(DueTimes):
         self.ran_out: list[Request] = []    # and its items outside the cohort
         self.frz_items: list[Request] = []  # the frozen jobs outside the cohort
         if getattr(q.cohort_changed, "__func__", None) is Queue.cohort_changed:
-            self.sim._cohort_hook = None    # nothing listens to cohort joins and leaves
+            self.sim.listen_cohort(None)    # nothing listens to cohort joins and leaves
 
     # ------------------------------------------------------------------ B's upkeep
     def _actual(self, L: int) -> list[Request]:
@@ -262,7 +262,7 @@ class MlfqCohort(DueTimes):
         sim.host_full_prev = False
         plan = Plan()
         plan.cohort = True
-        hook = sim._cohort_hook
+        hook = sim.cohort_listener
         if sit or preempted:
             self._leave_b(acts, sit)
         if sit:
@@ -290,7 +290,7 @@ class MlfqCohort(DueTimes):
                 x.append(r)
         if unparked:
             self._unpark_all(unparked)
-        sim.cache.free -= sim.cohort_crossings(sim.dclock)
+        sim.cache.free -= sim.cohort_crossings(sim.decode_clock)
         if join:
             sim.cohort_join_all(join, hook)
         # (the items are prefills and admissions: none is a member)
@@ -723,7 +723,7 @@ class MlfqCohort(DueTimes):
         self.last_end = end
         self.items_prev = [r for r, _ in plan.items]
 
-    def fast_forward_limit(self, plan: Plan, now: float):
+    def next_decision(self, plan: Plan, now: float):
         """The next starvation check, and a time before any job of the batch is due for demotion.
 
         When every running job is in the batch and nothing waits, a demotion cannot change the next

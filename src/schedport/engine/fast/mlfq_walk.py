@@ -1,6 +1,6 @@
 """FastServe's ranked fill over the levels kept in the decode cohort (`mlfq_cohort.MlfqCohort`).
 
-A job's `aux` is its `schedport.engine.mlfq_job.MLFQJob` (made by `SkipJoinMLFQ`): its level,
+A job's `aux` is its `schedport.engine.policies.mlfq_job.MLFQJob` (made by `SkipJoinMLFQ`): its level,
 explicit position and processing time, and the kept state's fields, among them its value in the
 last batch B (None outside it). The walk (`Walk`) takes one step's batch from those levels with
 the full pass's rules.
@@ -12,7 +12,7 @@ import math
 from bisect import bisect_left
 from operator import attrgetter
 
-from schedport.engine.simulator import RUNNING, Request
+from schedport.engine.core.simulator import RUNNING, Request
 
 BY_KEY = attrgetter("key")
 
@@ -53,7 +53,7 @@ class Walk:
         self.nlev = kept.q.levels
         self.others = kept.others
         self.waiting = waiting
-        self.d = sim.dclock
+        self.d = sim.decode_clock
         self.wm = mode.watermark_blocks
         self.cap = mode.max_num_seqs
         self.budget = mode.budget

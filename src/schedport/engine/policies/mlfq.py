@@ -6,9 +6,8 @@ import math
 from bisect import bisect_left, insort
 from operator import attrgetter
 
-from schedport.engine.mlfq_cohort import MlfqCohort
-from schedport.engine.mlfq_job import MLFQJob
-from schedport.engine.queues import SortedEachStep
+from schedport.engine.policies.mlfq_job import MLFQJob
+from schedport.engine.policies.queues import SortedEachStep
 
 
 class SkipJoinMLFQ(SortedEachStep):
@@ -40,12 +39,13 @@ class SkipJoinMLFQ(SortedEachStep):
     The queues are deques: a key is (level, position, index), where a push to the front takes a
     position below every other and a push to the back one above. The engine ranks running and
     waiting jobs together every step. That is how `--exact` runs it. The fast mode keeps the same
-    state lazily in the decode cohort (`schedport.engine.mlfq_cohort`): the last batch's order
+    state lazily in the decode cohort (`schedport.engine.fast.mlfq_cohort`): the last batch's order
     per level, processing times summed at demotions only, and a walk of the levels in place of
     the ranking, bit for bit the same.
     """
 
     preemptive = True
+    lazy_state = "mlfq-levels"          # the fast mode may keep the levels in the cohort (`MlfqCohort`)
     static_keys = True                  # a waiting key changes only at a starvation check
     cached_key = True                   # req.key = (level, position, idx), set wherever they change
 
@@ -64,15 +64,9 @@ class SkipJoinMLFQ(SortedEachStep):
         self._back = 0                  # and by pushes to the back
         self.promotions = 0             # starvation promotions, for the run summary
         self.deepest = 0                # the lowest level any job reached
-        self.levels_kept = None         # fast mode: the state kept in the decode cohort (`MlfqCohort`)
+        self.levels_kept = None         # fast mode: the state kept in the decode cohort (`sim.lazy_state`)
         self.resumable: list = []       # waiting jobs past their context stage (`ordered_resumable`)
         self._resumable_sorted = True
-
-    def kept(self) -> MlfqCohort:
-        """The fast mode's lazy state (`schedport.engine.mlfq_cohort`), made on first use."""
-        if self.levels_kept is None:
-            self.levels_kept = MlfqCohort(self)
-        return self.levels_kept
 
     def _state(self, req) -> MLFQJob:
         """The job's `MLFQJob`, made when it first joins the queue (skip-join: at the back of its level)."""
@@ -166,7 +160,7 @@ class SkipJoinMLFQ(SortedEachStep):
             kept.rebuild(batch, end)
         # a running job that sat this step out ended its open run (its KV stays resident) at its
         # last step's end, s.last_end; the run is closed when next read (`_close`, from `_run`,
-        # `fast_forward_limit`), with the same sum an eager close would make
+        # `next_decision`), with the same sum an eager close would make
 
     def on_finish(self, req, t):
         if self.levels_kept is not None:
@@ -201,7 +195,7 @@ class SkipJoinMLFQ(SortedEachStep):
             self._resumable_sorted = True
         return self.resumable
 
-    def fast_forward_limit(self, plan, now):
+    def next_decision(self, plan, now):
         """The next starvation check, and the earliest time a running job may sink below a waiting one.
 
         In a decode-only batch every running job is served whatever the order. A job that ran
@@ -214,7 +208,7 @@ class SkipJoinMLFQ(SortedEachStep):
         """
         kept = self.levels_kept
         if kept is not None and not kept.explicit:
-            return kept.fast_forward_limit(plan, now)
+            return kept.next_decision(plan, now)
         k = self.every - self.sim.iterations % self.every
         t = math.inf
         if self.items:
@@ -226,7 +220,8 @@ class SkipJoinMLFQ(SortedEachStep):
                 if lvl < self.levels - 1:
                     if s.last_end != now or math.isnan(s.run_start):
                         seg = now
-                        done = s.served if math.isnan(s.run_start) else s.served + (s.last_end - s.run_start)  # a run it sat out closed
+                        # a run it sat out closed
+                        done = s.served if math.isnan(s.run_start) else s.served + (s.last_end - s.run_start)
                     else:
                         seg, done = s.run_start, s.served
                     due = seg + (quanta[lvl] - done)

@@ -1,11 +1,12 @@
 """A discrete-event simulator of one vLLM-like serving replica.
 
 The engine owns time, the paged KV cache and the request lifecycle; a policy
-(`schedport.engine.policy`) owns the decisions. Each iteration ("step") the policy's
+(`schedport.engine.policies.policy`) owns the decisions. Each iteration ("step") the policy's
 batching mode forms a batch from the running and waiting requests within a token
 budget, the running-sequence cap and the free KV blocks, preempting (by recompute, or by
 swap for policies whose reference swaps) when blocks run out; the latency model prices the
-step; tokens are emitted at the step's end. Semantics follow vLLM (see docs/engine.md and ../shared/docs/schedulers.md §0):
+step; tokens are emitted at the step's end. Semantics follow vLLM (see docs/engine.md and
+../shared/docs/schedulers.md §0):
 
 * KV blocks are allocated as tokens are computed (``ceil(tokens / block_size)`` per request);
   policies that reserve (Orca, static batching) allocate their reservation at admission.
@@ -38,14 +39,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from schedport.engine.cohort import DecodeCohort
-from schedport.engine.config import EngineConfig
+from schedport.engine.core.config import EngineConfig
 from schedport.errors import SchedportError
-from schedport.engine.latency import LatencyModel
+from schedport.engine.core.latency import LatencyModel
 from schedport.workload.trace import Trace
 
 WAITING, RUNNING, DONE = 0, 1, 2
-_SCALAR_STEPS = 24      # fast-forwards of up to this many steps are timed with Python floats
 
 
 @contextmanager
@@ -168,16 +167,25 @@ class KVCache:
         return self.num_blocks - self.free
 
 
-class Simulator(DecodeCohort):
-    """Runs one trace through one policy on one engine configuration.
+class Simulator:
+    """Runs one trace through one policy on one engine configuration, one step at a time (the oracle).
 
     The policy's runtime object is created with `policy.bind(self)` and is called for every
     decision; the simulator only advances time, moves requests between queues and keeps the
-    books (see `run`).
+    books (see `run`). The fast mode (`schedport.engine.fast.simulator.FastSimulator`) extends it
+    at three points of the loop — `_skip_ahead`, `_serve` and `_served` — and fills in the decode
+    cohort's interface below, which here describes an engine without one.
     """
 
+    exact = True            # steps every iteration request by request (the fast mode sets False)
+    # -- the decode cohort as policies see it (`schedport.engine.fast.cohort`). Here there is
+    #    none: no step advances requests in bulk, and every request's counts are always true.
+    bulk = False            # do decode steps advance a cohort of members in bulk?
+    cohort_n = 0            # members of the cohort
+    dclock = 0              # the cohort's clock: bulk decode steps taken (read it as `decode_clock`)
+
     def __init__(self, trace: Trace, policy, config: EngineConfig, latency: LatencyModel, *,
-                 seed: int = 0, exact: bool = False, horizon_s: float | None = None,
+                 seed: int = 0, horizon_s: float | None = None,
                  observer: Callable[[StepRecord], None] | None = None,
                  progress: Callable[[float, int, int], None] | None = None):
         self.trace = trace
@@ -185,7 +193,6 @@ class Simulator(DecodeCohort):
         self.config = config
         self.latency = latency
         self.seed = seed
-        self.exact = exact
         self.horizon = math.inf if horizon_s is None else float(horizon_s)
         self.observer = observer
         self.cache = KVCache(config.num_gpu_blocks, config.block_size)
@@ -218,20 +225,8 @@ class Simulator(DecodeCohort):
         self.host_full_events = 0
         self.host_full_prev = False
         self.stall_recomputes = 0
-        self.sched = policy.bind(self)
-        # The decode cohort (fast mode only): running requests that decode one token per step are
-        # advanced together by bumping `dclock` instead of touching each one; a member's true
-        # computed/generated counts are its fields plus (dclock - sync). `sync_all` makes every
-        # field true before any per-request decision.
-        self.bulk = (not exact) and self.sched.supports_bulk()
-        self.dclock = 0
-        self.cohort_n = 0
-        self.cohort_pval = 0      # sum of members' pval
-        self.cohort_buckets = [0] * config.block_size   # members by pval mod block_size
-        self.cohort_heap: list = []     # (clock, idx, req): each member's done clock or a bound below it
-        self._alloc_decode = self.sched.mode.allocates_decode_blocks
         self._last_dt = 0.0
-        self._cohort_hook = self.sched.cohort_changed
+        self.sched = policy.bind(self)
 
     def release(self) -> None:
         """Let go of the bound policy and the requests once the run's results are read.
@@ -242,10 +237,34 @@ class Simulator(DecodeCohort):
         are freed at once, and what a policy's own cycles keep is a few objects.
         """
         self.sched = None
-        self._cohort_hook = None
         self.requests = []
         self.running = []
-        self.cohort_heap = []
+
+    # ----------------------------------------------------------------- the decode cohort's interface
+    @property
+    def decode_clock(self) -> int:
+        """Bulk decode steps taken so far: a cohort member's true `computed` and `generated` are
+        its fields plus ``decode_clock - req.sync`` (always 0 here: there is no cohort)."""
+        return self.dclock
+
+    def sync(self, req: Request) -> None:
+        """Make `req`'s `computed`/`generated` true now (a no-op here: they always are)."""
+
+    def sync_all(self) -> None:
+        """`sync` every running request, before a decision that reads them one by one."""
+
+    def cohort_leave(self, req: Request) -> None:
+        """Make `req`'s fields true and stop advancing it with the cohort (never called here)."""
+
+    def rank_keeper(self, order, mode):
+        """A keeper of `order`'s rank order between steps for the ranked batching `mode`, or None
+        when every step ranks afresh (always None here)."""
+        return None
+
+    def lazy_state(self, order):
+        """The keeper of the state `order` declares it can keep lazily in the cohort
+        (`Queue.lazy_state`), or None when the order updates its own state every step."""
+        return None
 
     # ----------------------------------------------------------------- bookkeeping used by policies
     def admit(self, req: Request) -> None:
@@ -346,8 +365,7 @@ class Simulator(DecodeCohort):
             plan = sched.plan(now)
             if not plan.items and not (plan.cohort and self.cohort_n):
                 if plan.preempted:
-                    if self.bulk:
-                        self.rebuild_cohort()
+                    self._preempted_only()
                     if self.events != spin_at:
                         spin_at, spins = self.events, 0
                     spins += 1      # each such plan preempts someone: more than n in a row is a loop
@@ -368,14 +386,17 @@ class Simulator(DecodeCohort):
             self.events += 1
             if self.progress is not None and not self.events & 1023:
                 self.progress(now, i, n)    # (simulated time, arrived, total): reads the state, changes nothing
-            if (not self.exact and plan.decode_only
-                    and (self.cohort_n + plan.parked == len(self.running) if plan.cohort
-                         else len(plan.items) == len(self.running))
-                    and sched.stable(plan)):
-                if self._fast_forward(plan):
-                    continue
+            if plan.decode_only and self._skip_ahead(plan):
+                continue
             self._execute(plan)
         return self._output()
+
+    def _preempted_only(self) -> None:
+        """A plan preempted requests and ran nothing: the fast mode rebuilds its cohort here."""
+
+    def _skip_ahead(self, plan) -> bool:
+        """Run a stretch of identical decode-only steps at once, if the fast mode can (never here)."""
+        return False
 
     def _arrive(self, req: Request) -> None:
         total = req.prompt + req.output
@@ -391,52 +412,45 @@ class Simulator(DecodeCohort):
     # ----------------------------------------------------------------- one iteration
     def _execute(self, plan) -> None:
         """Run one iteration of the planned batch and emit its tokens at the step's end."""
-        items = plan.items
-        bulk = plan.cohort
+        chunks, n_dec, kv, finished, firsts = self._serve(plan)
+        if self.observer is not None:
+            # the whole batch in running order (vLLM's order: running requests, then admissions)
+            ks = {r.idx: k for r, k in plan.items}
+            batch = [(r.idx, ks.get(r.idx, 1)) for r in self.running
+                     if r.idx in ks or (plan.cohort and r.sync >= 0)]
+        dt = self.latency.iteration_time(chunks, n_dec, kv)
+        if self.swap_bytes_pending:
+            t_swap = self.swap_bytes_pending / self.pcie_bytes_per_s
+            # vLLM's swap is a block copy before the step runs; FastServe's proactive offload
+            # overlaps the copy with the step and costs only what it runs beyond it
+            dt = max(dt, t_swap) if self.swap_overlap else dt + t_swap
+            self.swap_bytes_pending = 0
+        start = self.now
+        end = start + dt
+        self._last_dt = dt
+        for req in firsts:
+            req.first_token = end
+        self._served(plan, finished)
+        self.iterations += 1
+        self.sched.after_step(plan, start, end)
+        for req in finished:
+            self._finish(req, end)
+        self.now = end
+        if self.observer is not None:
+            self.observer(StepRecord(start, end, 1, sum(k for _, k in batch), len(self.running) + len(finished),
+                                     self.cache.used, batch, [end]))
+
+    def _serve(self, plan) -> tuple[list, int, int, list, list]:
+        """Advance each planned request by its tokens: the step's shape (prefill chunks, decodes and
+        the KV they read, counted before) and what it emits (first tokens, finished requests)."""
         chunks = []
         n_dec = 0
         kv = 0
-        if bulk:
-            n_dec = self.cohort_n
-            kv = self.cohort_pval + n_dec * (self.dclock + 1)
-        # one pass over the items: the step's shape (read before) and its tokens (counted after);
-        # first tokens are stamped once the step's end is known
         finished = []
         emitted = plan.emitted = []
-        joined = []
         firsts = []
-        alone = not bulk and self.bulk      # the cohort stands still: its members among the items run alone
-        if alone:
-            bs = self.cache.block_size
-            buckets = self.cohort_buckets
-            moved = 0
-            outside = []                    # the items outside the cohort
-        for req, k in items:
+        for req, k in plan.items:
             c = req.computed
-            if alone and req.sync >= 0:
-                # a member served alone (decoding, synced when planned: `serve_alone`) emits its
-                # token, and its cohort offset, block bucket and done clock move with it
-                n_dec += 1
-                kv += c + 1
-                c += k
-                req.computed = c
-                emitted.append(req)
-                g = req.generated + 1
-                req.generated = g
-                if g >= req.output:
-                    finished.append(req)
-                pv = c - req.sync
-                p0 = req.pval
-                moved += pv - p0
-                buckets[p0 % bs] -= 1
-                buckets[pv % bs] += 1
-                req.pval = pv
-                req.done_clock = d = req.sync + (req.output - g)
-                if not 0 <= req.heap_at <= d:
-                    self._alone_entry(req, d)
-                continue
-            if alone:
-                outside.append(req)
             if req.decoding:
                 n_dec += 1
                 kv += c + 1
@@ -454,46 +468,10 @@ class Simulator(DecodeCohort):
                     finished.append(req)
                 elif not req.decoding:
                     req.decoding = True
-                    joined.append(req)
-        if self.observer is not None:
-            # the whole batch in running order (vLLM's order: running requests, then admissions)
-            ks = {r.idx: k for r, k in items}
-            batch = [(r.idx, ks.get(r.idx, 1)) for r in self.running if r.idx in ks or (bulk and r.sync >= 0)]
-        dt = self.latency.iteration_time(chunks, n_dec, kv)
-        if self.swap_bytes_pending:
-            t_swap = self.swap_bytes_pending / self.pcie_bytes_per_s
-            # vLLM's swap is a block copy before the step runs; FastServe's proactive offload
-            # overlaps the copy with the step and costs only what it runs beyond it
-            dt = max(dt, t_swap) if self.swap_overlap else dt + t_swap
-            self.swap_bytes_pending = 0
-        start = self.now
-        end = start + dt
-        self._last_dt = dt
-        for req in firsts:
-            req.first_token = end
-        if bulk:
-            self.dclock += 1
-            self._pop_cohort_done(finished)
-            for req in joined:
-                self.cohort_join(req)
-            for req in plan.rejoin:
-                self.cohort_join(req)
-        elif alone:
-            self.cohort_pval += moved
-            if plan.parked:             # requests parked out of the cohort stay out
-                for req in outside:
-                    if req.decoding and req.generated < req.output:
-                        self.cohort_join(req)
-            else:
-                self.rebuild_cohort()
-        self.iterations += 1
-        self.sched.after_step(plan, start, end)
-        for req in finished:
-            self._finish(req, end)
-        self.now = end
-        if self.observer is not None:
-            self.observer(StepRecord(start, end, 1, sum(k for _, k in batch), len(self.running) + len(finished),
-                                     self.cache.used, batch, [end]))
+        return chunks, n_dec, kv, finished, firsts
+
+    def _served(self, plan, finished: list) -> None:
+        """The step's tokens are out (first tokens stamped): the fast mode moves its cohort here."""
 
     def _finish(self, req: Request, t: float) -> None:
         if req.sync >= 0:
@@ -505,199 +483,6 @@ class Simulator(DecodeCohort):
         req.blocks = 0
         self.running.remove(req)
         self.sched.on_finish(req, t)
-
-    # ----------------------------------------------------------------- fast-forward
-    def _time_steps(self, n: int, kv: np.ndarray):
-        """Start and end times of consecutive decode-only steps with KV reads `kv` (sequential sums)."""
-        k = kv.shape[0]
-        acc = np.empty(k + 1)
-        acc[0] = self.now
-        acc[1:] = self.latency.decode_times(n, kv)
-        ends = np.add.accumulate(acc)[1:]
-        starts = np.empty(k)
-        starts[0] = self.now
-        starts[1:] = ends[:-1]
-        return starts, ends
-
-    def _limit_time(self, t_pol) -> float:
-        """When the next time-driven decision is due: the next arrival, the horizon or a policy time."""
-        limit = self.horizon
-        if self._next_arrival < len(self.requests):
-            limit = min(limit, self.requests[self._next_arrival].arrival)
-        if t_pol is not None:
-            limit = min(limit, t_pol)
-        return limit
-
-    def _time_cap(self, limit_t: float, n: int, kv0: int) -> int | None:
-        """Generous bound on how many decode steps start before `limit_t`, to size the arrays.
-
-        Decode steps lengthen as contexts grow, so the first step's duration bounds the count
-        (with a margin, as the latency model need not be monotone). Only sizes the work: a
-        fast-forward cut short by it is taken up again by the engine's next pass, with the
-        same floating-point sums, so results never depend on it.
-        """
-        if limit_t == math.inf:
-            return None
-        dt0 = self.latency.iteration_time((), n, kv0)
-        if dt0 <= 0.0:
-            return None
-        return int((limit_t - self.now) / dt0 * 1.25) + 2
-
-    def _time_limit(self, starts: np.ndarray, k: int, limit_t: float) -> int:
-        """Cut k so that no step starts at or after `limit_t` (see `_limit_time`)."""
-        if limit_t < math.inf:
-            j = int(np.searchsorted(starts, limit_t, side="left"))
-            k = min(k, max(j, 1))
-        return k
-
-    def _too_close(self, limit_t: float) -> bool:
-        """Cheap pre-check: is the next time-driven decision due within about one step?
-
-        Only decides whether a fast-forward is worth attempting; results never depend on it.
-        """
-        return limit_t - self.now < 1.5 * self._last_dt
-
-    def _fast_forward(self, plan) -> bool:
-        """Run K identical decode-only steps at once; False if fewer than 2 are possible."""
-        if plan.cohort:
-            return self._fast_forward_cohort(plan)
-        k_pol, t_pol = self.sched.fast_forward_limit(plan, self.now)
-        limit_t = self._limit_time(t_pol)
-        if self._too_close(limit_t):
-            return False
-        running = self.running
-        B = len(running)
-        comp_sum = 0
-        k_max = None                                 # the step that completes the first request(s)
-        for r in running:
-            comp_sum += r.computed
-            rem = r.output - r.generated
-            if k_max is None or rem < k_max:
-                k_max = rem
-        if k_pol is not None:
-            k_max = min(k_max, k_pol)
-        cap = self._time_cap(limit_t, B, comp_sum + B)
-        if cap is not None:
-            k_max = min(k_max, cap)
-        if k_max < 2:
-            return False
-        # KV: step j computes token position comp_i + j and needs ceil((comp_i + j + 1)/bs) blocks;
-        # no request takes more than one block per bs steps, so a pool that holds that many can't run short
-        bs = self.cache.block_size
-        if plan.allocates_decode_blocks and self.cache.free < B * -(-k_max // bs):
-            comp = np.fromiter((r.computed for r in running), dtype=np.int64, count=B)
-            held = np.fromiter((r.blocks for r in running), dtype=np.int64, count=B)
-            first_need = held * bs - comp            # step index at which request i needs a new block
-            k_max = min(k_max, _first_shortfall(first_need, bs, self.cache.free, k_max))
-            if k_max < 2:
-                return False
-        if k_max <= _SCALAR_STEPS:
-            starts, ends = self._step_times(B, comp_sum + B, k_max, limit_t)
-            k = len(starts)
-        else:
-            starts, ends = self._time_steps(B, comp_sum + B + B * np.arange(k_max, dtype=np.int64))
-            k = self._time_limit(starts, k_max, limit_t)
-        k = self.sched.refine_fast_forward(plan, starts[:k], ends[:k], k)
-        if k < 2:
-            return False
-        end = float(ends[k - 1])
-        start = self.now
-        finished = []
-        for r in running:
-            r.computed += k
-            r.generated += k
-            if r.generated >= r.output:
-                finished.append(r)
-        if plan.allocates_decode_blocks:
-            bs = self.cache.block_size
-            for r in running:
-                need = -(-r.computed // bs)
-                if need > r.blocks:
-                    self.cache.free -= need - r.blocks
-                    r.blocks = need
-        self.iterations += k
-        self.steps_fast_forwarded += k
-        self.sched.after_fast_forward(plan, starts[:k], ends[:k], k)
-        if self.observer is not None:
-            batch = [(r.idx, 1) for r in running]
-        for r in finished:
-            self._finish(r, end)
-        self.now = end
-        if self.observer is not None:
-            self.observer(StepRecord(start, end, k, B, B, self.cache.used, batch, ends[:k].tolist()))
-        return True
-
-    def _step_times(self, n: int, kv0: int, k_max: int, limit_t: float):
-        """`_time_steps` + `_time_limit` for a few steps in plain floats (numpy's per-call cost
-        dominates short runs); the same sums in the same order, so the same bits."""
-        starts, ends = self.latency.decode_steps(n, kv0, self.now, k_max, limit_t)
-        return np.array(starts), np.array(ends)
-
-    def _fast_forward_cohort(self, plan) -> bool:
-        """Fast-forward when every running request is a cohort member: O(k) numpy, no per-request work."""
-        n = self.cohort_n
-        d0 = self.dclock
-        # the engine's own limits first: the policy's (the costlier to find) only if they leave a run
-        k_max = self._cohort_next_done() - d0
-        if k_max < 2:
-            return False
-        limit_t = self._limit_time(None)
-        if self._too_close(limit_t):
-            return False
-        k_pol, t_pol = self.sched.fast_forward_limit(plan, self.now)
-        if t_pol is not None and t_pol < limit_t:
-            limit_t = t_pol
-            if self._too_close(limit_t):
-                return False
-        if k_pol is not None:
-            k_max = min(k_max, k_pol)
-        cap = self._time_cap(limit_t, n, self.cohort_pval + n * (d0 + 1))
-        if cap is not None:
-            k_max = min(k_max, cap)
-        if k_max < 2:
-            return False
-        bs = self.cache.block_size
-        cum = None
-        alloc = plan.allocates_decode_blocks
-        if alloc and self.cache.free < n * -(-(k_max - 1) // bs):
-            # the cache may run short: new blocks needed by steps 1..k_max-1 (step 0 was
-            # allocated when it was planned)
-            clocks = d0 + np.arange(1, k_max, dtype=np.int64)
-            cum = np.cumsum(np.asarray(self.cohort_buckets, dtype=np.int64)[(-clocks) % bs])
-            over = np.searchsorted(cum, self.cache.free, side="right")   # first j-1 with cum > free
-            k_max = min(k_max, int(over) + 1)
-            if k_max < 2:
-                return False
-        kv0 = self.cohort_pval + n * (d0 + 1)
-        if k_max <= _SCALAR_STEPS:
-            starts, ends = self._step_times(n, kv0, k_max, limit_t)
-            k = len(starts)
-        else:
-            starts, ends = self._time_steps(n, kv0 + n * np.arange(k_max, dtype=np.int64))
-            k = self._time_limit(starts, k_max, limit_t)
-        k = self.sched.refine_fast_forward(plan, starts[:k], ends[:k], k)
-        if k < 2:
-            return False
-        start = self.now
-        end = float(ends[k - 1])
-        if cum is not None:
-            self.cache.free -= int(cum[k - 2])
-        elif alloc:
-            self.cache.free -= self._cohort_new_blocks(d0, k)
-        if self.observer is not None:       # the members (parked requests sit these steps out)
-            batch = [(r.idx, 1) for r in self.running if r.sync >= 0]
-        self.dclock = d0 + k
-        self.iterations += k
-        self.steps_fast_forwarded += k
-        finished: list = []
-        self._pop_cohort_done(finished)
-        self.sched.after_fast_forward(plan, starts[:k], ends[:k], k)
-        for r in finished:
-            self._finish(r, end)
-        self.now = end
-        if self.observer is not None:
-            self.observer(StepRecord(start, end, k, n, n, self.cache.used, batch, ends[:k].tolist()))
-        return True
 
     # ----------------------------------------------------------------- results
     def _output(self) -> SimOutput:
@@ -722,29 +507,6 @@ class Simulator(DecodeCohort):
             host_full_events=self.host_full_events,
             stall_recomputes=self.stall_recomputes,
         )
-
-
-def _first_shortfall(first_need: np.ndarray, bs: int, free: int, k_max: int) -> int:
-    """Number of decode steps that can run before some step needs more new blocks than are free.
-
-    Request i needs a new block at steps first_need_i, first_need_i + bs, ...; a step can run
-    only if the blocks needed by all steps up to and including it fit in `free`.
-    """
-    def needed_through(j: int) -> int:
-        d = j - first_need
-        return int(np.maximum(d // bs + 1, 0).sum())
-    if needed_through(k_max - 1) <= free:
-        return k_max
-    lo, hi = 0, k_max - 1          # needed_through(hi) > free; find the first such step index
-    if needed_through(0) > free:
-        return 0
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if needed_through(mid) > free:
-            hi = mid
-        else:
-            lo = mid
-    return hi
 
 
 def _no_progress(now: float, why: str) -> SchedportError:

@@ -9,11 +9,11 @@ The study's engine is one deployment, Llama-3-8B on one A100-80GB (`CalibratedLa
 * **latency** -- the coefficients of `CalibratedLatency`'s form, the non-attention part fit to
   Vidur's measured per-operator profile of that model on that GPU at that TP degree (plus the
   measured all-reduce for TP > 1), attention from the GPU's data-sheet bandwidth and compute
-  with the efficiencies of the A100 fit (`schedport.engine.profilefit` builds them);
+  with the efficiencies of the A100 fit (`schedport.engine.core.profilefit` builds them);
 * **labels** -- every coefficient marked measured, fit or assumed, and the fit errors against
   the profile.
 
-The fitted coefficients are embedded in ``engine/data/deployments.json`` (written by
+The fitted coefficients are embedded in ``engine/core/data/deployments.json`` (written by
 ``tools/fit_deployments.py`` from ``../shared/calibration/vidur-profiles``, checked against a
 fresh fit by the tests), so running a deployment needs no data files. ``[latency] deployment =
 NAME`` selects one (docs/engine.md §3.7).
@@ -102,7 +102,7 @@ def deployment_names() -> tuple[str, ...]:
 
 @lru_cache(maxsize=1)
 def _embedded() -> dict:
-    raw = (resources.files("schedport.engine") / "data" / "deployments.json").read_text(encoding="utf-8")
+    raw = (resources.files("schedport.engine.core") / "data" / "deployments.json").read_text(encoding="utf-8")
     return json.loads(raw)["deployments"]
 
 

@@ -65,8 +65,8 @@ from typing import Any
 
 from schedport.common.values import is_int as _is_int, is_real as _is_real
 from schedport.errors import ConfigError
-from schedport.engine.deployments import deployment_names, engine_overlay
-from schedport.engine.latency import CALIBRATED_MODEL_SHAPE, DEFAULT_CPU_OVERHEAD_S, LINEAR_DEFAULTS, SCALE_KEYS
+from schedport.engine.core.deployments import deployment_names, engine_overlay
+from schedport.engine.core.latency import CALIBRATED_MODEL_SHAPE, DEFAULT_CPU_OVERHEAD_S, LINEAR_DEFAULTS, SCALE_KEYS
 
 __all__ = [
     "EngineConfig",
@@ -130,7 +130,7 @@ _FIELD_LOC["horizon_factor"] = ("metrics", "horizon_factor")
 
 def fmt_toml(v: Any) -> str:
     """A value as it would be written in TOML, for error messages that quote a config value
-    (the scheduler-table checks of `schedport.engine.schedulers` quote values the same way)."""
+    (the scheduler-table checks of `schedport.engine.policies.schedulers` quote values the same way)."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
@@ -286,7 +286,8 @@ class EngineConfig:
     def _derive_blocks(self) -> tuple[int, int]:
         """(blocks, pool bytes): floor((mem x util - weights - reserve) / block bytes), exact."""
         tp = self.tensor_parallel_size      # every GPU of a TP group holds its share of both
-        budget = tp * math.floor(Fraction(repr(self.gpu_memory_gib)) * GIB * Fraction(repr(self.gpu_memory_utilization)))
+        usable = Fraction(repr(self.gpu_memory_gib)) * GIB * Fraction(repr(self.gpu_memory_utilization))
+        budget = tp * math.floor(usable)
         reserve = tp * math.floor(Fraction(repr(self.activation_reserve_gib)) * GIB)
         pool = budget - self.weights_bytes - reserve
         return (pool // self.block_bytes if pool > 0 else 0), pool
@@ -356,11 +357,13 @@ class EngineConfig:
     @staticmethod
     def _check_slo(chk: _Checker, profiles: Any) -> dict[str, tuple[float, float]]:
         if not isinstance(profiles, dict):
-            raise ConfigError(f"{chk.source}: [slo] must map profile names to (ttft_s, tpot_s), got {fmt_toml(profiles)}")
+            raise ConfigError(f"{chk.source}: [slo] must map profile names to (ttft_s, tpot_s), "
+                              f"got {fmt_toml(profiles)}")
         out: dict[str, tuple[float, float]] = {}
         for name, pair in profiles.items():
             if not isinstance(name, str) or not _PROFILE_RE.fullmatch(name):
-                raise ConfigError(f"{chk.source}: [slo.{name}]: profile names must match [a-z0-9_]+, got {fmt_toml(name)}")
+                raise ConfigError(f"{chk.source}: [slo.{name}]: profile names must match [a-z0-9_]+, "
+                                  f"got {fmt_toml(name)}")
             try:
                 ttft, tpot = pair
             except (TypeError, ValueError):
@@ -403,7 +406,8 @@ class EngineConfig:
     def memory_breakdown(self) -> dict[str, int]:
         """The KV-capacity arithmetic step by step, in bytes (see docs/engine.md)."""
         tp = self.tensor_parallel_size
-        budget = tp * math.floor(Fraction(repr(self.gpu_memory_gib)) * GIB * Fraction(repr(self.gpu_memory_utilization)))
+        usable = Fraction(repr(self.gpu_memory_gib)) * GIB * Fraction(repr(self.gpu_memory_utilization))
+        budget = tp * math.floor(usable)
         reserve = tp * math.floor(Fraction(repr(self.activation_reserve_gib)) * GIB)
         blocks, pool = self._derive_blocks()
         return {"budget_bytes": budget, "weights_bytes": self.weights_bytes, "activation_reserve_bytes": reserve,

@@ -1,5 +1,5 @@
 """FastServe's demotions in the fast mode: which of the last batch's jobs a step's end demotes,
-found from a heap of due times (`DueTimes`, the part of `schedport.engine.mlfq_cohort.MlfqCohort`
+found from a heap of due times (`DueTimes`, the part of `schedport.engine.fast.mlfq_cohort.MlfqCohort`
 that keeps them).
 
 A job that ran in the last step has an open run and is demoted at the first step end where its
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import heapq
 
-from schedport.engine.mlfq_job import NO_ENTRY
-from schedport.engine.simulator import Request
+from schedport.engine.policies.mlfq_job import NO_ENTRY
+from schedport.engine.core.simulator import Request
 
 MARGIN = 1e-6       # seconds: due times are compared with this slack, then tested exactly
 

@@ -1,0 +1,19 @@
+"""The engine's two execution modes, one switch: `exact` (the oracle) or fast (the default).
+
+Both give bit-identical per-request results. ``exact=True`` runs the core `Simulator`
+(`schedport.engine.core.simulator`), which steps every iteration request by request; the default
+runs `FastSimulator` (`schedport.engine.fast.simulator`), which advances decoding requests as a
+cohort and fast-forwards through runs of identical decode steps.
+"""
+
+from __future__ import annotations
+
+from schedport.engine.core.simulator import Simulator
+from schedport.engine.fast.simulator import FastSimulator
+
+
+def make_simulator(trace, policy, config, latency, *, exact: bool = False, **options) -> Simulator:
+    """A simulator of `trace` under `policy` in the chosen mode; `options` are `Simulator`'s
+    keywords (seed, horizon_s, observer, progress)."""
+    cls = Simulator if exact else FastSimulator
+    return cls(trace, policy, config, latency, **options)
