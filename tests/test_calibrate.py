@@ -200,10 +200,12 @@ class _StarvedProber(_Prober):
         self.deadlines = []
 
     async def running_plateau(self, n, metrics_poll_s=0.05, deadline_s=20.0):
+        from schedport.realengine.calibrate import _Plateau
+
         self.deadlines.append(deadline_s)
         if deadline_s < self.arrive_after_s:
-            return 0, False, 0
-        return min(n, self.cap), n > self.cap, n
+            return _Plateau(n, polls=3, polls_answered=3, elapsed_s=deadline_s)
+        return _Plateau(n, best=min(n, self.cap), waited=n > self.cap, seen=n, most_waiting=n - self.cap)
 
 
 @pytest.mark.parametrize("timeout_s, found", [(300.0, True), (60.0, False)])
@@ -221,5 +223,5 @@ def test_the_running_cap_look_waits_as_long_as_a_request_may_take(timeout_s, fou
         asyncio.run(run)
         assert lim.limits["max_num_seqs"] == 8 and prober.deadlines[-1] == timeout_s
     else:
-        with pytest.raises(EndpointError, match=r"within 60 s \(--request-timeout\)"):
+        with pytest.raises(EndpointError, match=r"up to 60 s \(--request-timeout\): neither .*; 64 probes sent"):
             asyncio.run(run)

@@ -297,6 +297,7 @@ class _Prober:
                  timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S):
         self.session, self.base, self.info = session, base, info
         self.timeout_s = timeout_s       # the longest any one probe request may take
+        self.metrics_timeout_s = min(10.0, timeout_s)   # the longest one /metrics poll may take
         self.url = f"{base}/v1/completions"
         self.token_range = token_range
         self.log = log
@@ -410,42 +411,164 @@ class _Prober:
         count = _metric(samples, "vllm:inter_token_latency_seconds_count")
         return None if total is None or count is None else (total, count)
 
+    def hold_body(self, n_in: int, n_out: int) -> dict:
+        """A request that only occupies a slot of the server: not streamed, so the client does no
+        work per token (see `running_plateau`)."""
+        body = self.body(n_in, n_out)
+        body["stream"] = False
+        body.pop("stream_options", None)       # vLLM refuses stream options without a stream
+        return body
+
     async def running_plateau(self, n: int, metrics_poll_s: float = 0.05,
-                              deadline_s: float = 20.0) -> tuple[int, bool, int]:
-        """Start `n` long small requests; the most seen running at once, whether a queue waited
-        (10 polls in a row) while that many ran, and the most seen running + waiting (n once all
-        have arrived)."""
+                              deadline_s: float = 20.0) -> "_Plateau":
+        """Start `n` long small requests and watch the server's gauges until the running count
+        has plateaued, with a queue behind it or with all `n` taken in (or `deadline_s` has
+        passed, or every probe has ended); then cancel them and wait until the server reports
+        them gone. The cap is the plateau only where a queue persisted behind it, or where all
+        `n` were in the server at once (`_observe_max_num_seqs`).
+
+        What is read: ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``. vLLM (v1)
+        sets both from the scheduler stats that the engine core attaches to the outputs of
+        *every* engine step (``Scheduler.update_from_output`` -> ``make_stats``; the API server's
+        ``AsyncLLM`` output handler -> ``PrometheusStatLogger.record``), not on an interval
+        (only the "Running: N reqs" log line is every 10 s): while the probes run, each poll sees
+        the scheduler as of its last step. The look waits on those gauges, as long as it takes.
+
+        Two things keep it independent of how busy the machine is. The probes are not streamed
+        (`hold_body`): a streamed probe of this length sends the client one chunk per token,
+        and eight of them on a tiny model sent about 3,000 a second, more than a client with a
+        few percent of a core could parse; its /metrics polls, on the same event loop, then
+        waited behind the tokens past their timeout (52 s for a 10 s timeout with two busy
+        loops on the 2 cores), and the look ended at its first failed poll having seen nothing,
+        while the server's own log said 8 running and 53 waiting. And a poll that fails or times
+        out is counted (`_Plateau.polls`) and the look goes on polling until its deadline.
+        """
         n_out = max(1, min(4000, (self.info.max_model_len or 4096) - 9))
-        tasks = [asyncio.create_task(_stream(self.session, self.url, self.body(8, n_out), self.timeout_s))
-                 for _ in range(n)]
-        best, waited, seen, queued = 0, False, 0, 0
+        look = _Plateau(n)
+        before = await _metrics(self.session, self.base, self.metrics_timeout_s)
+        idle = None if before is None else _in_server(before)     # what others run meanwhile
+        t_start = time.perf_counter()
+
+        async def hold(body: dict) -> None:
+            try:
+                await _hold(self.session, self.url, body)
+                look.finished += 1
+            except EndpointError as e:
+                look.failed += 1
+                look.first_error = look.first_error or str(e)
+
+        tasks = [asyncio.create_task(hold(self.hold_body(8, n_out))) for _ in range(n)]
         try:
-            deadline = time.perf_counter() + deadline_s
-            stable = 0
-            while time.perf_counter() < deadline:
+            deadline = t_start + deadline_s
+            stable = queued = 0
+            while time.perf_counter() < deadline and not all(t.done() for t in tasks):
                 await asyncio.sleep(metrics_poll_s)
-                s = await _metrics(self.session, self.base, self.timeout_s)
+                s = await self._poll(look)
                 if s is None:
-                    break
+                    continue                 # unanswered: counted; the deadline decides
                 run = int(_metric(s, "vllm:num_requests_running") or 0)
                 wait = int(_metric(s, "vllm:num_requests_waiting") or 0)
-                if run > best:
-                    best, stable = run, 0
+                if run > look.best:
+                    look.best, stable = run, 0
                 else:
                     stable += 1
                 # a cap: a queue that persists while the running count stays at its maximum (one
                 # poll could catch a request between its arrival and the next engine step)
-                queued = queued + 1 if (wait > 0 and run == best) else 0
-                waited = waited or queued >= 10
-                seen = max(seen, run + wait)
-                if run + wait >= n and stable >= 10:
-                    break
+                queued = queued + 1 if (wait > 0 and run == look.best) else 0
+                look.waited = look.waited or queued >= 10
+                look.seen = max(look.seen, run + wait)
+                look.most_waiting = max(look.most_waiting, wait)
+                # taken in: running, waiting or already answered. A probe can end before the last
+                # one arrives (a starved front end passed the 64th on after the first eight had
+                # generated all their tokens): then running + waiting never reaches n, and only
+                # this says that no more are coming. It ends the look; it is no evidence of a cap.
+                look.taken = max(look.taken, run + wait + look.finished)
+                if stable >= 10 and (look.waited or look.taken >= n):
+                    break                    # a plateau with a queue behind it, or all n in
         finally:
+            look.elapsed_s = time.perf_counter() - t_start
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await asyncio.sleep(0.5)      # let the server abort the disconnected requests
-        return best, waited, seen
+        if look.polls_answered:
+            look.left = await self._drain(metrics_poll_s, idle or 0)
+        else:
+            look.left = None                 # no gauge to wait on
+        return look
+
+    async def _poll(self, look: "_Plateau") -> list | None:
+        """One /metrics poll of a look, counted in `look` (answered or not)."""
+        look.polls += 1
+        s = await _metrics(self.session, self.base, self.metrics_timeout_s)
+        look.polls_answered += s is not None
+        return s
+
+    async def _drain(self, poll_s: float, idle: int) -> int | None:
+        """Wait until the server reports no more requests running or waiting than `idle` (what
+        it ran before the look: the cancelled probes aborted), at most as long as a probe
+        request may take; the excess it still reports then (None: /metrics did not answer).
+        The next probes must find the server as it was: left-over probes would be counted as
+        theirs, or slow them down."""
+        left = None
+        deadline = time.perf_counter() + self.timeout_s
+        while True:
+            s = await _metrics(self.session, self.base, self.metrics_timeout_s)
+            if s is not None:
+                left = max(0, _in_server(s) - idle)
+                if left == 0:
+                    return 0
+            if time.perf_counter() >= deadline:
+                return left
+            await asyncio.sleep(max(poll_s, 0.05))
+
+
+def _in_server(samples) -> int:
+    """Requests running + waiting by the server's gauges."""
+    return int((_metric(samples, "vllm:num_requests_running") or 0)
+               + (_metric(samples, "vllm:num_requests_waiting") or 0))
+
+
+@dataclass
+class _Plateau:
+    """What one look at the running-sequence cap saw (`_Prober.running_plateau`)."""
+
+    n: int                       # probes sent
+    best: int = 0                # the most running at once
+    waited: bool = False         # a queue persisted while that many ran
+    seen: int = 0                # the most running + waiting at once (n once all are in at once)
+    taken: int = 0               # the most running + waiting + answered (n once all have arrived)
+    most_waiting: int = 0
+    finished: int = 0            # probes the server answered in full during the look
+    failed: int = 0
+    first_error: str | None = None
+    polls: int = 0               # /metrics polls made, and how many of them were answered
+    polls_answered: int = 0
+    elapsed_s: float = 0.0
+    left: int | None = 0         # requests the server still reported after the look (None: unknown)
+
+    def describe(self) -> str:
+        """One line: what was sent, what came back, what the gauges showed, and for how long."""
+        ended = f"{self.finished} answered in full, {self.failed} failed"
+        if self.first_error:
+            ended += f" (first: {self.first_error})"
+        return (f"{self.n} probes sent ({ended}); /metrics answered {self.polls_answered} of "
+                f"{self.polls} polls, showing at most {self.best} running, {self.most_waiting} "
+                f"waiting and {self.seen} in all at once, {self.taken} of the {self.n} taken in "
+                f"(answered ones counted); over {self.elapsed_s:.0f} s")
+
+
+async def _hold(session, url: str, body: dict) -> None:
+    """Send one unstreamed request and wait for its whole answer; a refusal or a broken
+    connection is an EndpointError. No deadline of its own: its caller cancels it."""
+    aiohttp = need_aiohttp()
+    try:
+        async with session.post(url, json=body) as r:
+            if r.status != 200:
+                text = (await r.text())[:200].replace("\n", " ")
+                raise EndpointError(f"{url}: probe refused: HTTP {r.status}: {text}")
+            await r.read()
+    except aiohttp.ClientError as e:
+        raise EndpointError(f"{url}: probe failed: {type(e).__name__}: {e}") from None
 
 
 async def _stream_times(session, url: str, body: dict, started: asyncio.Event | None = None,
@@ -529,26 +652,36 @@ async def _observe_max_num_seqs(lim: _Limits, prober: _Prober, samples, base: st
                             f"give --max-num-seqs")
     n = 64
     while True:
-        best, waited, seen = await prober.running_plateau(n)
-        log(f"max_num_seqs probe: {n} sent, at most {best} running, some waiting: {waited}")
-        if not waited and seen < n:
-            # not every probe reached the server's queues in time (a busy machine): a
+        look = await prober.running_plateau(n, deadline_s=min(20.0, prober.timeout_s))
+        log(f"max_num_seqs probe: {look.describe()}; some waiting: {look.waited}")
+        _warn_left(look, log)
+        if not look.waited and look.seen < n:
+            # not every probe was seen in the server's queues at once (a busy machine): a
             # plateau below n without a queue is no evidence of a cap; look once more, as long
             # as one probe request may take (--request-timeout), not a fixed wall-clock time: a
             # starved server is slow, not wrong, and the look ends once all n have arrived
-            best, waited, seen = await prober.running_plateau(n, deadline_s=prober.timeout_s)
-            log(f"max_num_seqs probe again: at most {best} running, some waiting: {waited}")
-            if not waited and seen < n:
-                raise EndpointError(f"{base}: only {seen} of {n} probe requests reached the server "
-                                    f"within {prober.timeout_s:g} s (--request-timeout), so its "
-                                    f"running-sequence cap could not be observed; give --max-num-seqs")
-        if waited or best < n:
-            lim.put("max_num_seqs", best, f"observed plateau of num_requests_running ({n} sent)")
+            look = await prober.running_plateau(n, deadline_s=prober.timeout_s)
+            log(f"max_num_seqs probe again: {look.describe()}; some waiting: {look.waited}")
+            _warn_left(look, log)
+            if not look.waited and look.seen < n:
+                raise EndpointError(f"{base}: the running-sequence cap could not be observed in a "
+                                    f"look of up to {prober.timeout_s:g} s (--request-timeout): neither "
+                                    f"a queue behind the plateau nor all {n} in the server at once; "
+                                    f"{look.describe()}; give --max-num-seqs")
+        if look.waited or look.best < n:
+            lim.put("max_num_seqs", look.best, f"observed plateau of num_requests_running ({n} sent)")
             return
         if n >= 1024:
-            lim.put("max_num_seqs", best, f"at least {best} (all {n} probes ran at once)")
+            lim.put("max_num_seqs", look.best, f"at least {look.best} (all {n} probes ran at once)")
             return
         n *= 4
+
+
+def _warn_left(look: _Plateau, log) -> None:
+    """Say so when the server still ran cancelled probes after a look (see `_Prober._drain`)."""
+    if look.left:
+        log(f"warning: the server still reports {look.left} requests running or waiting after the "
+            f"max_num_seqs probes were cancelled; the next probes may be skewed")
 
 
 async def _latency_probes(prober: _Prober, limits: dict[str, int], repeats: int, seed: int,
