@@ -442,8 +442,6 @@ class CalibratedLatency:
 
         Preconditions (not checked, for speed): c >= 1, k >= 0, n_decode >= 0,
         decode_kv >= n_decode.  An empty step costs the fixed terms only.
-        The helpers `_const` and `_lm` are written out inline (the engine calls this once per
-        step it runs): the same operations in the same order.
         """
         n_tok = n_decode
         pre = 0.0
@@ -461,17 +459,9 @@ class CalibratedLatency:
             dec = 0.0
         # Operation order mirrored exactly by decode_times (pre == 0.0 there, and
         # 0.0 + dec == dec in IEEE arithmetic).
-        q = self._q
-        lin = self._la + self._lb * (n_tok if n_tok <= q else -(-n_tok // q) * q)       # _const
-        if lin < self._T0:
-            lin = self._T0
-        t = (self.cpu_overhead_s + lin) + (pre + dec)
+        t = self._const(n_tok) + (pre + dec)
         t = t + (self._kw0 + self._kw1 * n_tok)
-        s = n_decode + len(prefill_chunks)
-        if not self.lm_head or s == 0:                                                  # _lm
-            return t + 0.0
-        h = self._ha + self._hb * (s if s <= q else -(-s // q) * q)
-        return t + (h if h > self._h0 else self._h0)
+        return t + self._lm(n_decode + len(prefill_chunks))
 
     def decode_steps(self, n_decode: int, kv0: int, t0: float, k_max: int,
                      limit_t: float) -> tuple[list[float], list[float]]:

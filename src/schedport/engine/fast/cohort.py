@@ -110,11 +110,7 @@ class DecodeCohort:
         """A done-heap entry for a member served alone (its done clock `c` moved one step earlier
         while the cohort stood still): at a bound below `c`, so that being served alone again
         needs no new entry."""
-        lb = self.dclock + 1        # max(c - slack, min(c, dclock + 1)), written out
-        if c < lb:
-            lb = c
-        if lb < c - _ALONE_SLACK:
-            lb = c - _ALONE_SLACK
+        lb = max(c - _ALONE_SLACK, min(c, self.dclock + 1))
         heapq.heappush(self.cohort_heap, (lb, req.idx, req))
         req.heap_at = lb
 

@@ -93,7 +93,7 @@ class MlfqCohort(DueTimes):
             self.sim.listen_cohort(None)    # nothing listens to cohort joins and leaves
 
     # ------------------------------------------------------------------ B's upkeep
-    def _actual(self, L: int) -> list[Request]:
+    def level_order(self, L: int) -> list[Request]:
         """B's jobs of level L in rank order."""
         o = self.lv[L]
         return o[:] if self.sign > 0 else o[::-1]
@@ -140,7 +140,7 @@ class MlfqCohort(DueTimes):
         full pass; `rebuild` takes it up again after the step."""
         for L in range(self.q.levels):
             if self.lv[L]:
-                self._write_out(self._actual(L))
+                self._write_out(self.level_order(L))
         self._drop_all()
         self.others = []
         self.frz, self.thawing, self.frz_items, self.ran = [], [], [], None

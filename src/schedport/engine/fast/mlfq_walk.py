@@ -88,9 +88,8 @@ class Walk:
 
     def order_of(self, L: int) -> list:
         o = self.orders.get(L)
-        if o is None:                   # (`MlfqCohort._actual`, written out)
-            o = self.lv[L]
-            o = self.orders[L] = o[:] if self.kept.sign > 0 else o[::-1]
+        if o is None:
+            o = self.orders[L] = self.kept.level_order(L)
         return o
 
     def exact_free(self) -> int:
@@ -182,15 +181,8 @@ class Walk:
 
     def seat(self, m: int) -> int:
         """Seat up to m members (one token each) as far as the batch's seats and token budget
-        allow; how many were seated. (min and max written out: in CPython 3.11 the builtins
-        parse their arguments on every call and cost several times the comparisons.)"""
-        t = self.cap - self.selected
-        if m < t:
-            t = m
-        if self.budget < t:
-            t = self.budget
-        if t < 0:
-            t = 0
+        allow; how many were seated."""
+        t = max(0, min(m, self.cap - self.selected, self.budget))
         self.selected += t
         self.budget -= t
         self.pending -= t
@@ -243,12 +235,7 @@ class Walk:
         # own counts (and `i`, where room is made)
         while True:
             n = len(order)              # (`make_room` may drop victims from this order's end)
-            stop = cap - self.selected  # (min and max written out: the builtins cost several times as much)
-            if n - i < stop:
-                stop = n - i
-            if self.budget < stop:
-                stop = self.budget
-            stop = i + stop if stop > 0 else i
+            stop = i + max(0, min(cap - self.selected, n - i, self.budget))
             j = i
             while j < stop:
                 r = order[j]
