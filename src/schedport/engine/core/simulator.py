@@ -256,6 +256,15 @@ class Simulator:
     def cohort_leave(self, req: Request) -> None:
         """Make `req`'s fields true and stop advancing it with the cohort (never called here)."""
 
+    def plan_running_bulk(self, budget: int, in_order: bool = True):
+        """The running pass of an in-order batching with the cohort's members counted in bulk, or
+        None when the request-by-request pass must decide (always None here)."""
+        return None
+
+    def settle_sitters(self, plan, members_run: list, members_sit: list, kept: bool) -> None:
+        """Take the members a ranked batch leaves out (`members_sit`) out of this step's bulk
+        decode, or stand the cohort still (no cohort here: nothing to do)."""
+
     def rank_keeper(self, order, mode):
         """A keeper of `order`'s rank order between steps for the ranked batching `mode`, or None
         when every step ranks afresh (always None here)."""

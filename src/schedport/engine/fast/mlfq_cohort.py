@@ -219,7 +219,7 @@ class MlfqCohort(DueTimes):
         waiting = self.q.ordered(now)
         if not waiting:
             for r in self.others:
-                if r.sync >= 0:         # joined by a shortcut that then gave way (`_plan_cohort`)
+                if r.sync >= 0:         # joined by a shortcut that then gave way (`plan_running_bulk`)
                     sim.cohort_leave(r)
         elif gated:
             # a context-stage job is held back while the gate is closed: only the rest can start

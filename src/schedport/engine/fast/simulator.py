@@ -29,6 +29,7 @@ from schedport.engine.core.simulator import Simulator, StepRecord
 from schedport.engine.fast.cohort import DecodeCohort
 from schedport.engine.fast.mlfq_cohort import MlfqCohort
 from schedport.engine.fast.ranking import RankTracker
+from schedport.engine.policies.policy import Plan
 
 _SCALAR_STEPS = 24      # fast-forwards of up to this many steps are timed with Python floats
 
@@ -86,6 +87,97 @@ class FastSimulator(DecodeCohort, Simulator):
         if order.levels_kept is None:
             order.levels_kept = LAZY_STATE[order.lazy_state](order)
         return order.levels_kept
+
+    # ----------------------------------------------------------------- the bulk forms of a batching pass
+    def plan_running_bulk(self, budget: int, in_order: bool = True) -> Plan | None:
+        """`Simulator.plan_running_bulk`: the running pass with the members counted, not touched one by one.
+
+        If the running requests' needs exceed the budget, the in-order pass is replayed on counts:
+        cohort members reached after the budget runs out sit the step out (they leave the cohort
+        for this step and rejoin after it); with `in_order=False` (a ranked order decides who is
+        served) None is returned instead. Also None when blocks would run out, so that the
+        request-by-request pass decides the preemptions. A decoding request outside the cohort
+        (left by a request-by-request step) joins it here.
+        """
+        cache = self.cache
+        bs = cache.block_size
+        running = self.running
+        items = []
+        if self.cohort_n != len(running):    # some running requests are outside the cohort
+            for r in running:
+                if r.sync < 0:
+                    if r.decoding:
+                        self.cohort_join(r)
+                    else:
+                        items.append([r, r.prompt + r.generated - r.computed, 0])
+        tokens = self.cohort_n
+        for it in items:
+            tokens += it[1]
+        skipped = []
+        if tokens > budget:
+            if not in_order:
+                return None
+            items = []
+            left = budget
+            for r in running:
+                if left <= 0:
+                    if r.sync >= 0:
+                        skipped.append(r)
+                    continue
+                if r.sync >= 0:
+                    left -= 1
+                else:
+                    k = min(r.prompt + r.generated - r.computed, left)
+                    items.append([r, k, 0])
+                    left -= k
+            for r in skipped:
+                self.cohort_leave(r)
+        blocks = self.cohort_crossings(self.decode_clock)
+        for it in items:
+            r, k, _ = it
+            it[2] = nb = -(-(r.computed + k) // bs) - r.blocks
+            blocks += nb
+        if blocks > cache.free:
+            for r in skipped:
+                self.cohort_join(r)
+            return None
+        cache.free -= blocks
+        plan = Plan()
+        plan.cohort = True
+        plan.rejoin = skipped
+        for r, k, nb in items:
+            r.blocks += nb
+            plan.add(r, k)
+        return plan
+
+    def settle_sitters(self, plan: Plan, members_run: list, members_sit: list, kept: bool) -> None:
+        """`Simulator.settle_sitters`: decode-cohort members a ranked batch leaves out
+        (`members_sit`) leave the cohort for this step, or, when most sit out, the cohort stands
+        still and the members that run (`members_run`: (items position, request, tokens)) take
+        their token as items.
+
+        With a kept rank order (`kept`: a `RankTracker`) the sitters stay out (parked) until a walk
+        reaches them, and members that run alone stay members (`_serve`)."""
+        if len(members_sit) <= len(members_run):
+            for r in members_sit:                   # they leave for this step and rejoin after it
+                self.cohort_leave(r)
+            if kept:
+                plan.parked = len(self.running) - self.cohort_n - len(plan.items)
+            else:
+                plan.rejoin = members_sit
+        else:
+            # most members sit out (a long prefill took the budget): the cohort stands still
+            # this step, and the few members that run take their token as items instead
+            items = plan.items
+            for pos, r, k in reversed(members_run):
+                if kept:
+                    self.sync(r)
+                else:
+                    self.cohort_leave(r)
+                items.insert(pos, (r, k))
+            plan.cohort = False
+            if kept:
+                plan.parked = len(self.running) - self.cohort_n - sum(1 for r, _ in items if r.sync < 0)
 
     # ----------------------------------------------------------------- the loop's extension points
     def _preempted_only(self) -> None:

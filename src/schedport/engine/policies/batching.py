@@ -65,7 +65,7 @@ class Continuous(BatchingMode):
         running = sim.running
         budget = self.budget
         if sim.bulk:
-            plan = self._plan_cohort(sim, budget)
+            plan = sim.plan_running_bulk(budget)
         else:
             plan = self._plan_running_unconstrained(running, cache, budget)
         if plan is None:
@@ -92,68 +92,6 @@ class Continuous(BatchingMode):
             plan.add(req, k)
             plan.admitted += 1
             budget -= k
-        return plan
-
-    @staticmethod
-    def _plan_cohort(sim, budget, in_order: bool = True) -> Plan | None:
-        """Bulk form of the running pass (fast mode): cohort members are not touched one by one.
-
-        If the running requests' needs exceed the budget, the in-order pass is replayed on counts:
-        cohort members reached after the budget runs out sit the step out (they leave the cohort
-        for this step and rejoin after it); with `in_order=False` (a ranked order decides who is
-        served) None is returned instead. Also None when blocks would run out, so that the
-        request-by-request pass decides the preemptions. A decoding request outside the cohort
-        (left by a request-by-request step) joins it here.
-        """
-        cache = sim.cache
-        bs = cache.block_size
-        running = sim.running
-        items = []
-        if sim.cohort_n != len(running):    # some running requests are outside the cohort
-            for r in running:
-                if r.sync < 0:
-                    if r.decoding:
-                        sim.cohort_join(r)
-                    else:
-                        items.append([r, r.prompt + r.generated - r.computed, 0])
-        tokens = sim.cohort_n
-        for it in items:
-            tokens += it[1]
-        skipped = []
-        if tokens > budget:
-            if not in_order:
-                return None
-            items = []
-            left = budget
-            for r in running:
-                if left <= 0:
-                    if r.sync >= 0:
-                        skipped.append(r)
-                    continue
-                if r.sync >= 0:
-                    left -= 1
-                else:
-                    k = min(r.prompt + r.generated - r.computed, left)
-                    items.append([r, k, 0])
-                    left -= k
-            for r in skipped:
-                sim.cohort_leave(r)
-        blocks = sim.cohort_crossings(sim.decode_clock)
-        for it in items:
-            r, k, _ = it
-            it[2] = nb = -(-(r.computed + k) // bs) - r.blocks
-            blocks += nb
-        if blocks > cache.free:
-            for r in skipped:
-                sim.cohort_join(r)
-            return None
-        cache.free -= blocks
-        plan = Plan()
-        plan.cohort = True
-        plan.rejoin = skipped
-        for r, k, nb in items:
-            r.blocks += nb
-            plan.add(r, k)
         return plan
 
     @staticmethod
@@ -329,7 +267,7 @@ class Continuous(BatchingMode):
         if plan.cohort:
             members_sit.extend(r for r in pending if r.sync >= 0)
         if members_sit:
-            self._settle_cohort(plan, members_run, members_sit)
+            sim.settle_sitters(plan, members_run, members_sit, self.tracker is not None)
         if cached:
             # (a job preempted in this pass and started again later in it is in `ranked` twice)
             self._rank_hint = list(dict.fromkeys(ranked)) if plan.preempted else ranked
@@ -379,7 +317,7 @@ class Continuous(BatchingMode):
         if not len(order) and len(sim.running) <= self.max_num_seqs:
             # nothing waiting: if every running request gets its full need, rank order is moot
             if sim.bulk:
-                return self._plan_cohort(sim, self.budget, in_order=False)
+                return sim.plan_running_bulk(self.budget, in_order=False)
             return self._plan_running_unconstrained(sim.running, sim.cache, self.budget)
         if len(sim.running) + len(order) <= self.max_num_seqs and not gated:
             return self._plan_everyone(sched, now)
@@ -428,36 +366,6 @@ class Continuous(BatchingMode):
         else:
             ranked = sorted(running, key=_KEY)
         return None, ranked
-
-    def _settle_cohort(self, plan: Plan, members_run: list, members_sit: list) -> None:
-        """Decode-cohort members left out of a ranked batch (`members_sit`): they leave the cohort
-        for this step, or, when most sit out, the cohort stands still and the members that run
-        (`members_run`: (items position, request, tokens)) take their token as items.
-
-        With a kept rank order (`RankTracker`) the sitters stay out (parked) until a walk reaches
-        them, and members that run alone stay members (`Simulator._execute`)."""
-        sim = self.sim
-        kept = self.tracker is not None
-        if len(members_sit) <= len(members_run):
-            for r in members_sit:                   # they leave for this step and rejoin after it
-                sim.cohort_leave(r)
-            if kept:
-                plan.parked = len(sim.running) - sim.cohort_n - len(plan.items)
-            else:
-                plan.rejoin = members_sit
-        else:
-            # most members sit out (a long prefill took the budget): the cohort stands still
-            # this step, and the few members that run take their token as items instead
-            items = plan.items
-            for pos, r, k in reversed(members_run):
-                if kept:
-                    sim.sync(r)
-                else:
-                    sim.cohort_leave(r)
-                items.insert(pos, (r, k))
-            plan.cohort = False
-            if kept:
-                plan.parked = len(sim.running) - sim.cohort_n - sum(1 for r, _ in items if r.sync < 0)
 
     def _host_full_step(self, plan: Plan, host_was_full: bool, key, now: float, cached: bool) -> None:
         """A step that found the host swap space full: count the event, and if nothing can run at
@@ -528,7 +436,7 @@ class Continuous(BatchingMode):
                 if tokens > budget or blocks > room:
                     return None
         if sim.bulk:
-            plan = self._plan_cohort(sim, self.budget, in_order=False)
+            plan = sim.plan_running_bulk(self.budget, in_order=False)
         else:
             plan = self._plan_running_unconstrained(sim.running, cache, self.budget)
         for r in waiting:
