@@ -1,14 +1,12 @@
 """Engine: the vLLM-like serving engine and the scheduling policies it runs.
 
-Engine configuration (`config`), the step latency model (`latency`), the event loop and KV
-cache (`simulator`), the policies (the contract in `policy`: an `Ordering` is a key and its
-dynamics; the batching modes in `batching` with the kept rank order of the ranked fill in
-`ranking`; the queues the engine keeps requests in, `queues`; key orderings in `orderings`,
-policies with state of their own in `vtc`, `ltr` and `mlfq`; admission gates in `gates`; the
-declarations and their registry in `schedulers`),
-per-request and per-run metrics (`metrics`), and one trace through one scheduler: the checks at
-its entry (`inputs`), capacity, region definitions and load (`capacity`), one run of the scaled
-trace (`execution`) and `simulate` (`runner`). Reads traces from `schedport.workload`; never
-reads a corpus, a store or an analysis.
+Three subpackages, in the order they may import one another: `core` (request state, the exact
+event loop and the paged KV cache, the engine's config, the step latency model and the metrics),
+`policies` (the policy contract, the batching modes, orderings, stateful policies, gates and the
+registry of the 13 declarations, and a user's own policies) and `fast` (the same runs with a
+decode cohort and fast-forwards). On top of them, one trace through one scheduler: `modes` picks
+the exact or the fast simulator, `inputs` checks what enters, `capacity` measures a request
+mix's capacity and the regions against it, `execution` runs the scaled trace and `runner.simulate`
+is all of it; `policycheck` is the check a study runs on a user's policy. Reads traces from
+`schedport.workload`; never reads a corpus, a store or an analysis.
 """
-
