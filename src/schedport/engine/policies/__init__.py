@@ -7,3 +7,12 @@ The contract is in `policy` (an `Ordering`: a key and how it moves; the `Plan` o
 `gates`; the 13 declarations and their registry in `schedulers`; a user's own policies are
 loaded by `plugins` and checked at run time by `policyguard`. Policies never import the fast mode.
 """
+
+from schedport.engine.policies.batching import Continuous, Selective, StallFree, Static
+from schedport.engine.policies.policy import FIXED, WITH_TIME, Ordering, PerServedToken, Plan
+from schedport.engine.policies.queues import Hooks, Queue
+from schedport.engine.policies.schedulers import Policy
+
+#: What a policy of one's own imports (docs/own-scheduler.md, "The whole contract").
+__all__ = ["Continuous", "FIXED", "Hooks", "Ordering", "PerServedToken", "Plan", "Policy", "Queue", "Selective",
+           "StallFree", "Static", "WITH_TIME"]
