@@ -211,8 +211,9 @@ def test_the_engine_subpackages_keep_their_order(tmp_path, importer, imported):
 
 
 def _simulator_internals_touched(path: Path) -> list[str]:
-    """Reads of the cohort clock `dclock` and writes of a private attribute through a simulator
-    reference (`sim.dclock`, `self.sim._x = ...`) in one module."""
+    """Writes of the cohort clock or of a private attribute through a simulator reference
+    (`sim.decode_clock = ...`, `self.sim._x = ...`) in one module, and any use of the clock's old
+    private name (`sim.dclock`)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if not isinstance(node, ast.Attribute):
@@ -222,7 +223,8 @@ def _simulator_internals_touched(path: Path) -> list[str]:
             isinstance(owner, ast.Attribute) and owner.attr == "sim")
         if not through_sim:
             continue
-        if node.attr == "dclock" or (node.attr.startswith("_") and isinstance(node.ctx, ast.Store)):
+        written = isinstance(node.ctx, (ast.Store, ast.Del))
+        if node.attr == "dclock" or (written and (node.attr.startswith("_") or node.attr == "decode_clock")):
             found.append(f"{path.name}:{node.lineno} {node.attr}")
     return found
 
@@ -230,7 +232,7 @@ def _simulator_internals_touched(path: Path) -> list[str]:
 def test_policies_and_the_fast_helpers_use_the_simulators_interface(tmp_path):
     # The simulator's own classes (core, and the fast mode's cohort and simulator, which are the
     # simulator) keep its state; every other module reads the decode clock as `decode_clock` and
-    # subscribes with `listen_cohort`, never `sim.dclock` or a private attribute of the simulator.
+    # subscribes with `listen_cohort`; none moves the clock or writes a private attribute of the simulator.
     engine = SRC / "engine"
     own = {engine / "fast" / "cohort.py", engine / "fast" / "simulator.py"}
     touched = [t for p in sorted(engine.rglob("*.py")) if p not in own and "core" not in p.parts
@@ -242,5 +244,6 @@ def test_policies_and_the_fast_helpers_use_the_simulators_interface(tmp_path):
         f.write_text((engine / "policies" / "vtc.py").read_text() + code)
         return _simulator_internals_touched(f)
     assert planted("") == []
-    assert planted("\n\ndef _peek(sim):\n    return sim.dclock\n")
+    assert planted("\n\ndef _peek(sim):\n    return sim.decode_clock\n") == []     # reading is the interface
+    assert planted("\n\ndef _tick(sim):\n    sim.decode_clock += 1\n")
     assert planted("\n\ndef _poke(self):\n    self.sim._cohort_hook = None\n")

@@ -131,7 +131,7 @@ def test_the_engine_picks_the_queue_from_the_dynamics():
 def test_orderings_that_are_only_a_ranking_never_touch_the_engines_machinery():
     """orderings.py and schedulers.py: no cohort, fast-forward or sort cache (issue: a policy
     author learns keys, dynamics and hooks, nothing of the fast mode)."""
-    banned = re.compile(r"cohort|fast_forward|_sorted_at|static_keys|cached_key|dclock|\.sync\b")
+    banned = re.compile(r"cohort|fast_forward|_sorted_at|static_keys|cached_key|dclock|decode_clock|\.sync\b")
     for name in ("orderings.py", "schedulers.py"):
         tree = ast.parse((ENGINE / name).read_text())
         for node in ast.walk(tree):

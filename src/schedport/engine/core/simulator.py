@@ -182,7 +182,9 @@ class Simulator:
     #    none: no step advances requests in bulk, and every request's counts are always true.
     bulk = False            # do decode steps advance a cohort of members in bulk?
     cohort_n = 0            # members of the cohort
-    dclock = 0              # the cohort's clock: bulk decode steps taken (read it as `decode_clock`)
+    #: The cohort's clock: bulk decode steps taken. A member's true `computed` and `generated` are
+    #: its fields plus ``decode_clock - req.sync``. Policies read it; only the simulator moves it.
+    decode_clock = 0
 
     def __init__(self, trace: Trace, policy, config: EngineConfig, latency: LatencyModel, *,
                  seed: int = 0, horizon_s: float | None = None,
@@ -241,12 +243,6 @@ class Simulator:
         self.running = []
 
     # ----------------------------------------------------------------- the decode cohort's interface
-    @property
-    def decode_clock(self) -> int:
-        """Bulk decode steps taken so far: a cohort member's true `computed` and `generated` are
-        its fields plus ``decode_clock - req.sync`` (always 0 here: there is no cohort)."""
-        return self.dclock
-
     def sync(self, req: Request) -> None:
         """Make `req`'s `computed`/`generated` true now (a no-op here: they always are)."""
 

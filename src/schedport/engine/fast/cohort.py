@@ -1,8 +1,8 @@
 """The decode cohort: the running requests that decode one token per step, advanced together.
 
 In fast mode (`Simulator` without ``exact``) a step where every member decodes bumps one clock
-(`dclock`) instead of touching each request: a member's true `computed` and `generated` are its
-fields plus ``dclock - sync``, and what a step needs from the members as a whole is kept as
+(`decode_clock`) instead of touching each request: a member's true `computed` and `generated` are its
+fields plus ``decode_clock - sync``, and what a step needs from the members as a whole is kept as
 sums — their context lengths (`cohort_pval`), how many cross into a new KV block at each clock
 (`cohort_buckets`, by offset modulo the block size) and when each emits its last token (a heap
 of done clocks). `sync` makes one member's fields true; a request leaves the cohort
@@ -19,13 +19,13 @@ _ALONE_SLACK = 16   # clocks: how far below its done clock a member served alone
 
 class DecodeCohort:
     """The simulator's decode-cohort bookkeeping (module docstring). The simulator sets up its
-    state (`dclock`, `cohort_n`, `cohort_pval`, `cohort_buckets`, `cohort_heap`, `_cohort_hook`: the
+    state (`decode_clock`, `cohort_n`, `cohort_pval`, `cohort_buckets`, `cohort_heap`, `_cohort_hook`: the
     policy's hook for joins and leaves, None where nothing listens) and owns what it reads here:
     `cache`, `running`, `_alloc_decode`."""
 
     def cohort_join(self, req) -> None:
         """Start advancing `req` with the cohort (its fields are true now)."""
-        req.sync = d = self.dclock
+        req.sync = d = self.decode_clock
         pv = req.computed - d
         req.pval = pv
         req.done_clock = d + (req.output - req.generated)
@@ -52,7 +52,7 @@ class DecodeCohort:
     def cohort_join_all(self, reqs: list, hook) -> None:
         """`cohort_join` for each of `reqs`, with `hook` (None: nobody) told in place of the
         policy's hook: for a caller that keeps its own account of the cohort."""
-        d = self.dclock
+        d = self.decode_clock
         bs = self.cache.block_size
         buckets = self.cohort_buckets
         heap = self.cohort_heap
@@ -74,7 +74,7 @@ class DecodeCohort:
     def cohort_leave_all(self, reqs: list, hook) -> None:
         """`cohort_leave` for each of `reqs`, with `hook` (None: nobody) told in place of the
         policy's hook: for a caller that keeps its own account of the cohort."""
-        d = self.dclock
+        d = self.decode_clock
         bs = self.cache.block_size
         buckets = self.cohort_buckets
         alloc = self._alloc_decode
@@ -98,11 +98,11 @@ class DecodeCohort:
     def sync(self, req) -> None:
         """Bring a cohort member's computed/generated/blocks up to the cohort clock."""
         if req.sync >= 0:
-            d = self.dclock - req.sync
+            d = self.decode_clock - req.sync
             if d:
                 req.computed += d
                 req.generated += d
-                req.sync = self.dclock
+                req.sync = self.decode_clock
                 if self._alloc_decode:
                     req.blocks = -(-req.computed // self.cache.block_size)
 
@@ -110,7 +110,7 @@ class DecodeCohort:
         """A done-heap entry for a member served alone (its done clock `c` moved one step earlier
         while the cohort stood still): at a bound below `c`, so that being served alone again
         needs no new entry."""
-        lb = max(c - _ALONE_SLACK, min(c, self.dclock + 1))
+        lb = max(c - _ALONE_SLACK, min(c, self.decode_clock + 1))
         heapq.heappush(self.cohort_heap, (lb, req.idx, req))
         req.heap_at = lb
 
@@ -119,7 +119,7 @@ class DecodeCohort:
         stands still: each made exact (`sync`) and given its next KV block where it needs one."""
         cache = self.cache
         bs = cache.block_size
-        d = self.dclock
+        d = self.decode_clock
         alloc = self._alloc_decode
         for r in reqs:
             if r.sync != d:
@@ -170,7 +170,7 @@ class DecodeCohort:
         comes up, is put back at the member's done clock; entries of requests that left stay
         until they come up."""
         heap = self.cohort_heap
-        d = self.dclock
+        d = self.decode_clock
         pop = heapq.heappop
         while heap and heap[0][0] <= d:
             c, _, r = heap[0]

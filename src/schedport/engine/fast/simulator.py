@@ -45,10 +45,10 @@ class FastSimulator(DecodeCohort, Simulator):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         # running requests that decode one token per step are advanced together by bumping
-        # `dclock` instead of touching each one; a member's true computed/generated counts are its
-        # fields plus (dclock - sync). `sync_all` makes every field true before any per-request decision.
+        # `decode_clock` instead of touching each one; a member's true computed/generated counts are its
+        # fields plus (decode_clock - sync). `sync_all` makes every field true before any per-request decision.
         self.bulk = self.sched.supports_bulk()
-        self.dclock = 0
+        self.decode_clock = 0
         self.cohort_n = 0
         self.cohort_pval = 0      # sum of members' pval
         self.cohort_buckets = [0] * self.config.block_size   # members by pval mod block_size
@@ -203,7 +203,7 @@ class FastSimulator(DecodeCohort, Simulator):
         kv = 0
         if bulk:
             n_dec = self.cohort_n
-            kv = self.cohort_pval + n_dec * (self.dclock + 1)
+            kv = self.cohort_pval + n_dec * (self.decode_clock + 1)
         finished = []
         emitted = plan.emitted = []
         joined = self._joined = []
@@ -265,7 +265,7 @@ class FastSimulator(DecodeCohort, Simulator):
         """A bulk step moves the cohort's clock and takes in who caught up; a step that served
         members alone moves their summed offsets and takes in (or rebuilds from) the rest."""
         if plan.cohort:
-            self.dclock += 1
+            self.decode_clock += 1
             self._pop_cohort_done(finished)
             for req in self._joined:
                 self.cohort_join(req)
@@ -410,7 +410,7 @@ class FastSimulator(DecodeCohort, Simulator):
     def _fast_forward_cohort(self, plan) -> bool:
         """Fast-forward when every running request is a cohort member: O(k) numpy, no per-request work."""
         n = self.cohort_n
-        d0 = self.dclock
+        d0 = self.decode_clock
         # the engine's own limits first: the policy's (the costlier to find) only if they leave a run
         k_max = self._cohort_next_done() - d0
         if k_max < 2:
@@ -460,7 +460,7 @@ class FastSimulator(DecodeCohort, Simulator):
             self.cache.free -= self._cohort_new_blocks(d0, k)
         if self.observer is not None:       # the members (parked requests sit these steps out)
             batch = [(r.idx, 1) for r in self.running if r.sync >= 0]
-        self.dclock = d0 + k
+        self.decode_clock = d0 + k
         self.iterations += k
         self.steps_fast_forwarded += k
         finished: list = []
