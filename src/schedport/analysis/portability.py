@@ -303,7 +303,7 @@ from schedport.analysis.duplicates import find_duplicates, pair_keys, pair_label
 from schedport.analysis.provenance import provenance, source_info, subset_info
 from schedport.analysis.ranks import Rankings, mean_ranks, rank_schedulers
 from schedport.analysis.regimes import REGIME_SPREAD, regime_check
-from schedport.analysis.results import Estimate, PooledReversals, to_json
+from schedport.analysis.results import CrossSourceHeadline, Estimate, PooledReversals, to_json
 from schedport.analysis.reversals import pooled_reversals
 from schedport.analysis.schema import SCHEMA_VERSION
 from schedport.analysis.simulator import simulator_axis, variant_findings
@@ -378,11 +378,11 @@ def study_form_step(st: Study, rk: Rankings, rev: PooledReversals, dups: dict, m
                                 cross_source_tau=cross_tau, duplicates=dups)
 
 
-def claims_step(st: Study, sform: dict, cross: dict, met_main: Estimate) -> list[dict]:
+def claims_step(st: Study, sform: dict, cross: CrossSourceHeadline, met_main: Estimate) -> list[dict]:
     """The claims step: a verdict per finding of the original study (`studyform.claims`), the
     modeled sources named as such."""
     modeled = [s_ for s_ in st.sources if source_info(s_).get("modeled")]
-    return studyform.claims(st, sform, cross["by_pair"], met_main, modeled)
+    return studyform.claims(st, sform, cross.by_pair, met_main, modeled)
 
 
 def analysis_parameters(st: Study, manifest: dict, main: list[str], *, practical_threshold: float, q: float,
@@ -486,14 +486,13 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
     prov = provenance(manifest, st.sources, results_dir, (workload or {}).get("corpus_sources"))
     headline = {
         "main_metrics": main,
-        "cross_source": {"basis": "Kendall tau-b between two sources' mean-rank vectors, averaged over the main "
-                                  "metrics", **cross},
+        "cross_source": cross,
         "reversals": rev.headline,
         "cross_region": cross_region_headline(conc_regions, list(st.regions), main),
         "flips": flips_headline(sform["reversals"], [d["source"] for d in prov["data_sources"] if d.get("modeled")]),
         "own": own_standing(rk.table, sorted(prov["user_policies"]), main, list(st.sources), list(st.regions)),
         "metrics": {"mean_pairwise_tau": met_main, "mean_pairwise_tau_all_metrics": met_all,
-                    "best_changes_with_metric": bc["bc"], "best_changes_pairwise": bc["bcp"]},
+                    "best_changes_with_metric": bc.share, "best_changes_pairwise": bc.pairwise},
     }
     parameters = analysis_parameters(st, manifest, main, practical_threshold=practical_threshold, q=q,
                                      n_boot=rk.n_boot, seed=seed, abs_threshold=abs_threshold, n_splits=n_splits)
@@ -520,8 +519,8 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         "concordance": {"sources": sc.entries, "regions": conc_regions, "metrics": mc.entries},
         "metric_matrix": {"metrics": st.metrics, "tau": metric_matrix(st, mc)},
         "rankings": rk.table,
-        "best_changes_with_metric_share": bc["value"],
-        "best_changes_with_metric": bc["bc"].labelled(pairwise=bc["bcp"], conditions=bc["conditions"]),
+        "best_changes_with_metric_share": bc.value,
+        "best_changes_with_metric": bc.detailed(),
         "metric_concordance_mean": met_main.statistic,
         "reversals": rev.summary,
         "parameters": parameters,

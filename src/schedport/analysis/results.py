@@ -235,6 +235,55 @@ class PooledReversals:
     tests: ReversalTests
 
 
+# --------------------------------------------------------------------------- the concordance headlines
+
+
+@dataclass(frozen=True)
+class CrossSourceHeadline(Result):
+    """``headline.cross_source``: Kendall tau-b between two sources' mean-rank vectors over the
+    main metrics, as basic bootstrap `Estimate`s per source pair and region (``by_pair_region``),
+    per pair (``by_pair``; ``by_pair_all_metrics`` over every metric), the lowest pair with its own
+    interval and the interval of the minimum (``min_pair``), the lowest pair x region cell
+    (``min_cell``; both None with fewer than two sources) and top-1 agreement. Written after
+    ``basis``, what the statistic is."""
+
+    #: What the statistic is (written first, as ``basis``).
+    BASIS = "Kendall tau-b between two sources' mean-rank vectors, averaged over the main metrics"
+
+    by_pair_region: list
+    by_pair: list
+    by_pair_all_metrics: list
+    min_pair: Optional[Estimate]
+    min_cell: Optional[Estimate]
+    top1_agreement: Estimate
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """``basis``, then every field under its own name."""
+        return [("basis", self.BASIS)] + super().json_fields()
+
+
+@dataclass(frozen=True)
+class BestChanges:
+    """Does the best scheduler change with the metric, per (source, region) condition: the share
+    of conditions where no scheduler is tied-best on every main metric (``share``, basic
+    bootstrap, labelled with its counts and definition), the share of (condition, main-metric
+    pair) whose best sets are disjoint (``pairwise``) and, per condition, the best schedulers of
+    each main metric (``conditions``). Its parts are written under three keys (`detailed`)."""
+
+    share: Estimate
+    pairwise: Estimate
+    conditions: list
+
+    @property
+    def value(self) -> Optional[float]:
+        """The share (None when undefined), written as ``best_changes_with_metric_share``."""
+        return self.share.statistic
+
+    def detailed(self) -> Estimate:
+        """The share with the pairwise share and the conditions beside it (``best_changes_with_metric``)."""
+        return self.share.labelled(pairwise=self.pairwise, conditions=self.conditions)
+
+
 def to_json(v: Any) -> Any:
     """The JSON-safe form of `v`, result objects written by their `json_fields`: the one
     serialiser of ``portability.json`` (containers walked, then `json_safe` for the scalars)."""
