@@ -369,12 +369,13 @@ def _best_changes_claim(st: Study, ranker: _Ranker, proto: dict, msets: dict, ke
         valid[s] = np.stack(vs, 1)
     view = _StudyView(st.sources, [k for k, x in zip(st.schedulers, keep) if x], [st.metrics[m] for m in ms])
     b = window_best_changes(view, ranks, valid, list(range(len(ms))), ranker.counts)
-    if b.get("share") is None:
+    share = b.share
+    if share.statistic is None:
         return None, "not comparable", 0
-    if b["forced_by"]:
-        return float(b["share"]), "not comparable", b["n_conditions"]
-    ok = b["ci_low"] is not None and b["ci_low"] <= STUDY_BEST_CHANGES <= b["ci_high"]
-    return float(b["share"]), "holds" if ok else "does not hold", b["n_conditions"]
+    if b.forced_by:
+        return float(share.statistic), "not comparable", b.n_conditions
+    ok = share.ci_low is not None and share.ci_low <= STUDY_BEST_CHANGES <= share.ci_high
+    return float(share.statistic), "holds" if ok else "does not hold", b.n_conditions
 
 
 # --------------------------------------------------------------------------- assembly
