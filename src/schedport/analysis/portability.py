@@ -601,7 +601,7 @@ def analyze(results_dir, out_dir=None, *, practical_threshold: float = PRACTICAL
         t0 = time.perf_counter()
         df2, _ = load_store(other_store, expect_corpus=manifest.get("corpus_sha256"))
         rc = res["region_comparison"]
-        res["robustness"] = json_safe(multiverse.robustness(
+        res["robustness"] = to_json(multiverse.robustness(
             df, practical_threshold=practical_threshold, abs_threshold=abs_threshold, q=q, seed=seed,
             n_boot=robustness_boot, compare=(str(rc["this"]["region_def"]), str(rc["other"]["region_def"]), df2)))
         res["run_info"]["robustness_elapsed_s"] = round(time.perf_counter() - t0, 3)

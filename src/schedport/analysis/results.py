@@ -582,6 +582,99 @@ class StudyForm(Result):
                 ("claims", self.claims)]
 
 
+# --------------------------------------------------------------------------- the protocol multiverse
+
+
+@dataclass(frozen=True)
+class ProtocolVerdict(Result):
+    """A claim under one protocol: its value (None when undefined), verdict and what it counts
+    (comparisons, tau values or cells); for the reversal claim ``per_metric`` holds each metric's
+    (metric, share, n_comparisons), which is not written."""
+
+    value: Optional[float]
+    verdict: str
+    n_comparisons: int
+    per_metric: tuple = ()
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """``value``, ``verdict``, ``n_comparisons``."""
+        return [("value", self.value), ("verdict", self.verdict), ("n_comparisons", self.n_comparisons)]
+
+
+@dataclass(frozen=True)
+class OneMetric(Result):
+    """The single metric whose own reversal share under some protocol is closest to the study's."""
+
+    protocol: Mapping[str, Any]
+    metric: str
+    value: Optional[float]
+    n_comparisons: int
+    distance: float
+
+
+@dataclass(frozen=True)
+class Closest(Result):
+    """The protocol whose value is closest to the study's number (ties: the fewest axes off the
+    default), what the claim is under it (``result``) and the distance; ``one_metric`` for the
+    reversal claim (else None, not written)."""
+
+    protocol: Mapping[str, Any]
+    result: ProtocolVerdict
+    distance: float
+    one_metric: Optional[OneMetric] = None
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """``protocol``, ``value``, ``verdict``, ``n_comparisons``, ``distance`` (and ``one_metric``)."""
+        return ([("protocol", self.protocol)] + self.result.json_fields() + [("distance", self.distance)]
+                + ([] if self.one_metric is None else [("one_metric", self.one_metric)]))
+
+
+@dataclass(frozen=True)
+class Curve(Result):
+    """The specification curve: every distinct protocol's value and verdict, sorted by value."""
+
+    points: tuple[ProtocolVerdict, ...]
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """``value`` and ``verdict``, one list each."""
+        return [("value", [p.value for p in self.points]), ("verdict", [p.verdict for p in self.points])]
+
+
+@dataclass(frozen=True)
+class ClaimRobustness(Result):
+    """One claim across the protocols: the share under which it holds, the share of each verdict
+    (overall and per axis value), whether one verdict holds everywhere, the axes that move it, its
+    one-phrase summary, the axes it depends on and the analyses made (``n_distinct``), the default
+    protocol's verdict, the closest protocol, the stated distance and the specification curve."""
+
+    id: str
+    share_holds: Optional[float]
+    verdicts: Mapping[str, float]
+    by_axis: Mapping[str, dict]
+    robust: bool
+    depends_on: list
+    summary: str
+    axes: list
+    n_distinct: int
+    default: ProtocolVerdict
+    closest: Closest
+    distance: str
+    curve: Curve
+
+
+@dataclass(frozen=True)
+class Robustness(Result):
+    """The ``robustness`` block: the axes and their product (``n_protocols``), the default protocol,
+    the resamples behind each protocol's intervals, each claim's `ClaimRobustness` and a note."""
+
+    axes: Mapping[str, list]
+    n_protocols: int
+    default_protocol: Mapping[str, Any]
+    n_boot: int
+    claims: tuple[ClaimRobustness, ...]
+    note: str
+
+
 def to_json(v: Any) -> Any:
     """The JSON-safe form of `v`, result objects written by their `json_fields`: the one
     serialiser of ``portability.json`` (containers walked, then `json_safe` for the scalars)."""
