@@ -5,7 +5,11 @@ that gave it) rather than bare tuples, the analysis steps return frozen, typed r
 `Estimate` (a statistic with its interval, the interval's method and, for a bootstrap, the
 replicates' bias), the pooled reversal step's `PooledReversals` (its per-test arrays
 `ReversalTests`, the counted `Reversal` items, the `ReversalSummary` block and the
-`ReversalHeadline`). The steps and their readers use the fields by name.
+`ReversalHeadline`), concordance's `CrossSourceHeadline` and `BestChanges`, the study form's
+`StudyForm` (per-metric `MetricReversals` with their `Flip` items and `HighLoad` cluster,
+`WindowBestChanges`, the noise ceiling `SplitHalf` and the `Claim` verdicts) and the protocol
+multiverse's `Robustness` (a `ClaimRobustness` per claim, each protocol's `ProtocolVerdict`).
+The steps and their readers use the fields by name.
 
 `to_json` is the one place that turns them into ``portability.json``'s dicts: each result
 type says its keys, in order, in `json_fields`, and `to_json` walks the whole portability
