@@ -139,12 +139,15 @@ def test_best_changes_step_when_the_metrics_disagree_on_the_best(same_best):
     assert main == ["ttft_p99_s", "e2e_mean_s"] and any("Main metrics absent" in n for n in notes)
     rk = rank_schedulers(st, 30, np.random.default_rng(0), notes)
     bc = best_changes(st, rk, metric_concordance(st, rk, mi), mi, notes)
-    assert bc["value"] == (0.0 if same_best else 1.0)
-    est = bc["bc"]   # a result object: the share with its interval, what it counts and its definition
-    assert est.statistic == bc["value"] and 0.0 <= est.ci_low <= est.ci_high <= 1.0
+    assert bc.value == (0.0 if same_best else 1.0)
+    est = bc.share   # a result object: the share with its interval, what it counts and its definition
+    assert est.statistic == bc.value and 0.0 <= est.ci_low <= est.ci_high <= 1.0
     assert est.of("n_changed") == (0 if same_best else est.of("n_conditions")) and est.of("n_conditions") > 0
     assert [k for k, _ in est.json_fields()][:5] == ["value", "ci_low", "ci_high", "boot_bias", "n_conditions"]
-    assert bc["conditions"][0]["best"] == {"ttft_p99_s": ["x"], "e2e_mean_s": ["x" if same_best else "y"]}
+    assert bc.conditions[0]["best"] == {"ttft_p99_s": ["x"], "e2e_mean_s": ["x" if same_best else "y"]}
+    # written in full with the pairwise share and the conditions after the share's own keys
+    assert [k for k, _ in bc.detailed().json_fields()][-3:] == ["definition", "pairwise", "conditions"]
+    assert bc.detailed().of("pairwise") is bc.pairwise
 
 
 @pytest.mark.parametrize("bad, flag", [(dict(q=1.0), "q must"), (dict(n_boot=0), "n_boot"),

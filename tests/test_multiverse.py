@@ -97,6 +97,29 @@ def test_axes_drop_what_the_store_cannot_tell_apart():
     assert 0.07 in axes["rel_threshold"] and default["rel_threshold"] == 0.07
 
 
+def test_the_multiverse_returns_typed_verdicts_written_in_the_blocks_order():
+    from schedport.analysis.results import ClaimRobustness, ProtocolVerdict, Robustness, to_json
+
+    runs = make_runs(schedulers=SCHEDS[:4], n_windows=6, metrics=METRICS_MAIN)
+    rob = robustness(runs, practical_threshold=0.05, abs_threshold=0.02, q=0.05, n_boot=20)
+    assert isinstance(rob, Robustness) and [c.id for c in rob.claims] == list(RELEVANT)
+    block = to_json(rob)
+    assert list(block) == ["axes", "n_protocols", "default_protocol", "n_boot", "claims", "note"]
+    for c, w in zip(rob.claims, block["claims"]):
+        assert isinstance(c, ClaimRobustness) and isinstance(c.default, ProtocolVerdict)
+        assert list(w)[:3] == ["id", "share_holds", "verdicts"] and list(w["default"]) == ["value", "verdict",
+                                                                                           "n_comparisons"]
+        assert list(w["closest"])[:5] == ["protocol", "value", "verdict", "n_comparisons", "distance"]
+        assert w["default"]["verdict"] == c.default.verdict and w["closest"]["verdict"] == c.closest.result.verdict
+        # the specification curve: one point per distinct analysis, sorted by value (undefined last)
+        vals = [p.value for p in c.curve.points]
+        assert w["curve"] == {"value": vals, "verdict": [p.verdict for p in c.curve.points]}
+        defined = [v for v in vals if v is not None]
+        assert defined == sorted(defined) and vals[:len(defined)] == defined
+    rv = next(c for c in rob.claims if c.id == "reversals")
+    assert all(len(m) == 3 for p in rv.curve.points for m in p.per_metric)   # (metric, share, n_comparisons)
+
+
 def test_tie_ranks_are_average_ranks_without_a_threshold_and_merge_close_values_with_one():
     rng = np.random.default_rng(0)
     x = np.round(rng.random((50, 7)), 1)

@@ -317,6 +317,38 @@ def test_claims_verdicts_follow_the_stated_rules():
     assert {c["id"]: c["verdict"] for c in one["study_form"]["claims"]}["azure_bailian"] == "not comparable"
 
 
+def test_the_study_form_is_a_typed_result_that_to_json_writes_as_the_block(planted):
+    import dataclasses
+
+    from schedport.analysis.defaults import ABS_THRESHOLD, PRACTICAL_THRESHOLD, Q
+    from schedport.analysis.portability import core_steps
+    from schedport.analysis.results import Claim, MetricReversals, StudyForm, to_json
+
+    runs, res = planted
+    sf = core_steps(runs, dict(MANIFEST), practical_threshold=PRACTICAL_THRESHOLD, q=Q, n_boot=200, seed=0,
+                    metrics=None, abs_threshold=ABS_THRESHOLD, n_splits=200)["sform"]
+    assert isinstance(sf, StudyForm) and all(isinstance(e, MetricReversals) for e in sf.reversals)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sf.claims = ()
+    block = json.loads(json.dumps(to_json(sf)))
+    assert block == res["study_form"] and list(block) == list(res["study_form"])
+    # the fields by name are the numbers written
+    for e, w in zip(sf.reversals, res["study_form"]["reversals"]):
+        assert (e.metric, e.n_reversals, e.share.statistic, e.share.ci_low, e.share.method) == \
+            (w["metric"], w["n_reversals"], w["share"], w["ci_low"], w["ci_method"])
+        assert [(i.scheduler_pair, i.region, i.effect_a) for i in e.items] == \
+            [(i["scheduler_pair"], i["region"], i["effect_a"]) for i in w["items"]]
+    per = next(c for c in sf.claims if c.id == "reversals").per_metric
+    assert [p.share for p in per] == [e.share for e in sf.reversals]
+    assert sf.best_changes_with_metric.share.statistic == res["study_form"]["best_changes_with_metric"]["share"]
+    # a finding without its sources is written with its rule before the (null) numbers
+    nc = Claim(id="azure_bailian", study="s", here="h", verdict="not comparable", rule="")
+    assert [k for k, _ in nc.json_fields()] == ["id", "study", "here", "verdict", "rule", "value", "ci_low",
+                                                "ci_high"]
+    assert list(next(c for c in block["claims"] if c["id"] == "azure_bailian")) == \
+        ["id", "study", "here", "verdict", "value", "ci_low", "ci_high", "adjusted", "rule"]
+
+
 def test_subset_run_says_so_in_its_title(tmp_path):
     runs = make_runs(schedulers=SCHEDS6[:4], n_windows=4)
     write_store(tmp_path, runs, manifest={**MANIFEST, "selectors": {"quick": True}})

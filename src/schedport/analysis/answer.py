@@ -2,9 +2,9 @@
 how far rankings move between load levels (`cross_region_headline`), where the study-form
 flips concentrate (`flips_headline`), and where a user's own scheduler stands (`own_standing`).
 
-Both are plain summaries of rows portability.json already holds (``concordance.regions`` and
-``study_form.reversals``), kept here so that the report reads every number it prints from the
-file instead of recomputing one.
+Both are plain summaries of what portability.json already holds (``concordance.regions`` and
+the study form's `MetricReversals`), kept here so that the report reads every number it prints
+from the file instead of recomputing one.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from collections import Counter
 from typing import Optional, Sequence
 
 import numpy as np
+
+from schedport.analysis.results import MetricReversals
 
 __all__ = ["cross_region_headline", "flips_headline", "own_standing"]
 
@@ -55,7 +57,7 @@ def cross_region_headline(rows: Sequence[dict], regions: Sequence[str], main: Se
     }
 
 
-def flips_headline(reversals: Sequence[dict], sources_modeled: Sequence[str] = ()) -> dict:
+def flips_headline(reversals: Sequence[MetricReversals], sources_modeled: Sequence[str] = ()) -> dict:
     """The study form's cross-source reversals on the main metrics, pooled: how many of how many
     comparisons, and where they concentrate (region, source pair, scheduler pair, metric), with
     how many distinct scheduler pairs they spread over and how many have a modeled source on
@@ -69,15 +71,15 @@ def flips_headline(reversals: Sequence[dict], sources_modeled: Sequence[str] = (
     modeled = set(sources_modeled)
     n_rev = n_comp = 0
     for e in reversals:
-        n_comp += int(e.get("n_comparisons") or 0)
-        for it in e.get("items") or []:
+        n_comp += int(e.n_comparisons or 0)
+        for it in e.items:
             n_rev += 1
-            by_region[it["region"]] += 1
-            by_sources[f"{it['source_a']} vs {it['source_b']}"] += 1
-            by_pair[it["scheduler_pair"]] += 1
-            by_metric[e["metric"]] += 1
-            by_source.update({it["source_a"], it["source_b"]})
-            n_modeled += bool({it["source_a"], it["source_b"]} & modeled)
+            by_region[it.region] += 1
+            by_sources[f"{it.source_a} vs {it.source_b}"] += 1
+            by_pair[it.scheduler_pair] += 1
+            by_metric[e.metric] += 1
+            by_source.update({it.source_a, it.source_b})
+            n_modeled += bool({it.source_a, it.source_b} & modeled)
 
     def top(c: Counter) -> Optional[dict]:
         if not c:

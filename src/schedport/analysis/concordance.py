@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from schedport.analysis.ranks import Rankings
-from schedport.analysis.results import Estimate, bootstrap_estimate
+from schedport.analysis.results import BestChanges, CrossSourceHeadline, Estimate, bootstrap_estimate
 from schedport.analysis.stats import basic_ci, kendall_tau_b, nanmean, nanmin, spearman_rho
 from schedport.common.values import json_safe
 from schedport.analysis.store_loading import Study
@@ -207,13 +207,13 @@ def metric_concordance(st: Study, rk: Rankings, mi: np.ndarray) -> MetricConcord
     return MetricConcordance(conc_metrics, met_pairs, main_pair_ix, pi_i, pi_j, met_tau_pt, met_tau_bt)
 
 
-def best_changes(st: Study, rk: Rankings, mc: MetricConcordance, mi: np.ndarray, notes: list[str]) -> dict:
+def best_changes(st: Study, rk: Rankings, mc: MetricConcordance, mi: np.ndarray, notes: list[str]) -> BestChanges:
     """Does the best scheduler change with the metric? Per (source, region) condition: no scheduler
     tied-best on every main metric (and, pairwise, two main metrics' best sets disjoint).
 
-    Returns ``value`` (the share, None when undefined, said in `notes`), ``bc`` and ``bcp`` (the
-    share and the pairwise share with their intervals) and ``conditions`` (per condition: changed
-    and the best schedulers per main metric).
+    Returns the share and the pairwise share with their intervals (the share undefined, said in
+    `notes`, with fewer than two main metrics) and, per condition, whether it changed and the
+    best schedulers per main metric.
     """
     S, R, B = len(st.sources), len(st.regions), rk.n_boot
     point_mr, boot_mr, point_top, tops = rk.point, rk.boot, rk.point_top, rk.boot_top
@@ -248,27 +248,26 @@ def best_changes(st: Study, rk: Rankings, mc: MetricConcordance, mi: np.ndarray,
             best = {st.metrics[m]: [st.schedulers[k] for k in np.flatnonzero(point_top[s][r, m])] for m in mi}
             per_condition.append({"source": s, "region": st.regions[r], "changed": bool(ch[r]), "best": best})
     if len(mi) >= 2 and np.isfinite(changed_pt).any():
-        bc_value = float(np.nanmean(changed_pt))
-        bc = bootstrap_estimate(bc_value, nanmean(changed_bt.reshape(B, -1), 1), 0.0, 1.0).labelled(
+        share = float(np.nanmean(changed_pt))
+        bc = bootstrap_estimate(share, nanmean(changed_bt.reshape(B, -1), 1), 0.0, 1.0).labelled(
             n_conditions=int(np.isfinite(changed_pt).sum()), n_changed=int(np.nansum(changed_pt)))
         bcp = bootstrap_estimate(nanmean(pair_changed_pt.ravel(), 0), nanmean(pair_changed_bt.reshape(B, -1), 1),
                                  0.0, 1.0)
     else:
-        bc_value = None
         bc = Estimate.undefined().labelled(n_conditions=0, n_changed=0)
         bcp = Estimate.undefined()
         notes.append("Best-changes-with-metric share undefined: needs >= 2 main metrics in an analysed condition.")
     bc = bc.labelled(definition="share of (source, region) conditions in which no scheduler is tied-best on every "
                                 "main metric (the intersection over main metrics of the best-scheduler sets is empty)")
     bcp = bcp.labelled(definition="share of (condition, main-metric pair) whose best-scheduler sets are disjoint")
-    return {"value": bc_value, "bc": bc, "bcp": bcp, "conditions": per_condition}
+    return BestChanges(share=bc, pairwise=bcp, conditions=per_condition)
 
 
-def cross_source_headline(st: Study, sc: SourceConcordance, mi: np.ndarray, n_boot: int, notes: list[str]) -> dict:
-    """The cross-source headline: tau-b over the main metrics per source pair and region, per
-    pair (main and all metrics), the lowest pair (its own interval, and the interval of the
-    minimum) and the lowest pair x region cell, and top-1 agreement; the
-    ``headline.cross_source`` fields but ``basis``."""
+def cross_source_headline(st: Study, sc: SourceConcordance, mi: np.ndarray, n_boot: int,
+                          notes: list[str]) -> CrossSourceHeadline:
+    """The cross-source headline (``headline.cross_source``): tau-b over the main metrics per
+    source pair and region, per pair (main and all metrics), the lowest pair (its own interval,
+    and the interval of the minimum) and the lowest pair x region cell, and top-1 agreement."""
     R, B = len(st.regions), n_boot
     src_pairs, src_tau_pt, src_tau_bt, src_top_pt, src_top_bt = sc.pairs, sc.tau_pt, sc.tau_bt, sc.top_pt, sc.top_bt
     by_pair_region, by_pair, by_pair_all = [], [], []
@@ -308,8 +307,8 @@ def cross_source_headline(st: Study, sc: SourceConcordance, mi: np.ndarray, n_bo
         top1_src = Estimate.undefined()
         if len(st.sources) < 2:
             notes.append("One source only: no cross-source concordance.")
-    return {"by_pair_region": by_pair_region, "by_pair": by_pair, "by_pair_all_metrics": by_pair_all,
-            "min_pair": min_pair, "min_cell": min_cell, "top1_agreement": top1_src}
+    return CrossSourceHeadline(by_pair_region=by_pair_region, by_pair=by_pair, by_pair_all_metrics=by_pair_all,
+                               min_pair=min_pair, min_cell=min_cell, top1_agreement=top1_src)
 
 
 def metric_headline(mc: MetricConcordance, n_boot: int) -> tuple[Estimate, Estimate]:

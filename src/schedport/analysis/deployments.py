@@ -87,16 +87,16 @@ def deployment_axis(per_variant: dict, set_record: dict, core: Callable[[pd.Data
             conc.append({"source": s, "region": e["region"], "metric": e["metric"], "deployment_a": a,
                          "deployment_b": b, "tau": e["tau"], "ci_low": e["ci_low"], "ci_high": e["ci_high"],
                          "tied": e["tied"]})
-        for r in c["sform"]["reversals"]:
-            comparisons[r["metric"]] += int(r["n_comparisons"])
-            for it in r["items"]:
-                a, b = it["source_a"], it["source_b"]
-                ea, eb = it["effect_a"], it["effect_b"]
+        for r in c["sform"].reversals:
+            comparisons[r.metric] += int(r.n_comparisons)
+            for it in r.items:
+                a, b = it.source_a, it.source_b
+                ea, eb = it.effect_a, it.effect_b
                 if order[a] > order[b]:
                     a, b, ea, eb = b, a, eb, ea
-                items.append({"source": s, "metric": r["metric"], "region": it["region"],
-                              "scheduler_pair": it["scheduler_pair"], "deployment_a": a, "deployment_b": b,
-                              "effect_a": ea, "effect_b": eb, "q_a": it["q_a"], "q_b": it["q_b"],
+                items.append({"source": s, "metric": r.metric, "region": it.region,
+                              "scheduler_pair": it.scheduler_pair, "deployment_a": a, "deployment_b": b,
+                              "effect_a": ea, "effect_b": eb, "q_a": it.q_a, "q_b": it.q_b,
                               "strength": min(abs(ea), abs(eb))})
     items.sort(key=lambda d: (-d["strength"], d["metric"], d["source"], d["region"], d["scheduler_pair"]))
     tau_rows = []

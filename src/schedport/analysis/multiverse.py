@@ -69,6 +69,7 @@ from schedport.analysis.directions import MAIN_METRICS, metric_is_bounded
 from schedport.analysis.duplicates import duplicate_schedulers
 from schedport.analysis.multiverse_reversals import TESTS, ReversalTests, reversal_protocols
 from schedport.analysis.ranks import mean_ranks
+from schedport.analysis.results import ClaimRobustness, Closest, Curve, OneMetric, ProtocolVerdict, Robustness
 from schedport.analysis.stats import basic_ci, nanmean, percentile_ci, relative_effect, tau_features
 from schedport.analysis.store_loading import Study
 from schedport.analysis.studyform import (MODERATE, NEAR_PERFECT, STUDY_BEST_CHANGES, STUDY_LOW_TAU, STUDY_SHARE,
@@ -294,7 +295,7 @@ def _pct(bt: np.ndarray) -> tuple[Optional[float], Optional[float]]:
 
 
 def _rank_claims(st: Study, ranker: _Ranker, proto: dict, msets: dict, keeps: dict, az, bl, bg) -> dict:
-    """azure_bailian, burstgpt_low and metric_agreement under one protocol (point, interval, verdict)."""
+    """azure_bailian, burstgpt_low and metric_agreement under one protocol: {claim: `ProtocolVerdict`}."""
     ms = msets[proto["metric_set"]]
     keep = keeps[proto["scheduler_set"]]
     agg = proto["aggregation"]
@@ -316,16 +317,17 @@ def _rank_claims(st: Study, ranker: _Ranker, proto: dict, msets: dict, keeps: di
     out = {}
     ab = pairs.get((az, bl)) or pairs.get((bl, az)) if az and bl else None
     if ab is None or not np.isfinite(ab[0]):
-        out["azure_bailian"] = (None, "not comparable", 0)
+        out["azure_bailian"] = ProtocolVerdict(None, "not comparable", 0)
     else:
-        out["azure_bailian"] = (ab[0], _interval_verdict(ab[1], ab[2], lambda x: x >= NEAR_PERFECT), ab[3])
+        out["azure_bailian"] = ProtocolVerdict(ab[0], _interval_verdict(ab[1], ab[2], lambda x: x >= NEAR_PERFECT),
+                                               ab[3])
     bps = [v for k, v in pairs.items() if bg in k and np.isfinite(v[0])] if bg else []
     if not bps:
-        out["burstgpt_low"] = (None, "not comparable", 0)
+        out["burstgpt_low"] = ProtocolVerdict(None, "not comparable", 0)
     else:
         d = min(bps, key=lambda x: x[0])
         ok = d[1] is not None and d[1] <= STUDY_LOW_TAU <= d[2]
-        out["burstgpt_low"] = (d[0], "holds" if ok else "does not hold", d[3])
+        out["burstgpt_low"] = ProtocolVerdict(d[0], "holds" if ok else "does not hold", d[3])
     vals = []
     for s in st.sources:
         f = feats[s]
@@ -337,9 +339,9 @@ def _rank_claims(st: Study, ranker: _Ranker, proto: dict, msets: dict, keeps: di
         pt, bt = float(nanmean(t[0], 0)), nanmean(t[1:], 1)
         lo, hi = _basic(pt, bt)
         v = _interval_verdict(lo, hi, lambda x: MODERATE[0] <= x < MODERATE[1]) if np.isfinite(pt) else "not comparable"
-        out["metric_agreement"] = (pt if np.isfinite(pt) else None, v, int(np.isfinite(t[0]).sum()))
+        out["metric_agreement"] = ProtocolVerdict(pt if np.isfinite(pt) else None, v, int(np.isfinite(t[0]).sum()))
     else:
-        out["metric_agreement"] = (None, "not comparable", 0)
+        out["metric_agreement"] = ProtocolVerdict(None, "not comparable", 0)
     return out
 
 
@@ -350,12 +352,12 @@ class _StudyView:
         self.sources, self.schedulers, self.metrics = sources, schedulers, metrics
 
 
-def _best_changes_claim(st: Study, ranker: _Ranker, proto: dict, msets: dict, keeps: dict) -> tuple:
+def _best_changes_claim(st: Study, ranker: _Ranker, proto: dict, msets: dict, keeps: dict) -> ProtocolVerdict:
     """best_changes under one protocol: the study form's per (window, region) share and rule."""
     ms = msets[proto["metric_set"]]
     keep = keeps[proto["scheduler_set"]]
     if len(ms) < 2:
-        return None, "not comparable", 0
+        return ProtocolVerdict(None, "not comparable", 0)
     ranks, valid = {}, {}
     for s in st.sources:
         bs, vs = [], []
@@ -369,12 +371,13 @@ def _best_changes_claim(st: Study, ranker: _Ranker, proto: dict, msets: dict, ke
         valid[s] = np.stack(vs, 1)
     view = _StudyView(st.sources, [k for k, x in zip(st.schedulers, keep) if x], [st.metrics[m] for m in ms])
     b = window_best_changes(view, ranks, valid, list(range(len(ms))), ranker.counts)
-    if b.get("share") is None:
-        return None, "not comparable", 0
-    if b["forced_by"]:
-        return float(b["share"]), "not comparable", b["n_conditions"]
-    ok = b["ci_low"] is not None and b["ci_low"] <= STUDY_BEST_CHANGES <= b["ci_high"]
-    return float(b["share"]), "holds" if ok else "does not hold", b["n_conditions"]
+    share = b.share
+    if share.statistic is None:
+        return ProtocolVerdict(None, "not comparable", 0)
+    if b.forced_by:
+        return ProtocolVerdict(float(share.statistic), "not comparable", b.n_conditions)
+    ok = share.ci_low is not None and share.ci_low <= STUDY_BEST_CHANGES <= share.ci_high
+    return ProtocolVerdict(float(share.statistic), "holds" if ok else "does not hold", b.n_conditions)
 
 
 # --------------------------------------------------------------------------- assembly
@@ -437,8 +440,8 @@ def _summary(verdict_by_axis: dict, share_by_axis: dict, verdicts: dict, n: int)
 
 def _claim_grids(df: pd.DataFrame, *, practical_threshold: float, abs_threshold: float, q: float, seed: int,
                  n_boot: int) -> tuple[dict, dict, dict, dict]:
-    """Every claim's (value, verdict, n_comparisons) per combination of the axes that move it, for
-    one store: (axes, default protocol, {claim: {combination: result}}, {claim: n_distinct})."""
+    """Every claim's `ProtocolVerdict` per combination of the axes that move it, for one store:
+    (axes, default protocol, {claim: {combination: verdict}}, {claim: n_distinct})."""
     wanted = list(dict.fromkeys(m for ms in METRIC_SETS.values() for m in ms))
     have = [m for m in wanted if m in df.columns and pd.api.types.is_numeric_dtype(df[m]) and df[m].notna().any()]
     inner: list[str] = []
@@ -489,7 +492,7 @@ def _claim_grids(df: pd.DataFrame, *, practical_threshold: float, abs_threshold:
 
 
 def robustness(df: pd.DataFrame, *, practical_threshold: float, abs_threshold: float, q: float, seed: int = 0,
-               n_boot: int = N_BOOT_ROBUSTNESS, compare: Optional[tuple] = None) -> dict:
+               n_boot: int = N_BOOT_ROBUSTNESS, compare: Optional[tuple] = None) -> Robustness:
     """The ``robustness`` block of portability.json: each claim's share of protocols under which
     it holds, per axis value, and the protocol closest to the study's numbers (module docstring).
 
@@ -524,7 +527,7 @@ def robustness(df: pd.DataFrame, *, practical_threshold: float, abs_threshold: f
         rel = relevant[cid]
         grid = results[cid]
         combos = list(grid)
-        vlist = np.array([grid[c][1] for c in combos])
+        vlist = np.array([grid[c].verdict for c in combos])
         holds = (vlist == "holds").astype(np.float64)
         share = float(holds.mean()) if combos else None
         kinds = sorted(set(vlist.tolist()))
@@ -541,22 +544,22 @@ def robustness(df: pd.DataFrame, *, practical_threshold: float, abs_threshold: f
                 by_axis[ax] = {str(v): share for v in axes[ax]}
 
         def _rank(c):
-            return (_distance(cid, grid[c][0], grid[c][2]), sum(c[i] != default[a] for i, a in enumerate(rel)))
+            return (_distance(cid, grid[c].value, grid[c].n_comparisons),
+                    sum(c[i] != default[a] for i, a in enumerate(rel)))
         best_c = min(combos, key=_rank)
-        closest = {"protocol": dict(default, **dict(zip(rel, best_c))), "value": grid[best_c][0],
-                   "verdict": grid[best_c][1], "n_comparisons": grid[best_c][2],
-                   "distance": _distance(cid, grid[best_c][0], grid[best_c][2])}
+        one_metric = None
         if cid == "reversals":
             # the study's "3.6% of about 1,000 comparisons" may be one metric's: every metric's own share too
             cands = [(_distance(cid, sh, nc), _rank(c)[1], c, name, sh, nc)
-                     for c in combos for name, sh, nc in grid[c][3]]
+                     for c in combos for name, sh, nc in grid[c].per_metric]
             cands = [x for x in cands if np.isfinite(x[0])]
             if cands:
                 dist, _, c, name, sh, nc = min(cands, key=lambda x: (x[0], x[1], x[3]))
-                closest["one_metric"] = {"protocol": dict(default, **dict(zip(rel, c))), "metric": name,
-                                         "value": sh, "n_comparisons": nc, "distance": dist}
-        dcombo = tuple(default[a] for a in rel)
-        dval, dver, dn = grid[dcombo][:3]
+                one_metric = OneMetric(protocol=dict(default, **dict(zip(rel, c))), metric=name, value=sh,
+                                       n_comparisons=nc, distance=dist)
+        closest = Closest(protocol=dict(default, **dict(zip(rel, best_c))), result=grid[best_c],
+                          distance=_distance(cid, grid[best_c].value, grid[best_c].n_comparisons),
+                          one_metric=one_metric)
         text, depends = _summary({a: verdict_by_axis[a] for a in rel}, {a: by_axis[a] for a in rel}, verdicts,
                                  n_protocols)
         seen, uniq = set(), []
@@ -565,29 +568,19 @@ def robustness(df: pd.DataFrame, *, practical_threshold: float, abs_threshold: f
             if key not in seen:
                 seen.add(key)
                 uniq.append(c)
-        order = sorted(uniq, key=lambda c: (math.inf if grid[c][0] is None else grid[c][0]))
-        claims_out.append({
-            "id": cid,
-            "share_holds": share,
-            "verdicts": verdicts,
-            "by_axis": by_axis,
-            "robust": len(verdicts) == 1,
-            "depends_on": depends,
-            "summary": text,
-            "axes": list(rel),
-            "n_distinct": distinct[cid],
-            "default": {"value": dval, "verdict": dver, "n_comparisons": dn},
-            "closest": closest,
-            "distance": DISTANCE[cid],
-            "curve": {"value": [grid[c][0] for c in order], "verdict": [grid[c][1] for c in order]},
-        })
-    return {
-        "axes": {k: list(v) for k, v in axes.items()},
-        "n_protocols": n_protocols,
-        "default_protocol": default,
-        "n_boot": int(n_boot),
-        "claims": claims_out,
-        "note": (f"{n_protocols:,} protocols (the product of the axes); each claim is computed once per combination "
-                 "of the axes it depends on (n_distinct); its intervals use "
-                 f"{n_boot} resamples of windows (not shown; the intervals shown use their own).{extra_note}"),
-    }
+        order = sorted(uniq, key=lambda c: (math.inf if grid[c].value is None else grid[c].value))
+        claims_out.append(ClaimRobustness(
+            id=cid, share_holds=share, verdicts=verdicts, by_axis=by_axis, robust=len(verdicts) == 1,
+            depends_on=depends, summary=text, axes=list(rel), n_distinct=distinct[cid],
+            default=grid[tuple(default[a] for a in rel)], closest=closest, distance=DISTANCE[cid],
+            curve=Curve(tuple(grid[c] for c in order))))
+    return Robustness(
+        axes={k: list(v) for k, v in axes.items()},
+        n_protocols=n_protocols,
+        default_protocol=default,
+        n_boot=int(n_boot),
+        claims=tuple(claims_out),
+        note=(f"{n_protocols:,} protocols (the product of the axes); each claim is computed once per combination "
+              "of the axes it depends on (n_distinct); its intervals use "
+              f"{n_boot} resamples of windows (not shown; the intervals shown use their own).{extra_note}"),
+    )

@@ -17,6 +17,7 @@ from scipy import stats
 
 from schedport.analysis.directions import metric_is_bounded
 from schedport.analysis.duplicates import pair_keys
+from schedport.analysis.results import ProtocolVerdict
 from schedport.analysis.stats import pair_index, percentile_ci, relative_effect, wilcoxon_pvalues
 from schedport.analysis.store_loading import Study
 from schedport.analysis.studyform import CLUSTER_FACTOR, HIGH_LOAD_RHO, STUDY_SHARE, boot_wilcoxon, bh_rows
@@ -198,8 +199,8 @@ def _count_reversals(q: np.ndarray, pre: dict, levels: np.ndarray) -> dict:
 
 def reversal_protocols(st: Study, rev: ReversalTests, labels: np.ndarray, axes: dict, msets: dict,
                         keeps: dict) -> dict:
-    """The reversal claim for every combination of its axes: {protocol tuple: (value, verdict,
-    n_comparisons, [(metric, share, n_comparisons)])}."""
+    """The reversal claim for every combination of its axes: {protocol tuple: `ProtocolVerdict`,
+    whose ``per_metric`` holds each metric's (metric, share, n_comparisons)}."""
     levels = np.array(sorted(axes["bh_level"]), dtype=np.float64)
     rels = np.array(sorted(axes["rel_threshold"]), dtype=np.float64)
     abss = np.array(sorted(axes["abs_threshold"]), dtype=np.float64)
@@ -248,7 +249,7 @@ def reversal_protocols(st: Study, rev: ReversalTests, labels: np.ndarray, axes: 
     return out
 
 
-def _reversal_verdict(st: Study, per: list, li: int, ri: int, ai: int, kind: str, bg_any: bool) -> tuple:
+def _reversal_verdict(st: Study, per: list, li: int, ri: int, ai: int, kind: str, bg_any: bool) -> ProtocolVerdict:
     """The study form's reversal rule on every metric of the set; the pooled share is the value."""
     tot_rev = tot_comp = 0
     n_hold = 0
@@ -277,6 +278,6 @@ def _reversal_verdict(st: Study, per: list, li: int, ri: int, ai: int, kind: str
             n_hold += 1
     value = tot_rev / tot_comp if tot_comp else None
     if not per or value is None:
-        return None, "not comparable", tot_comp, per_metric
+        return ProtocolVerdict(None, "not comparable", tot_comp, tuple(per_metric))
     verdict = "holds" if n_hold == len(per) else ("does not hold" if n_hold == 0 else "partly holds")
-    return value, verdict, tot_comp, per_metric
+    return ProtocolVerdict(value, verdict, tot_comp, tuple(per_metric))

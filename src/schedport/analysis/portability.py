@@ -284,6 +284,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -303,7 +304,7 @@ from schedport.analysis.duplicates import find_duplicates, pair_keys, pair_label
 from schedport.analysis.provenance import provenance, source_info, subset_info
 from schedport.analysis.ranks import Rankings, mean_ranks, rank_schedulers
 from schedport.analysis.regimes import REGIME_SPREAD, regime_check
-from schedport.analysis.results import Estimate, PooledReversals, to_json
+from schedport.analysis.results import Claim, CrossSourceHeadline, Estimate, PooledReversals, StudyForm, to_json
 from schedport.analysis.reversals import pooled_reversals
 from schedport.analysis.schema import SCHEMA_VERSION
 from schedport.analysis.simulator import simulator_axis, variant_findings
@@ -365,7 +366,7 @@ def main_metrics(st: Study, notes: list[str]) -> tuple[list[str], np.ndarray]:
 
 
 def study_form_step(st: Study, rk: Rankings, rev: PooledReversals, dups: dict, mi: np.ndarray, cross_tau: list, *,
-                    q: float, n_splits: int, seed: int) -> dict:
+                    families: dict, main: list[str], q: float, n_splits: int, seed: int) -> StudyForm:
     """The study-form step: the original study's statements computed its way
     (`schedport.analysis.studyform.study_form`), from the rankings and the reversal tests.
 
@@ -375,14 +376,15 @@ def study_form_step(st: Study, rk: Rankings, rev: PooledReversals, dups: dict, m
            "pair_label": pair_label, "mean_ranks": mean_ranks, "tau_features": tau_features}
     return studyform.study_form(ctx, q=q, counts=rk.counts, ranks=rk.ranks, valid=rk.valid, mi=mi,
                                 n_splits=n_splits, split_rng=np.random.default_rng([seed, 16]),
-                                cross_source_tau=cross_tau, duplicates=dups)
+                                cross_source_tau=cross_tau, duplicates=dups, metric_families=families,
+                                main_metrics=main)
 
 
-def claims_step(st: Study, sform: dict, cross: dict, met_main: Estimate) -> list[dict]:
+def claims_step(st: Study, sform: StudyForm, cross: CrossSourceHeadline, met_main: Estimate) -> list[Claim]:
     """The claims step: a verdict per finding of the original study (`studyform.claims`), the
     modeled sources named as such."""
     modeled = [s_ for s_ in st.sources if source_info(s_).get("modeled")]
-    return studyform.claims(st, sform, cross["by_pair"], met_main, modeled)
+    return studyform.claims(st, sform, cross.by_pair, met_main, modeled)
 
 
 def analysis_parameters(st: Study, manifest: dict, main: list[str], *, practical_threshold: float, q: float,
@@ -453,11 +455,9 @@ def core_steps(df: pd.DataFrame, manifest: dict, *, practical_threshold: float, 
     cross = cross_source_headline(st, sc, mi, rk.n_boot, notes)
     met_main, met_all = metric_headline(mc, rk.n_boot)
     rev = pooled_reversals(st, practical_threshold, abs_threshold, q, dups["labels"])
-    sform = study_form_step(st, rk, rev, dups, mi, cross_source_tau_by_metric(st, sc, mi), q=q,
-                            n_splits=n_splits, seed=seed)
-    sform["metric_families"] = families
-    sform["main_metrics"] = main
-    sform["claims"] = claims_step(st, sform, cross, met_main)
+    sform = study_form_step(st, rk, rev, dups, mi, cross_source_tau_by_metric(st, sc, mi), families=families,
+                            main=main, q=q, n_splits=n_splits, seed=seed)
+    sform = replace(sform, claims=tuple(claims_step(st, sform, cross, met_main)))
     return {"notes": notes, "st": st, "families": families, "dups": dups, "main": main, "mi": mi, "rk": rk, "sc": sc,
             "conc_regions": conc_regions, "mc": mc, "bc": bc, "cross": cross, "met_main": met_main,
             "met_all": met_all, "rev": rev, "sform": sform}
@@ -486,14 +486,13 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
     prov = provenance(manifest, st.sources, results_dir, (workload or {}).get("corpus_sources"))
     headline = {
         "main_metrics": main,
-        "cross_source": {"basis": "Kendall tau-b between two sources' mean-rank vectors, averaged over the main "
-                                  "metrics", **cross},
+        "cross_source": cross,
         "reversals": rev.headline,
         "cross_region": cross_region_headline(conc_regions, list(st.regions), main),
-        "flips": flips_headline(sform["reversals"], [d["source"] for d in prov["data_sources"] if d.get("modeled")]),
+        "flips": flips_headline(sform.reversals, [d["source"] for d in prov["data_sources"] if d.get("modeled")]),
         "own": own_standing(rk.table, sorted(prov["user_policies"]), main, list(st.sources), list(st.regions)),
         "metrics": {"mean_pairwise_tau": met_main, "mean_pairwise_tau_all_metrics": met_all,
-                    "best_changes_with_metric": bc["bc"], "best_changes_pairwise": bc["bcp"]},
+                    "best_changes_with_metric": bc.share, "best_changes_pairwise": bc.pairwise},
     }
     parameters = analysis_parameters(st, manifest, main, practical_threshold=practical_threshold, q=q,
                                      n_boot=rk.n_boot, seed=seed, abs_threshold=abs_threshold, n_splits=n_splits)
@@ -520,8 +519,8 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         "concordance": {"sources": sc.entries, "regions": conc_regions, "metrics": mc.entries},
         "metric_matrix": {"metrics": st.metrics, "tau": metric_matrix(st, mc)},
         "rankings": rk.table,
-        "best_changes_with_metric_share": bc["value"],
-        "best_changes_with_metric": bc["bc"].labelled(pairwise=bc["bcp"], conditions=bc["conditions"]),
+        "best_changes_with_metric_share": bc.value,
+        "best_changes_with_metric": bc.detailed(),
         "metric_concordance_mean": met_main.statistic,
         "reversals": rev.summary,
         "parameters": parameters,
@@ -602,7 +601,7 @@ def analyze(results_dir, out_dir=None, *, practical_threshold: float = PRACTICAL
         t0 = time.perf_counter()
         df2, _ = load_store(other_store, expect_corpus=manifest.get("corpus_sha256"))
         rc = res["region_comparison"]
-        res["robustness"] = json_safe(multiverse.robustness(
+        res["robustness"] = to_json(multiverse.robustness(
             df, practical_threshold=practical_threshold, abs_threshold=abs_threshold, q=q, seed=seed,
             n_boot=robustness_boot, compare=(str(rc["this"]["region_def"]), str(rc["other"]["region_def"]), df2)))
         res["run_info"]["robustness_elapsed_s"] = round(time.perf_counter() - t0, 3)

@@ -5,7 +5,11 @@ that gave it) rather than bare tuples, the analysis steps return frozen, typed r
 `Estimate` (a statistic with its interval, the interval's method and, for a bootstrap, the
 replicates' bias), the pooled reversal step's `PooledReversals` (its per-test arrays
 `ReversalTests`, the counted `Reversal` items, the `ReversalSummary` block and the
-`ReversalHeadline`). The steps and their readers use the fields by name.
+`ReversalHeadline`), concordance's `CrossSourceHeadline` and `BestChanges`, the study form's
+`StudyForm` (per-metric `MetricReversals` with their `Flip` items and `HighLoad` cluster,
+`WindowBestChanges`, the noise ceiling `SplitHalf` and the `Claim` verdicts) and the protocol
+multiverse's `Robustness` (a `ClaimRobustness` per claim, each protocol's `ProtocolVerdict`).
+The steps and their readers use the fields by name.
 
 `to_json` is the one place that turns them into ``portability.json``'s dicts: each result
 type says its keys, in order, in `json_fields`, and `to_json` walks the whole portability
@@ -233,6 +237,446 @@ class PooledReversals:
     summary: ReversalSummary
     headline: ReversalHeadline
     tests: ReversalTests
+
+
+# --------------------------------------------------------------------------- the concordance headlines
+
+
+@dataclass(frozen=True)
+class CrossSourceHeadline(Result):
+    """``headline.cross_source``: Kendall tau-b between two sources' mean-rank vectors over the
+    main metrics, as basic bootstrap `Estimate`s per source pair and region (``by_pair_region``),
+    per pair (``by_pair``; ``by_pair_all_metrics`` over every metric), the lowest pair with its own
+    interval and the interval of the minimum (``min_pair``), the lowest pair x region cell
+    (``min_cell``; both None with fewer than two sources) and top-1 agreement. Written after
+    ``basis``, what the statistic is."""
+
+    #: What the statistic is (written first, as ``basis``).
+    BASIS = "Kendall tau-b between two sources' mean-rank vectors, averaged over the main metrics"
+
+    by_pair_region: list
+    by_pair: list
+    by_pair_all_metrics: list
+    min_pair: Optional[Estimate]
+    min_cell: Optional[Estimate]
+    top1_agreement: Estimate
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """``basis``, then every field under its own name."""
+        return [("basis", self.BASIS)] + super().json_fields()
+
+
+@dataclass(frozen=True)
+class BestChanges:
+    """Does the best scheduler change with the metric, per (source, region) condition: the share
+    of conditions where no scheduler is tied-best on every main metric (``share``, basic
+    bootstrap, labelled with its counts and definition), the share of (condition, main-metric
+    pair) whose best sets are disjoint (``pairwise``) and, per condition, the best schedulers of
+    each main metric (``conditions``). Its parts are written under three keys (`detailed`)."""
+
+    share: Estimate
+    pairwise: Estimate
+    conditions: list
+
+    @property
+    def value(self) -> Optional[float]:
+        """The share (None when undefined), written as ``best_changes_with_metric_share``."""
+        return self.share.statistic
+
+    def detailed(self) -> Estimate:
+        """The share with the pairwise share and the conditions beside it (``best_changes_with_metric``)."""
+        return self.share.labelled(pairwise=self.pairwise, conditions=self.conditions)
+
+
+# --------------------------------------------------------------------------- the study form
+
+#: The interval method of the study form's shares of windows (`studyform.window_best_changes`).
+PERCENTILE = "percentile bootstrap over windows"
+#: The interval method of the study form's reversal shares (`studyform.study_form`).
+PERCENTILE_REDONE = "percentile bootstrap over windows (tests, BH and reversals redone on each resample)"
+
+
+@dataclass(frozen=True)
+class Flip(Result):
+    """One study-form reversal (a cross-source flip on one main metric): the scheduler pair (duplicates
+    joined), its schedulers, the region, both sources with their median effects and q-values."""
+
+    scheduler_pair: str
+    scheduler_a: str
+    scheduler_b: str
+    region: str
+    source_a: str
+    source_b: str
+    effect_a: float
+    effect_b: float
+    q_a: float
+    q_b: float
+
+
+@dataclass(frozen=True)
+class HighLoad(Result):
+    """The reversals at high load (rho >= ``rho_min``): its regions, the reversals and comparisons
+    there, their share of all reversals and the reversal rate there and below (None when undefined)."""
+
+    rho_min: float
+    regions: list
+    n_reversals: int
+    n_comparisons: int
+    share_of_reversals: Optional[float]
+    rate: Optional[float]
+    rate_elsewhere: Optional[float]
+
+
+@dataclass(frozen=True)
+class MetricReversals(Result):
+    """The cross-source reversals of one main metric (BH within its tests): the counts, the share
+    of comparisons reversed with its percentile interval (tests redone on every resample,
+    ``share.method``) and the replicates' mean (``boot_mean``), the breakdowns, whether one
+    scheduler pair or one source is on every reversal, the high-load cluster and the reversals
+    themselves (``items``, strongest first)."""
+
+    metric: str
+    effect_scale: str
+    practical_threshold: float
+    n_tests: int
+    n_comparisons: int
+    n_reversals: int
+    share: Estimate
+    boot_mean: Optional[float]
+    by_region: Mapping[str, dict]
+    by_source_pair: Mapping[str, dict]
+    by_scheduler_pair: Mapping[str, int]
+    one_scheduler_pair: Optional[bool]
+    sources_on_every_reversal: Optional[list]
+    one_source: Optional[bool]
+    high_load: HighLoad
+    items: tuple[Flip, ...]
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """The counts, the share as ``share``/``ci_low``/``ci_high``/``ci_method``, then the rest."""
+        return [("metric", self.metric), ("effect_scale", self.effect_scale),
+                ("practical_threshold", self.practical_threshold), ("n_tests", self.n_tests),
+                ("n_comparisons", self.n_comparisons), ("n_reversals", self.n_reversals),
+                ("share", self.share.statistic), ("ci_low", self.share.ci_low), ("ci_high", self.share.ci_high),
+                ("ci_method", self.share.method), ("boot_mean", self.boot_mean), ("by_region", self.by_region),
+                ("by_source_pair", self.by_source_pair), ("by_scheduler_pair", self.by_scheduler_pair),
+                ("one_scheduler_pair", self.one_scheduler_pair),
+                ("sources_on_every_reversal", self.sources_on_every_reversal), ("one_source", self.one_source),
+                ("high_load", self.high_load), ("items", self.items)]
+
+
+@dataclass(frozen=True)
+class PairwiseBestChanges(Result):
+    """The share of (window, region, main-metric pair) whose tied-best sets are disjoint, with its
+    percentile interval; ``n_pairs``/``n_disjoint`` None (and not written) with fewer than two
+    main metrics."""
+
+    DEFINITION = "share of (window, region, main-metric pair) whose tied-best scheduler sets are disjoint"
+
+    share: Estimate
+    n_pairs: Optional[int] = None
+    n_disjoint: Optional[int] = None
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """``n_pairs``, ``n_disjoint`` (when counted), ``share``/``ci_low``/``ci_high``, ``definition``."""
+        counts = [] if self.n_pairs is None else [("n_pairs", self.n_pairs), ("n_disjoint", self.n_disjoint)]
+        return counts + [("share", self.share.statistic), ("ci_low", self.share.ci_low),
+                         ("ci_high", self.share.ci_high), ("definition", self.DEFINITION)]
+
+
+@dataclass(frozen=True)
+class ForcedBest(Result):
+    """A scheduler that is the sole best on `metric` in every (window, region) cell and never
+    best on all the other main metrics, which makes the best-changes share 100% by
+    construction; ``share_without`` is the share without that metric (percentile interval)."""
+
+    metric: str
+    scheduler: str
+    n_cells: int
+    share_without: Estimate
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """``metric``, ``scheduler``, ``n_cells``, ``share_without`` with ``_ci_low``/``_ci_high``."""
+        w = self.share_without
+        return [("metric", self.metric), ("scheduler", self.scheduler), ("n_cells", self.n_cells),
+                ("share_without", w.statistic), ("share_without_ci_low", w.ci_low),
+                ("share_without_ci_high", w.ci_high)]
+
+
+@dataclass(frozen=True)
+class WindowBestChanges(Result):
+    """The study form's best-changes share: of the (window, region) cells over all sources with
+    every main metric defined (``n_conditions``), those where no scheduler is tied-best on every
+    main metric (``n_changed``), the share with its percentile interval, per source
+    (``by_source``, None and not written with fewer than two main metrics), the pairwise variant
+    and the schedulers that force the share (``forced_by``)."""
+
+    CONDITION = "window x region"
+    DEFINITION = ("share of (window, region) cells, over all sources, in which no scheduler is tied-best "
+                  "(rank 1 in that window) on every main metric")
+
+    n_conditions: int
+    n_changed: int
+    share: Estimate
+    by_source: Optional[Mapping[str, dict]]
+    pairwise: PairwiseBestChanges
+    forced_by: tuple[ForcedBest, ...] = ()
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """``condition``, the counts, the share with ``ci_low``/``ci_high``, ``by_source``, ``pairwise``,
+        ``ci_method``, ``definition``, ``forced_by``."""
+        by_source = [] if self.by_source is None else [("by_source", self.by_source)]
+        return ([("condition", self.CONDITION), ("n_conditions", self.n_conditions), ("n_changed", self.n_changed),
+                 ("share", self.share.statistic), ("ci_low", self.share.ci_low), ("ci_high", self.share.ci_high)]
+                + by_source + [("pairwise", self.pairwise), ("ci_method", self.share.method),
+                               ("definition", self.DEFINITION), ("forced_by", self.forced_by)])
+
+
+@dataclass(frozen=True)
+class HalfPair(Result):
+    """Two sources' tau at half the windows (``tau_half``) and the reliability-adjusted portability
+    (``adjusted``: tau_half / sqrt(rel_a rel_b)), means over regions (None when none has one), and
+    the regions with an adjusted value."""
+
+    source_a: str
+    source_b: str
+    tau_half: Optional[float]
+    adjusted: Optional[float]
+    n_regions: int
+
+
+@dataclass(frozen=True)
+class CrossSourceHalf(Result):
+    """Cross-source tau at half the windows against the noise ceiling: per source pair (`HalfPair`),
+    per pair and region (with the ranges over splits) and per pair and main metric."""
+
+    by_pair: tuple[HalfPair, ...]
+    by_pair_region: list
+    by_pair_metric: list
+
+
+@dataclass(frozen=True)
+class SplitHalf:
+    """The noise ceiling: split-half reliability per source and region (``value`` with the range
+    over splits) and per main metric, over ``n_splits`` random splits, and the cross-source tau
+    at the same window count. Written under four keys of the study form (`StudyForm`)."""
+
+    CI_METHOD = "2.5-97.5 percentiles over random splits (the spread of one split's estimate)"
+    DEFINITION = ("Kendall tau-b between the mean-rank vectors of two random disjoint halves of a "
+                  "source's windows (floor(W/2) each), mean over main metrics and over splits")
+    ADJUSTED_DEFINITION = ("tau_ab(half) / sqrt(rel_a(half) * rel_b(half)), all at half the windows; "
+                           "1 means the sources agree as well as each agrees with itself")
+
+    by_source_region: list
+    by_source_region_metric: list
+    n_splits: int
+    cross_source_half: CrossSourceHalf
+
+    def info(self) -> dict:
+        """``split_half_info``: the number of splits, the range's method and the definitions."""
+        return {"n_splits": self.n_splits, "ci_method": self.CI_METHOD, "definition": self.DEFINITION,
+                "adjusted_definition": self.ADJUSTED_DEFINITION}
+
+
+@dataclass(frozen=True)
+class Claim(Result):
+    """A verdict on one finding of the original study: its statement (``study``), this run's figure
+    in the same form (``here``), the verdict, the rule it follows from and the estimate that
+    decides it (statistic and interval; None when the run lacks the finding's sources, written
+    then as nulls after the rule)."""
+
+    id: str
+    study: str
+    here: str
+    verdict: str
+    rule: str
+    estimate: Optional[Estimate] = None
+
+    def _numbers(self) -> list[tuple[str, Any]]:
+        e = self.estimate
+        return [("value", e.statistic), ("ci_low", e.ci_low), ("ci_high", e.ci_high)]
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """``id``, ``study``, ``here``, ``verdict``, then ``value``/``ci_low``/``ci_high`` and ``rule``
+        (``rule`` first, the numbers null, without an estimate)."""
+        head = [("id", self.id), ("study", self.study), ("here", self.here), ("verdict", self.verdict)]
+        if self.estimate is None:
+            return head + [("rule", self.rule), ("value", None), ("ci_low", None), ("ci_high", None)]
+        return head + self._numbers() + [("rule", self.rule)]
+
+
+@dataclass(frozen=True)
+class CeilingClaim(Claim):
+    """A tau claim with, beside its estimate, the noise-ceiling-adjusted tau of the same sources
+    (``adjusted``, `HalfPair`; None when undefined)."""
+
+    adjusted: Optional[float] = None
+
+    def _numbers(self) -> list[tuple[str, Any]]:
+        return super()._numbers() + [("adjusted", self.adjusted)]
+
+
+@dataclass(frozen=True)
+class MetricVerdict(Result):
+    """The reversal finding on one main metric: the reversal share with its interval, the counts,
+    the parts of the rule (``parts``: share, high_load, one_scheduler_pair, burstgpt_one_side)
+    and the verdict."""
+
+    metric: str
+    share: Estimate
+    n_reversals: int
+    n_comparisons: int
+    parts: Mapping[str, bool]
+    verdict: str
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """``metric``, ``share``/``ci_low``/``ci_high``, the counts, ``parts``, ``verdict``."""
+        return [("metric", self.metric), ("share", self.share.statistic), ("ci_low", self.share.ci_low),
+                ("ci_high", self.share.ci_high), ("n_reversals", self.n_reversals),
+                ("n_comparisons", self.n_comparisons), ("parts", self.parts), ("verdict", self.verdict)]
+
+
+@dataclass(frozen=True)
+class ReversalClaim(Claim):
+    """The reversal finding, judged per main metric (``per_metric``); no single estimate decides it."""
+
+    per_metric: tuple[MetricVerdict, ...] = ()
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """``id``, ``study``, ``here``, ``verdict``, ``per_metric``, ``rule``."""
+        return [("id", self.id), ("study", self.study), ("here", self.here), ("verdict", self.verdict),
+                ("per_metric", self.per_metric), ("rule", self.rule)]
+
+
+@dataclass(frozen=True)
+class StudyForm(Result):
+    """The ``study_form`` block: the original study's statements computed its way: the reversals
+    per main metric, the best-changes share per (window, region), cross-source tau per source pair
+    and metric (`Estimate`s), the duplicates, the noise ceiling (`SplitHalf`, under four keys),
+    the definitions, the metric families, the main metrics and the claims' verdicts."""
+
+    DEFINITIONS = {
+        "reversal": "for one main metric, a scheduler pair whose median per-window effect has opposite signs "
+                    "in two sources at the same region, both Benjamini-Hochberg significant within that "
+                    "metric's tests and both at or beyond the practical threshold (absolute for bounded "
+                    "metrics, relative otherwise); duplicate schedulers count once",
+        "n_comparisons": "distinct (scheduler pair, source pair, region) cases where both sources were tested",
+    }
+
+    reversals: tuple[MetricReversals, ...]
+    best_changes_with_metric: WindowBestChanges
+    cross_source_tau: list
+    duplicates: Mapping[str, list]
+    duplicates_by_condition: Mapping[str, dict]
+    split_half: SplitHalf
+    metric_families: Mapping[str, list]
+    main_metrics: list
+    claims: tuple[Claim, ...] = ()
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """The fields in order, the noise ceiling as ``split_half``, ``split_half_by_metric``,
+        ``split_half_info`` and ``cross_source_half``, and ``definitions`` before the families."""
+        sh = self.split_half
+        return [("reversals", self.reversals), ("best_changes_with_metric", self.best_changes_with_metric),
+                ("cross_source_tau", self.cross_source_tau), ("duplicates", self.duplicates),
+                ("duplicates_by_condition", self.duplicates_by_condition), ("split_half", sh.by_source_region),
+                ("split_half_by_metric", sh.by_source_region_metric), ("split_half_info", sh.info()),
+                ("cross_source_half", sh.cross_source_half), ("definitions", self.DEFINITIONS),
+                ("metric_families", self.metric_families), ("main_metrics", self.main_metrics),
+                ("claims", self.claims)]
+
+
+# --------------------------------------------------------------------------- the protocol multiverse
+
+
+@dataclass(frozen=True)
+class ProtocolVerdict(Result):
+    """A claim under one protocol: its value (None when undefined), verdict and what it counts
+    (comparisons, tau values or cells); for the reversal claim ``per_metric`` holds each metric's
+    (metric, share, n_comparisons), which is not written."""
+
+    value: Optional[float]
+    verdict: str
+    n_comparisons: int
+    per_metric: tuple = ()
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """``value``, ``verdict``, ``n_comparisons``."""
+        return [("value", self.value), ("verdict", self.verdict), ("n_comparisons", self.n_comparisons)]
+
+
+@dataclass(frozen=True)
+class OneMetric(Result):
+    """The single metric whose own reversal share under some protocol is closest to the study's."""
+
+    protocol: Mapping[str, Any]
+    metric: str
+    value: Optional[float]
+    n_comparisons: int
+    distance: float
+
+
+@dataclass(frozen=True)
+class Closest(Result):
+    """The protocol whose value is closest to the study's number (ties: the fewest axes off the
+    default), what the claim is under it (``result``) and the distance; ``one_metric`` for the
+    reversal claim (else None, not written)."""
+
+    protocol: Mapping[str, Any]
+    result: ProtocolVerdict
+    distance: float
+    one_metric: Optional[OneMetric] = None
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """``protocol``, ``value``, ``verdict``, ``n_comparisons``, ``distance`` (and ``one_metric``)."""
+        return ([("protocol", self.protocol)] + self.result.json_fields() + [("distance", self.distance)]
+                + ([] if self.one_metric is None else [("one_metric", self.one_metric)]))
+
+
+@dataclass(frozen=True)
+class Curve(Result):
+    """The specification curve: every distinct protocol's value and verdict, sorted by value."""
+
+    points: tuple[ProtocolVerdict, ...]
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """``value`` and ``verdict``, one list each."""
+        return [("value", [p.value for p in self.points]), ("verdict", [p.verdict for p in self.points])]
+
+
+@dataclass(frozen=True)
+class ClaimRobustness(Result):
+    """One claim across the protocols: the share under which it holds, the share of each verdict
+    (overall and per axis value), whether one verdict holds everywhere, the axes that move it, its
+    one-phrase summary, the axes it depends on and the analyses made (``n_distinct``), the default
+    protocol's verdict, the closest protocol, the stated distance and the specification curve."""
+
+    id: str
+    share_holds: Optional[float]
+    verdicts: Mapping[str, float]
+    by_axis: Mapping[str, dict]
+    robust: bool
+    depends_on: list
+    summary: str
+    axes: list
+    n_distinct: int
+    default: ProtocolVerdict
+    closest: Closest
+    distance: str
+    curve: Curve
+
+
+@dataclass(frozen=True)
+class Robustness(Result):
+    """The ``robustness`` block: the axes and their product (``n_protocols``), the default protocol,
+    the resamples behind each protocol's intervals, each claim's `ClaimRobustness` and a note."""
+
+    axes: Mapping[str, list]
+    n_protocols: int
+    default_protocol: Mapping[str, Any]
+    n_boot: int
+    claims: tuple[ClaimRobustness, ...]
+    note: str
 
 
 def to_json(v: Any) -> Any:

@@ -83,7 +83,7 @@ def variant_findings(core: dict, q: float) -> dict:
     """What the simulator axis compares of one variant's analysis (`core_steps`' results): its
     reversal items, claim verdicts, mean ranks per condition and stable rankings."""
     sform, st, rk = core["sform"], core["st"], core["rk"]
-    items = [{**it, "metric": r["metric"]} for r in sform["reversals"] for it in r["items"]]
+    items = [{**dict(it.json_fields()), "metric": r.metric} for r in sform.reversals for it in r.items]
     ranks = {}
     for s in st.sources:
         for ri, region in enumerate(st.regions):
@@ -91,7 +91,7 @@ def variant_findings(core: dict, q: float) -> dict:
                 ranks[(s, region, st.metrics[int(mi)])] = rk.point[s][ri, int(mi)]
     selection = {"schedulers": list(st.schedulers), "regions": {r: st.rho[r] for r in st.regions},
                  "windows": {s: len(st.windows[s]) for s in st.sources}}
-    return {"items": items, "claims": {c["id"]: c["verdict"] for c in sform["claims"]},
+    return {"items": items, "claims": {c.id: c.verdict for c in sform.claims},
             "schedulers": list(st.schedulers), "ranks": ranks, "stable": stable_rankings(core, q),
             "selection": selection}
 

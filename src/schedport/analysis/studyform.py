@@ -16,15 +16,20 @@ counts without materialising the resamples (`boot_wilcoxon`), checked against sc
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 from scipy import special
 
+from schedport.analysis.results import (PERCENTILE, PERCENTILE_REDONE, CeilingClaim, Claim, CrossSourceHalf,
+                                        Estimate, Flip, ForcedBest, HalfPair, HighLoad, MetricReversals,
+                                        MetricVerdict, PairwiseBestChanges, ReversalClaim, SplitHalf, StudyForm,
+                                        WindowBestChanges)
 from schedport.workload.corpus_manifest import MODELED_ADAPTER, find_builtin
 
 if TYPE_CHECKING:
-    from schedport.analysis.results import Estimate, ReversalTests
+    from schedport.analysis.results import ReversalTests
 
 __all__ = ["boot_wilcoxon", "bh_rows", "window_best_changes", "split_half", "study_form", "claims",
            "STUDY_FINDINGS"]
@@ -197,7 +202,7 @@ def _reversal_share_bootstrap(st, raw: ReversalTests, m: int, counts: dict, q: f
     return share_b
 
 
-def _reversals_for_metric(ctx: dict, m: int, counts: dict, q: float) -> dict:
+def _reversals_for_metric(ctx: dict, m: int, counts: dict, q: float) -> MetricReversals:
     """Cross-source reversals of one main metric: point counts, breakdowns and their window bootstrap."""
     st, raw, labels = ctx["st"], ctx["raw"], ctx["labels"]
     pair_keys, pair_label = ctx["pair_keys"], ctx["pair_label"]
@@ -228,11 +233,11 @@ def _reversals_for_metric(ctx: dict, m: int, counts: dict, q: float) -> dict:
                 for pp in np.flatnonzero(flip):
                     pair = (f"{pair_label(st, int(I[pp]), labels[s1, r], labels[s2, r])} vs "
                             f"{pair_label(st, int(J[pp]), labels[s1, r], labels[s2, r])}")
-                    hits.append({"scheduler_pair": pair, "scheduler_a": st.schedulers[int(I[pp])],
-                                 "scheduler_b": st.schedulers[int(J[pp])], "region": reg, "source_a": st.sources[s1],
-                                 "source_b": st.sources[s2], "effect_a": float(med[s1, r, pp]),
-                                 "effect_b": float(med[s2, r, pp]), "q_a": float(qm[s1, r, pp]),
-                                 "q_b": float(qm[s2, r, pp])})
+                    hits.append(Flip(scheduler_pair=pair, scheduler_a=st.schedulers[int(I[pp])],
+                                     scheduler_b=st.schedulers[int(J[pp])], region=reg, source_a=st.sources[s1],
+                                     source_b=st.sources[s2], effect_a=float(med[s1, r, pp]),
+                                     effect_b=float(med[s2, r, pp]), q_a=float(qm[s1, r, pp]),
+                                     q_b=float(qm[s2, r, pp])))
                     by_region[reg] = by_region.get(reg, 0) + 1
                     by_pair_src[sp] = by_pair_src.get(sp, 0) + 1
                     by_sched[pair] = by_sched.get(pair, 0) + 1
@@ -253,7 +258,7 @@ def _reversals_for_metric(ctx: dict, m: int, counts: dict, q: float) -> dict:
     if hits:
         common = set(st.sources)
         for h in hits:
-            common &= {h["source_a"], h["source_b"]}
+            common &= {h.source_a, h.source_b}
         sources_every = sorted(common)
 
     def _table(hitd: dict, compd: dict, keys: list) -> dict:
@@ -262,36 +267,33 @@ def _reversals_for_metric(ctx: dict, m: int, counts: dict, q: float) -> dict:
                     "rate": hitd.get(k, 0) / compd[k] if compd.get(k) else None} for k in keys}
 
     src_pairs = [f"{a} vs {b}" for i, a in enumerate(st.sources) for b in st.sources[i + 1:]]
-    hits.sort(key=lambda d: -min(abs(d["effect_a"]), abs(d["effect_b"])))
-    return {
-        "metric": st.metrics[m],
-        "effect_scale": "absolute" if raw.bounded[m] else "relative",
-        "practical_threshold": thr,
-        "n_tests": int(distinct.sum()),
-        "n_comparisons": n_comp,
-        "n_reversals": n_rev,
-        "share": share,
-        "ci_low": lo,
-        "ci_high": hi,
-        "ci_method": "percentile bootstrap over windows (tests, BH and reversals redone on each resample)",
-        "boot_mean": float(np.nanmean(share_b)) if np.isfinite(share_b).any() else None,
-        "by_region": _table(by_region, comp_region, list(st.regions)),
-        "by_source_pair": _table(by_pair_src, comp_pair_src, src_pairs),
-        "by_scheduler_pair": {k: by_sched[k] for k in sorted(by_sched, key=lambda k: (-by_sched[k], k))},
-        "one_scheduler_pair": (len(by_sched) == 1) if hits else None,
-        "sources_on_every_reversal": sources_every,
-        "one_source": bool(sources_every) if hits else None,
-        "high_load": {"rho_min": HIGH_LOAD_RHO, "regions": high, "n_reversals": n_high, "n_comparisons": c_high,
-                      "share_of_reversals": n_high / n_rev if n_rev else None, "rate": rate_high,
-                      "rate_elsewhere": rate_low},
-        "items": hits,
-    }
+    hits.sort(key=lambda d: -min(abs(d.effect_a), abs(d.effect_b)))
+    return MetricReversals(
+        metric=st.metrics[m],
+        effect_scale="absolute" if raw.bounded[m] else "relative",
+        practical_threshold=thr,
+        n_tests=int(distinct.sum()),
+        n_comparisons=n_comp,
+        n_reversals=n_rev,
+        share=Estimate(share, lo, hi, PERCENTILE_REDONE),
+        boot_mean=float(np.nanmean(share_b)) if np.isfinite(share_b).any() else None,
+        by_region=_table(by_region, comp_region, list(st.regions)),
+        by_source_pair=_table(by_pair_src, comp_pair_src, src_pairs),
+        by_scheduler_pair={k: by_sched[k] for k in sorted(by_sched, key=lambda k: (-by_sched[k], k))},
+        one_scheduler_pair=(len(by_sched) == 1) if hits else None,
+        sources_on_every_reversal=sources_every,
+        one_source=bool(sources_every) if hits else None,
+        high_load=HighLoad(rho_min=HIGH_LOAD_RHO, regions=high, n_reversals=n_high, n_comparisons=c_high,
+                           share_of_reversals=n_high / n_rev if n_rev else None, rate=rate_high,
+                           rate_elsewhere=rate_low),
+        items=tuple(hits),
+    )
 
 
 # --------------------------------------------------------------------------- best changes per window
 
 
-def window_best_changes(st, ranks: dict, valid: dict, mi: Sequence[int], counts: dict) -> dict:
+def window_best_changes(st, ranks: dict, valid: dict, mi: Sequence[int], counts: dict) -> WindowBestChanges:
     """Best scheduler changes with the metric, per (window, region), and the pairwise variant.
 
     In a window (of a condition's complete block) the best scheduler on a metric is the set tied
@@ -325,9 +327,9 @@ def window_best_changes(st, ranks: dict, valid: dict, mi: Sequence[int], counts:
                     every &= bool(t[:, k].all() and (t.sum(axis=1) == 1).all() and not wins_rest.any())
                     n_cells += int(okw.sum())
             if every and n_cells:
-                forced.append({"metric": st.metrics[mi[a]], "scheduler": st.schedulers[k], "n_cells": n_cells})
+                forced.append((a, st.schedulers[k], n_cells))
 
-    def _share(use: list) -> dict:
+    def _share(use: list) -> WindowBestChanges:
         num = den = 0.0
         pnum = pden = 0.0
         B = next(iter(counts.values())).shape[0]
@@ -357,35 +359,29 @@ def window_best_changes(st, ranks: dict, valid: dict, mi: Sequence[int], counts:
             sb, pb = bnum / bden, bpn / bpd
         lo, hi = _pct(sb)
         plo, phi = _pct(pb)
-        return {"condition": "window x region", "n_conditions": int(den), "n_changed": int(num),
-                "share": num / den if den else None, "ci_low": lo, "ci_high": hi, "by_source": ps,
-                "pairwise": {"n_pairs": int(pden), "n_disjoint": int(pnum), "share": pnum / pden if pden else None,
-                             "ci_low": plo, "ci_high": phi}}
+        pairwise = PairwiseBestChanges(Estimate(pnum / pden if pden else None, plo, phi, PERCENTILE),
+                                       n_pairs=int(pden), n_disjoint=int(pnum))
+        return WindowBestChanges(n_conditions=int(den), n_changed=int(num),
+                                 share=Estimate(num / den if den else None, lo, hi, PERCENTILE), by_source=ps,
+                                 pairwise=pairwise)
 
-    out = _share(list(range(Mm))) if Mm >= 2 else {"condition": "window x region", "n_conditions": 0,
-                                                   "n_changed": 0, "share": None, "ci_low": None, "ci_high": None,
-                                                   "pairwise": {"share": None, "ci_low": None, "ci_high": None}}
-    out["ci_method"] = "percentile bootstrap over windows"
-    out["definition"] = ("share of (window, region) cells, over all sources, in which no scheduler is tied-best "
-                         "(rank 1 in that window) on every main metric")
-    out["pairwise"]["definition"] = ("share of (window, region, main-metric pair) whose tied-best scheduler sets "
-                                     "are disjoint")
-    for f in forced:
-        keep = [a for a in range(Mm) if st.metrics[mi[a]] != f["metric"]]
-        if len(keep) >= 2:
-            w = _share(keep)
-            f.update(share_without=w["share"], share_without_ci_low=w["ci_low"], share_without_ci_high=w["ci_high"])
-        else:
-            f.update(share_without=None, share_without_ci_low=None, share_without_ci_high=None)
-    out["forced_by"] = forced
-    return out
+    undefined = Estimate.undefined(PERCENTILE)
+    out = (_share(list(range(Mm))) if Mm >= 2 else
+           WindowBestChanges(n_conditions=0, n_changed=0, share=undefined, by_source=None,
+                             pairwise=PairwiseBestChanges(undefined)))
+    forced_by = []
+    for a, scheduler, n_cells in forced:
+        keep = [x for x in range(Mm) if st.metrics[mi[x]] != st.metrics[mi[a]]]
+        without = _share(keep).share if len(keep) >= 2 else undefined
+        forced_by.append(ForcedBest(st.metrics[mi[a]], scheduler, n_cells, without))
+    return replace(out, forced_by=tuple(forced_by))
 
 
 # --------------------------------------------------------------------------- noise ceiling
 
 
 def split_half(st, ranks: dict, valid: dict, mi: Sequence[int], mean_ranks, tau_features,
-               n_splits: int, rng: np.random.Generator) -> dict:
+               n_splits: int, rng: np.random.Generator) -> SplitHalf:
     """Split-half reliability of mean-rank vectors per source and region, and cross-source tau at half size.
 
     Each of `n_splits` random splits cuts a source's windows into two disjoint halves of
@@ -481,18 +477,12 @@ def split_half(st, ranks: dict, valid: dict, mi: Sequence[int], mean_ranks, tau_
                        else None)
                 pair_metric_out.append({"source_a": a, "source_b": b, "metric": st.metrics[mi[k]], "tau_half": t_m,
                                         "rel_a": ra_m, "rel_b": rb_m, "adjusted": adj})
-            pairs_out.append({"source_a": a, "source_b": b,
-                              "tau_half": float(np.mean(tau_regions)) if tau_regions else None,
-                              "adjusted": float(np.mean(adj_regions)) if adj_regions else None,
-                              "n_regions": len(adj_regions)})
-    return {"by_source_region": out_rel, "by_source_region_metric": rel_metric, "n_splits": int(n_splits),
-            "cross_source_half": {"by_pair": pairs_out, "by_pair_region": pair_region_out,
-                                  "by_pair_metric": pair_metric_out},
-            "ci_method": "2.5-97.5 percentiles over random splits (the spread of one split's estimate)",
-            "definition": "Kendall tau-b between the mean-rank vectors of two random disjoint halves of a "
-                          "source's windows (floor(W/2) each), mean over main metrics and over splits",
-            "adjusted_definition": "tau_ab(half) / sqrt(rel_a(half) * rel_b(half)), all at half the windows; "
-                                   "1 means the sources agree as well as each agrees with itself"}
+            pairs_out.append(HalfPair(source_a=a, source_b=b,
+                                      tau_half=float(np.mean(tau_regions)) if tau_regions else None,
+                                      adjusted=float(np.mean(adj_regions)) if adj_regions else None,
+                                      n_regions=len(adj_regions)))
+    return SplitHalf(by_source_region=out_rel, by_source_region_metric=rel_metric, n_splits=int(n_splits),
+                     cross_source_half=CrossSourceHalf(tuple(pairs_out), pair_region_out, pair_metric_out))
 
 
 # --------------------------------------------------------------------------- assembly and claims
@@ -500,30 +490,20 @@ def split_half(st, ranks: dict, valid: dict, mi: Sequence[int], mean_ranks, tau_
 
 def study_form(ctx: dict, *, q: float, counts: dict, ranks: dict, valid: dict, mi: Sequence[int],
                n_splits: int, split_rng: np.random.Generator, cross_source_tau: list,
-               duplicates: dict) -> dict:
-    """The ``study_form`` block of portability.json (see the analysis module docstring)."""
+               duplicates: dict, metric_families: dict, main_metrics: list) -> StudyForm:
+    """The ``study_form`` block of portability.json (see the analysis module docstring), without
+    its claims (`claims` judges them from it; the claims step adds them)."""
     st = ctx["st"]
-    reversals = [_reversals_for_metric(ctx, m, counts, q) for m in mi]
-    best = window_best_changes(st, ranks, valid, mi, counts)
-    sh = split_half(st, ranks, valid, mi, ctx["mean_ranks"], ctx["tau_features"], n_splits, split_rng)
-    return {
-        "reversals": reversals,
-        "best_changes_with_metric": best,
-        "cross_source_tau": cross_source_tau,
-        "duplicates": duplicates["by_source"],
-        "duplicates_by_condition": duplicates["by_condition"],
-        "split_half": sh["by_source_region"],
-        "split_half_by_metric": sh["by_source_region_metric"],
-        "split_half_info": {k: sh[k] for k in ("n_splits", "ci_method", "definition", "adjusted_definition")},
-        "cross_source_half": sh["cross_source_half"],
-        "definitions": {
-            "reversal": "for one main metric, a scheduler pair whose median per-window effect has opposite signs "
-                        "in two sources at the same region, both Benjamini-Hochberg significant within that "
-                        "metric's tests and both at or beyond the practical threshold (absolute for bounded "
-                        "metrics, relative otherwise); duplicate schedulers count once",
-            "n_comparisons": "distinct (scheduler pair, source pair, region) cases where both sources were tested",
-        },
-    }
+    return StudyForm(
+        reversals=tuple(_reversals_for_metric(ctx, m, counts, q) for m in mi),
+        best_changes_with_metric=window_best_changes(st, ranks, valid, mi, counts),
+        cross_source_tau=cross_source_tau,
+        duplicates=duplicates["by_source"],
+        duplicates_by_condition=duplicates["by_condition"],
+        split_half=split_half(st, ranks, valid, mi, ctx["mean_ranks"], ctx["tau_features"], n_splits, split_rng),
+        metric_families=metric_families,
+        main_metrics=main_metrics,
+    )
 
 
 def _pc(v: Optional[float]) -> str:
@@ -548,51 +528,52 @@ def _interval_verdict(lo: Optional[float], hi: Optional[float], inside) -> str:
     return "inconclusive" if (a or b) else "does not hold"
 
 
-def _reversals_claim(sf: dict, n_sources: int, bg: str | None, note: str) -> dict:
+def _reversals_claim(sf: StudyForm, n_sources: int, bg: str | None, note: str) -> ReversalClaim:
     """The study's reversal finding, judged per main metric: the share's interval, clustering at
     high load, one scheduler pair, BurstGPT on every reversal; `note` says which source is modeled."""
     per = []
-    for e in sf["reversals"]:
+    for e in sf.reversals:
         parts = {}
-        parts["share"] = (e["ci_low"] is not None and e["ci_low"] <= STUDY_SHARE <= e["ci_high"])
-        hl = e["high_load"]
-        parts["high_load"] = (e["n_reversals"] > 0 and hl["rate"] is not None and
-                              (hl["rate_elsewhere"] is None or hl["rate_elsewhere"] == 0 and hl["rate"] > 0 or
-                               (hl["rate_elsewhere"] and hl["rate"] >= CLUSTER_FACTOR * hl["rate_elsewhere"])))
-        parts["one_scheduler_pair"] = bool(e["one_scheduler_pair"])
-        on_every = e["sources_on_every_reversal"]
+        parts["share"] = (e.share.ci_low is not None and e.share.ci_low <= STUDY_SHARE <= e.share.ci_high)
+        hl = e.high_load
+        parts["high_load"] = (e.n_reversals > 0 and hl.rate is not None and
+                              (hl.rate_elsewhere is None or hl.rate_elsewhere == 0 and hl.rate > 0 or
+                               (hl.rate_elsewhere and hl.rate >= CLUSTER_FACTOR * hl.rate_elsewhere)))
+        parts["one_scheduler_pair"] = bool(e.one_scheduler_pair)
+        on_every = e.sources_on_every_reversal
         parts["burstgpt_one_side"] = bool(bg and on_every and bg in on_every)
         ok = all(parts.values())
-        per.append({"metric": e["metric"], "share": e["share"], "ci_low": e["ci_low"], "ci_high": e["ci_high"],
-                    "n_reversals": e["n_reversals"], "n_comparisons": e["n_comparisons"], "parts": parts,
-                    "verdict": "holds" if ok else "does not hold"})
-    nh = sum(p["verdict"] == "holds" for p in per)
+        per.append(MetricVerdict(metric=e.metric, share=e.share, n_reversals=e.n_reversals,
+                                 n_comparisons=e.n_comparisons, parts=parts,
+                                 verdict="holds" if ok else "does not hold"))
+    nh = sum(p.verdict == "holds" for p in per)
     if not per or n_sources < 2:
         v3 = "not comparable"
     else:
         v3 = "holds" if nh == len(per) else ("does not hold" if nh == 0 else "partly holds")
-    def _tags(x) -> str:
-        p_ = x["parts"]
-        if not x["n_reversals"]:
+    def _tags(x: MetricVerdict) -> str:
+        p_ = x.parts
+        if not x.n_reversals:
             return "no reversal"
         return ", ".join([f"3.6% {'inside' if p_['share'] else 'outside'} the interval",
                           f"{'' if p_['high_load'] else 'not '}clustered at high load",
                           f"{'one' if p_['one_scheduler_pair'] else 'not one'} scheduler pair",
                           f"BurstGPT {'on' if p_['burstgpt_one_side'] else 'not on'} every one"])
 
-    desc = "; ".join(f"{x['metric']} {x['n_reversals']}/{x['n_comparisons']} = {_pc(x['share'])} "
-                     f"[{_pc(x['ci_low'])}, {_pc(x['ci_high'])}] ({_tags(x)})" for x in per)
-    return {"id": "reversals", "study": STUDY_FINDINGS["reversals"],
-            "here": f"holds on {nh} of {len(per)} main metrics: {desc}{note}", "verdict": v3,
-            "per_metric": per,
-            "rule": f"per main metric, holds when 3.6% lies in the 95% interval of the cross-source reversal "
-                    f"share AND the reversal rate at rho >= {HIGH_LOAD_RHO} is at least {CLUSTER_FACTOR:g}x the "
-                    "rate below it AND every reversal has the same scheduler pair AND every reversal has "
-                    "BurstGPT on one side; the finding holds if it holds on every main metric, does not hold "
-                    "on none, partly otherwise"}
+    desc = "; ".join(f"{x.metric} {x.n_reversals}/{x.n_comparisons} = {_pc(x.share.statistic)} "
+                     f"[{_pc(x.share.ci_low)}, {_pc(x.share.ci_high)}] ({_tags(x)})" for x in per)
+    return ReversalClaim(
+        id="reversals", study=STUDY_FINDINGS["reversals"],
+        here=f"holds on {nh} of {len(per)} main metrics: {desc}{note}", verdict=v3, per_metric=tuple(per),
+        rule=f"per main metric, holds when 3.6% lies in the 95% interval of the cross-source reversal "
+             f"share AND the reversal rate at rho >= {HIGH_LOAD_RHO} is at least {CLUSTER_FACTOR:g}x the "
+             "rate below it AND every reversal has the same scheduler pair AND every reversal has "
+             "BurstGPT on one side; the finding holds if it holds on every main metric, does not hold "
+             "on none, partly otherwise")
 
 
-def claims(st, sf: dict, cross_pairs: list[Estimate], metric_tau: Estimate, modeled: Sequence[str]) -> list[dict]:
+def claims(st, sf: StudyForm, cross_pairs: list[Estimate], metric_tau: Estimate,
+           modeled: Sequence[str]) -> list[Claim]:
     """One verdict per study finding, computed from this run's study-form numbers (rules stated in each)."""
     out = []
     sources = list(st.sources)
@@ -608,77 +589,78 @@ def claims(st, sf: dict, cross_pairs: list[Estimate], metric_tau: Estimate, mode
         return None
 
     def _adj(a, b):
-        for d in sf["cross_source_half"]["by_pair"]:
-            if {d["source_a"], d["source_b"]} == {a, b}:
-                return d.get("adjusted")
+        for d in sf.split_half.cross_source_half.by_pair:
+            if {d.source_a, d.source_b} == {a, b}:
+                return d.adjusted
         return None
 
     # 1. Azure vs Bailian near-perfect
     d = _pair(az, bl) if az and bl else None
     if d is None or d.statistic is None:
-        out.append({"id": "azure_bailian", "study": STUDY_FINDINGS["azure_bailian"], "here": "no Azure and Bailian "
-                    "sources in this run", "verdict": "not comparable", "rule": "", "value": None,
-                    "ci_low": None, "ci_high": None})
+        out.append(Claim(id="azure_bailian", study=STUDY_FINDINGS["azure_bailian"],
+                         here="no Azure and Bailian sources in this run", verdict="not comparable", rule=""))
     else:
         adj = _adj(az, bl)
         v = _interval_verdict(d.ci_low, d.ci_high, lambda x: x >= NEAR_PERFECT)
-        out.append({"id": "azure_bailian", "study": STUDY_FINDINGS["azure_bailian"],
-                    "here": f"tau {d.statistic:.3f} [{d.ci_low:.3f}, {d.ci_high:.3f}] ({az} vs {bl}, main "
-                            f"metrics and regions averaged); ceiling-adjusted "
-                            f"{adjusted_text(adj)}{_mod(az, bl)}",
-                    "verdict": v, "value": d.statistic, "ci_low": d.ci_low, "ci_high": d.ci_high,
-                    "adjusted": adj,
-                    "rule": f"near-perfect = tau >= {NEAR_PERFECT}: holds if the whole 95% interval is >= "
-                            f"{NEAR_PERFECT}, does not hold if all of it is below, inconclusive otherwise"})
+        out.append(CeilingClaim(
+            id="azure_bailian", study=STUDY_FINDINGS["azure_bailian"],
+            here=f"tau {d.statistic:.3f} [{d.ci_low:.3f}, {d.ci_high:.3f}] ({az} vs {bl}, main "
+                 f"metrics and regions averaged); ceiling-adjusted {adjusted_text(adj)}{_mod(az, bl)}",
+            verdict=v, estimate=d, adjusted=adj,
+            rule=f"near-perfect = tau >= {NEAR_PERFECT}: holds if the whole 95% interval is >= "
+                 f"{NEAR_PERFECT}, does not hold if all of it is below, inconclusive otherwise"))
     # 2. BurstGPT pairs as low as 0.55
     bpairs = ([d for d in cross_pairs if bg in (d.of("source_a"), d.of("source_b")) and d.statistic is not None]
               if bg else [])
     if not bpairs:
-        out.append({"id": "burstgpt_low", "study": STUDY_FINDINGS["burstgpt_low"], "here": "no BurstGPT pair in "
-                    "this run", "verdict": "not comparable", "rule": "", "value": None, "ci_low": None,
-                    "ci_high": None})
+        out.append(Claim(id="burstgpt_low", study=STUDY_FINDINGS["burstgpt_low"], here="no BurstGPT pair in this run",
+                         verdict="not comparable", rule=""))
     else:
         d = min(bpairs, key=lambda x: x.statistic)
         lowest = min((x for x in cross_pairs if x.statistic is not None), key=lambda x: x.statistic)
         v = "holds" if d.ci_low <= STUDY_LOW_TAU <= d.ci_high else "does not hold"
         side = "" if v == "holds" else (" (higher here)" if d.ci_low > STUDY_LOW_TAU else " (lower here)")
-        out.append({"id": "burstgpt_low", "study": STUDY_FINDINGS["burstgpt_low"],
-                    "here": f"lowest BurstGPT pair {d.of('source_a')} vs {d.of('source_b')}: tau {d.statistic:.3f} "
-                            f"[{d.ci_low:.3f}, {d.ci_high:.3f}]{side}; "
-                            f"{'it is' if lowest is d else 'it is not'} the lowest pair of the run{_mod(bg)}",
-                    "verdict": v, "value": d.statistic, "ci_low": d.ci_low, "ci_high": d.ci_high,
-                    "rule": f"holds if {STUDY_LOW_TAU} lies in the 95% interval of the lowest pair with BurstGPT"})
+        out.append(Claim(
+            id="burstgpt_low", study=STUDY_FINDINGS["burstgpt_low"],
+            here=f"lowest BurstGPT pair {d.of('source_a')} vs {d.of('source_b')}: tau {d.statistic:.3f} "
+                 f"[{d.ci_low:.3f}, {d.ci_high:.3f}]{side}; "
+                 f"{'it is' if lowest is d else 'it is not'} the lowest pair of the run{_mod(bg)}",
+            verdict=v, estimate=d,
+            rule=f"holds if {STUDY_LOW_TAU} lies in the 95% interval of the lowest pair with BurstGPT"))
     # 3. reversals, per main metric
     out.append(_reversals_claim(sf, len(sources), bg, _mod(bg)))
     # 4. moderate metric agreement
     lo, hi = metric_tau.ci_low, metric_tau.ci_high
     v4 = _interval_verdict(lo, hi, lambda x: MODERATE[0] <= x < MODERATE[1])
-    out.append({"id": "metric_agreement", "study": STUDY_FINDINGS["metric_agreement"],
-                "here": ("n/a" if metric_tau.statistic is None else
-                         f"mean pairwise tau between main metrics {metric_tau.statistic:.3f} [{lo:.3f}, {hi:.3f}]"),
-                "verdict": v4, "value": metric_tau.statistic, "ci_low": lo, "ci_high": hi,
-                "rule": f"moderate = {MODERATE[0]} <= tau < {MODERATE[1]}: holds if the whole 95% interval is in "
-                        "that range, does not hold if none of it is, inconclusive otherwise"})
+    out.append(Claim(
+        id="metric_agreement", study=STUDY_FINDINGS["metric_agreement"],
+        here=("n/a" if metric_tau.statistic is None else
+              f"mean pairwise tau between main metrics {metric_tau.statistic:.3f} [{lo:.3f}, {hi:.3f}]"),
+        verdict=v4, estimate=metric_tau,
+        rule=f"moderate = {MODERATE[0]} <= tau < {MODERATE[1]}: holds if the whole 95% interval is in "
+             "that range, does not hold if none of it is, inconclusive otherwise"))
     # 5. best changes with the metric
-    b = sf["best_changes_with_metric"]
-    if b.get("share") is None:
+    b = sf.best_changes_with_metric
+    share = b.share
+    if share.statistic is None:
         v5, here = "not comparable", "fewer than two main metrics"
     else:
-        here = (f"{_pc(b['share'])} [{_pc(b['ci_low'])}, {_pc(b['ci_high'])}] of {b['n_conditions']} "
+        here = (f"{_pc(share.statistic)} [{_pc(share.ci_low)}, {_pc(share.ci_high)}] of {b.n_conditions} "
                 "window x region cells")
-        if b["forced_by"]:
+        if b.forced_by:
             v5 = "not comparable"
-            for f in b["forced_by"]:
-                here += (f"; by construction: {f['scheduler']} is the sole best on {f['metric']} in every window "
-                         f"and never best on all the others (without {f['metric']}: {_pc(f['share_without'])} "
-                         f"[{_pc(f['share_without_ci_low'])}, {_pc(f['share_without_ci_high'])}])")
+            for f in b.forced_by:
+                w = f.share_without
+                here += (f"; by construction: {f.scheduler} is the sole best on {f.metric} in every window "
+                         f"and never best on all the others (without {f.metric}: {_pc(w.statistic)} "
+                         f"[{_pc(w.ci_low)}, {_pc(w.ci_high)}])")
         else:
-            v5 = "holds" if b["ci_low"] <= STUDY_BEST_CHANGES <= b["ci_high"] else "does not hold"
-    out.append({"id": "best_changes", "study": STUDY_FINDINGS["best_changes"], "here": here, "verdict": v5,
-                "value": b.get("share"), "ci_low": b.get("ci_low"), "ci_high": b.get("ci_high"),
-                "rule": "holds if 68.1% lies in the 95% interval of the (window x region) share; not comparable when "
-                        "one scheduler is the sole best on one main metric in every window and never best on all the "
-                        "others (the share is then 100% by construction; the share without that metric is given)"})
+            v5 = "holds" if share.ci_low <= STUDY_BEST_CHANGES <= share.ci_high else "does not hold"
+    out.append(Claim(
+        id="best_changes", study=STUDY_FINDINGS["best_changes"], here=here, verdict=v5, estimate=share,
+        rule="holds if 68.1% lies in the 95% interval of the (window x region) share; not comparable when "
+             "one scheduler is the sole best on one main metric in every window and never best on all the "
+             "others (the share is then 100% by construction; the share without that metric is given)"))
     return out
 
 
