@@ -146,16 +146,6 @@ def _pct(boot: np.ndarray, level: float = 0.95) -> tuple[Optional[float], Option
     return float(lo), float(hi)
 
 
-def _basic(point: Optional[float], boot: np.ndarray, lo_b: float,
-           hi_b: float) -> tuple[Optional[float], Optional[float]]:
-    if point is None:
-        return None, None
-    lo, hi = _pct(boot)
-    if lo is None:
-        return None, None
-    return float(min(max(2 * point - hi, lo_b), hi_b)), float(min(max(2 * point - lo, lo_b), hi_b))
-
-
 # --------------------------------------------------------------------------- reversals per metric
 
 
