@@ -16,17 +16,12 @@ step; tokens are emitted at the step's end. Semantics follow vLLM (see docs/engi
 * A request that can never fit (prompt + output > max_model_len, or more blocks than the
   cache can ever give it) is rejected at arrival, never left waiting forever.
 
-Two execution modes give bit-identical per-request results. ``exact=True`` steps every
-iteration, request by request (the oracle). The default does two things. It keeps the running
-requests that decode one token per step in a *decode cohort* advanced by a clock bump rather
-than one by one (their counts are made true on demand, `sync`). And it fast-forwards through
-runs of identical decode-only steps: when the
-batch is "every running request decodes one token" and nothing can be admitted, the engine
-computes how many such steps happen before the next decision point (an arrival, a completion,
-a KV block shortfall, the horizon, or a point the policy declares such as a quantum expiry or
-a starvation promotion) and prices them all at once with the latency model's vectorised
-decode path. Policies whose order can change at any moment are only fast-forwarded when no
-waiting request could be admitted whatever the order.
+This is the exact engine, the oracle: it steps every iteration, request by request. The fast
+mode (`schedport.engine.fast.simulator`), the default, gives bit-identical per-request results
+with a decode cohort and fast-forwards through runs of identical decode-only steps; it extends
+this loop at `_skip_ahead`, `_serve` and `_served`, and fills in the decode cohort's interface
+that `Simulator` declares for policies (`decode_clock`, `sync`, `sync_all`, the bulk passes and
+the keepers), which here describes an engine without a cohort.
 """
 
 from __future__ import annotations
