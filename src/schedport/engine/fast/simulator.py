@@ -45,8 +45,9 @@ class FastSimulator(DecodeCohort, Simulator):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         # running requests that decode one token per step are advanced together by bumping
-        # `decode_clock` instead of touching each one; a member's true computed/generated counts are its
-        # fields plus (decode_clock - sync). `sync_all` makes every field true before any per-request decision.
+        # `decode_clock` instead of touching each one; a member's true computed/generated counts
+        # are its fields plus (decode_clock - sync). `sync_all` makes every field true before any
+        # per-request decision.
         self.bulk = self.sched.supports_bulk()
         self.decode_clock = 0
         self.cohort_n = 0
