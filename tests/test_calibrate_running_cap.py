@@ -58,18 +58,10 @@ class GaugedServer(FakeServer):
         """Requests the gauges count."""
         return len(self.running) + len(self.waiting) + len(self.front)
 
-    async def _start(self) -> None:
-        self.stop = asyncio.Event()
-        app = web.Application()
+    def _routes(self, app: web.Application) -> None:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/v1/completions", self._gauged_completions)
-        self.runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self.runner.addresses[0][1]
-        self.url = f"http://127.0.0.1:{self.port}"
 
     def _schedule(self, step: bool = False) -> None:
         if step or not self.intake:

@@ -102,8 +102,7 @@ class FakeServer:
     async def _start(self) -> None:
         self.stop = asyncio.Event()
         app = web.Application()
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_post("/v1/completions", self._completions)
+        self._routes(app)
         # handler_cancellation: a stalled handler ends when the client gives up on it
         self.runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
         await self.runner.setup()
@@ -111,6 +110,11 @@ class FakeServer:
         await site.start()
         self.port = self.runner.addresses[0][1]
         self.url = f"http://127.0.0.1:{self.port}"
+
+    def _routes(self, app: web.Application) -> None:
+        """The server's endpoints (a subclass adds its own)."""
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/completions", self._completions)
 
     def close(self) -> None:
         async def _stop():
