@@ -191,11 +191,11 @@ def test_a_cap_it_cannot_see_is_one_line_saying_what_was_seen(serve, case):
         asyncio.run(run())
     msg = str(e.value)
     assert "\n" not in msg and msg.endswith("give --max-num-seqs"), msg
-    assert "up to 1 s (--request-timeout): neither" in msg and "; 256 probes sent (" in msg, msg
+    assert "up to 1 s (--request-timeout): neither" in msg and "; 64 probes sent (" in msg, msg
     if case == "metrics never answer":
         assert "/metrics answered 0 of" in msg and "0 failed" in msg, msg
     else:
-        assert "256 failed (first: " in msg and "HTTP 400" in msg and "at most 0 running" in msg, msg
+        assert "64 failed (first: " in msg and "HTTP 400" in msg and "at most 0 running" in msg, msg
 
 
 def test_a_server_that_never_queues_gives_no_cap(serve):
@@ -214,13 +214,3 @@ def test_a_server_that_never_queues_gives_no_cap(serve):
 
     with pytest.raises(EndpointError, match=r"could not be observed.*at most [12] running, 0 waiting"):
         asyncio.run(run())
-
-
-def test_slow_polls_that_keep_showing_a_queue_are_a_plateau(serve):
-    """A starved server answers /metrics seconds apart (two busy loops on the 2 cores: one answer in
-    about 30 s). Three answered polls over 5 s that show the same running count with a queue
-    behind it are the cap, where ten in a row would run past the look's deadline."""
-    server = serve(bad_polls=10**6, bad="late", late_s=2.2)
-    look = asyncio.run(_look(server, n=16, deadline_s=12.0, metrics_timeout_s=5.0))
-    assert (look.best, look.waited) == (CAP, True), look
-    assert 3 <= look.polls_answered < 10, look

@@ -461,7 +461,6 @@ class _Prober:
         try:
             deadline = t_start + deadline_s
             stable = queued = 0
-            stable_t = queued_t = t_start        # when the current runs of polls began
             while time.perf_counter() < deadline and not all(t.done() for t in tasks):
                 await asyncio.sleep(metrics_poll_s)
                 s = await self._poll(look)
@@ -469,18 +468,14 @@ class _Prober:
                     continue                 # unanswered: counted; the deadline decides
                 run = int(_metric(s, "vllm:num_requests_running") or 0)
                 wait = int(_metric(s, "vllm:num_requests_waiting") or 0)
-                now = time.perf_counter()
                 if run > look.best:
-                    look.best, stable, stable_t = run, 0, now
+                    look.best, stable = run, 0
                 else:
                     stable += 1
                 # a cap: a queue that persists while the running count stays at its maximum (one
                 # poll could catch a request between its arrival and the next engine step)
-                if wait > 0 and run == look.best:
-                    queued, queued_t = queued + 1, (queued_t if queued else now)
-                else:
-                    queued = 0
-                look.waited = look.waited or _persisted(queued, queued_t, now)
+                queued = queued + 1 if (wait > 0 and run == look.best) else 0
+                look.waited = look.waited or queued >= 10
                 look.seen = max(look.seen, run + wait)
                 look.most_waiting = max(look.most_waiting, wait)
                 # taken in: running, waiting or already answered. A probe can end before the last
@@ -488,7 +483,7 @@ class _Prober:
                 # generated all their tokens): then running + waiting never reaches n, and only
                 # this says that no more are coming. It ends the look; it is no evidence of a cap.
                 look.taken = max(look.taken, run + wait + look.finished)
-                if _persisted(stable, stable_t, now) and (look.waited or look.taken >= n):
+                if stable >= 10 and (look.waited or look.taken >= n):
                     break                    # a plateau with a queue behind it, or all n in
         finally:
             look.elapsed_s = time.perf_counter() - t_start
@@ -525,16 +520,6 @@ class _Prober:
             if time.perf_counter() >= deadline:
                 return left
             await asyncio.sleep(max(poll_s, 0.05))
-
-
-#: A run of polls persists at ten polls in a row, or, where a starved server answers them
-#: seconds apart, at three spread over this many seconds.
-PERSIST_S = 5.0
-
-
-def _persisted(polls: int, since: float, now: float) -> bool:
-    """Has a condition held for long enough to be the server's state, not a passing moment?"""
-    return polls >= 10 or (polls >= 3 and now - since >= PERSIST_S)
 
 
 def _in_server(samples) -> int:
@@ -674,11 +659,7 @@ async def _observe_max_num_seqs(lim: _Limits, prober: _Prober, samples, base: st
             # not every probe was seen in the server's queues at once (a busy machine): a
             # plateau below n without a queue is no evidence of a cap; look once more, as long
             # as one probe request may take (--request-timeout), not a fixed wall-clock time: a
-            # starved server is slow, not wrong, and the look ends once all n have arrived. With
-            # four times the probes (up to 1024): a starved server can answer every probe before
-            # a poll sees them (its API server, which answers the polls too, gets a tenth of a
-            # core beside the model's worker), and more probes keep it loaded for longer.
-            n = min(4 * n, 1024)
+            # starved server is slow, not wrong, and the look ends once all n have arrived
             look = await prober.running_plateau(n, deadline_s=prober.timeout_s)
             log(f"max_num_seqs probe again: {look.describe()}; some waiting: {look.waited}")
             _warn_left(look, log)
