@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from schedport.realengine.calibrate import (PARAMS, Calibration, Observation, _Prober, decode_features, fit_linear,
-                                 mixed_delta_features, parse_prometheus, prefill_features)
+from schedport.realengine.calibrate import (PARAMS, Calibration, Observation, decode_features, fit_linear,
+                                            mixed_delta_features, parse_prometheus, prefill_features)
+from schedport.realengine.calibration.probes import Prober as _Prober
 from schedport.engine.core.config import load_engine_config
 from schedport.engine.core.latency import LinearLatency
 from schedport.realengine.replay import ServerInfo
@@ -200,7 +201,7 @@ class _StarvedProber(_Prober):
         self.deadlines = []
 
     async def running_plateau(self, n, metrics_poll_s=0.05, deadline_s=20.0):
-        from schedport.realengine.calibrate import _Plateau
+        from schedport.realengine.calibration.probes import Plateau as _Plateau
 
         self.deadlines.append(deadline_s)
         if deadline_s < self.arrive_after_s:
@@ -214,7 +215,8 @@ def test_the_running_cap_look_waits_as_long_as_a_request_may_take(timeout_s, fou
     long as one probe request may (--request-timeout), not a fixed minute of this machine's time."""
     import asyncio
 
-    from schedport.realengine.calibrate import _Limits, _observe_max_num_seqs
+    from schedport.realengine.calibration.limits import Limits as _Limits
+    from schedport.realengine.calibration.running_cap import observe_max_num_seqs as _observe_max_num_seqs
     from schedport.realengine.replay import EndpointError
 
     prober, lim = _StarvedProber(timeout_s=timeout_s), _Limits({})

@@ -19,7 +19,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from schedport.realengine.calibrate import _Limits, _observe_max_num_seqs, _Prober
+from schedport.realengine.calibration.limits import Limits as _Limits
+from schedport.realengine.calibration.probes import Prober as _Prober
+from schedport.realengine.calibration.running_cap import observe_max_num_seqs as _observe_max_num_seqs
 from schedport.realengine.replay import EndpointError, ServerInfo, client_connector
 from test_replay import FakeServer, Received
 
