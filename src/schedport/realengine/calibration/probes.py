@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -168,148 +167,11 @@ class Prober:
 
     def hold_body(self, n_in: int, n_out: int) -> dict:
         """A request that only occupies a slot of the server: not streamed, so the client does no
-        work per token (see `running_plateau`)."""
+        work per token (see `running_cap.look_at_running_cap`)."""
         body = self.body(n_in, n_out)
         body["stream"] = False
         body.pop("stream_options", None)       # vLLM refuses stream options without a stream
         return body
-
-    async def running_plateau(self, n: int, metrics_poll_s: float = 0.05,
-                              deadline_s: float = 20.0) -> "Plateau":
-        """Start `n` long small requests and watch the server's gauges until the running count
-        has plateaued, with a queue behind it or with all `n` taken in (or `deadline_s` has
-        passed, or every probe has ended); then cancel them and wait until the server reports
-        them gone. The cap is the plateau only where a queue persisted behind it, or where all
-        `n` were in the server at once (`observe_max_num_seqs`).
-
-        What is read: ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``. vLLM (v1)
-        sets both from the scheduler stats that the engine core attaches to the outputs of
-        *every* engine step (``Scheduler.update_from_output`` -> ``make_stats``; the API server's
-        ``AsyncLLM`` output handler -> ``PrometheusStatLogger.record``), not on an interval
-        (only the "Running: N reqs" log line is every 10 s): while the probes run, each poll sees
-        the scheduler as of its last step. The look waits on those gauges, as long as it takes.
-
-        Two things keep it independent of how busy the machine is. The probes are not streamed
-        (`hold_body`): a streamed probe of this length sends the client one chunk per token,
-        and eight of them on a tiny model sent about 3,000 a second, more than a client with a
-        few percent of a core could parse; its /metrics polls, on the same event loop, then
-        waited behind the tokens past their timeout (52 s for a 10 s timeout with two busy
-        loops on the 2 cores), and the look ended at its first failed poll having seen nothing,
-        while the server's own log said 8 running and 53 waiting. And a poll that fails or times
-        out is counted (`Plateau.polls`) and the look goes on polling until its deadline.
-        """
-        n_out = max(1, min(4000, (self.info.max_model_len or 4096) - 9))
-        look = Plateau(n)
-        before = await fetch_metrics(self.session, self.base, self.metrics_timeout_s)
-        idle = None if before is None else in_server(before)     # what others run meanwhile
-        t_start = time.perf_counter()
-
-        async def hold(body: dict) -> None:
-            try:
-                await hold_request(self.session, self.url, body)
-                look.finished += 1
-            except EndpointError as e:
-                look.failed += 1
-                look.first_error = look.first_error or str(e)
-
-        tasks = [asyncio.create_task(hold(self.hold_body(8, n_out))) for _ in range(n)]
-        try:
-            deadline = t_start + deadline_s
-            stable = queued = 0
-            while time.perf_counter() < deadline and not all(t.done() for t in tasks):
-                await asyncio.sleep(metrics_poll_s)
-                s = await self._poll(look)
-                if s is None:
-                    continue                 # unanswered: counted; the deadline decides
-                run = int(metric(s, "vllm:num_requests_running") or 0)
-                wait = int(metric(s, "vllm:num_requests_waiting") or 0)
-                if run > look.best:
-                    look.best, stable = run, 0
-                else:
-                    stable += 1
-                # a cap: a queue that persists while the running count stays at its maximum (one
-                # poll could catch a request between its arrival and the next engine step)
-                queued = queued + 1 if (wait > 0 and run == look.best) else 0
-                look.waited = look.waited or queued >= 10
-                look.seen = max(look.seen, run + wait)
-                look.most_waiting = max(look.most_waiting, wait)
-                # taken in: running, waiting or already answered. A probe can end before the last
-                # one arrives (a starved front end passed the 64th on after the first eight had
-                # generated all their tokens): then running + waiting never reaches n, and only
-                # this says that no more are coming. It ends the look; it is no evidence of a cap.
-                look.taken = max(look.taken, run + wait + look.finished)
-                if stable >= 10 and (look.waited or look.taken >= n):
-                    break                    # a plateau with a queue behind it, or all n in
-        finally:
-            look.elapsed_s = time.perf_counter() - t_start
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        if look.polls_answered:
-            look.left = await self._drain(metrics_poll_s, idle or 0)
-        else:
-            look.left = None                 # no gauge to wait on
-        return look
-
-    async def _poll(self, look: "Plateau") -> list | None:
-        """One /metrics poll of a look, counted in `look` (answered or not)."""
-        look.polls += 1
-        s = await fetch_metrics(self.session, self.base, self.metrics_timeout_s)
-        look.polls_answered += s is not None
-        return s
-
-    async def _drain(self, poll_s: float, idle: int) -> int | None:
-        """Wait until the server reports no more requests running or waiting than `idle` (what
-        it ran before the look: the cancelled probes aborted), at most as long as a probe
-        request may take; the excess it still reports then (None: /metrics did not answer).
-        The next probes must find the server as it was: left-over probes would be counted as
-        theirs, or slow them down."""
-        left = None
-        deadline = time.perf_counter() + self.timeout_s
-        while True:
-            s = await fetch_metrics(self.session, self.base, self.metrics_timeout_s)
-            if s is not None:
-                left = max(0, in_server(s) - idle)
-                if left == 0:
-                    return 0
-            if time.perf_counter() >= deadline:
-                return left
-            await asyncio.sleep(max(poll_s, 0.05))
-
-
-def in_server(samples) -> int:
-    """Requests running + waiting by the server's gauges."""
-    return int((metric(samples, "vllm:num_requests_running") or 0)
-               + (metric(samples, "vllm:num_requests_waiting") or 0))
-
-
-@dataclass
-class Plateau:
-    """What one look at the running-sequence cap saw (`Prober.running_plateau`)."""
-
-    n: int                       # probes sent
-    best: int = 0                # the most running at once
-    waited: bool = False         # a queue persisted while that many ran
-    seen: int = 0                # the most running + waiting at once (n once all are in at once)
-    taken: int = 0               # the most running + waiting + answered (n once all have arrived)
-    most_waiting: int = 0
-    finished: int = 0            # probes the server answered in full during the look
-    failed: int = 0
-    first_error: str | None = None
-    polls: int = 0               # /metrics polls made, and how many of them were answered
-    polls_answered: int = 0
-    elapsed_s: float = 0.0
-    left: int | None = 0         # requests the server still reported after the look (None: unknown)
-
-    def describe(self) -> str:
-        """One line: what was sent, what came back, what the gauges showed, and for how long."""
-        ended = f"{self.finished} answered in full, {self.failed} failed"
-        if self.first_error:
-            ended += f" (first: {self.first_error})"
-        return (f"{self.n} probes sent ({ended}); /metrics answered {self.polls_answered} of "
-                f"{self.polls} polls, showing at most {self.best} running, {self.most_waiting} "
-                f"waiting and {self.seen} in all at once, {self.taken} of the {self.n} taken in "
-                f"(answered ones counted); over {self.elapsed_s:.0f} s")
 
 
 async def hold_request(session, url: str, body: dict) -> None:
