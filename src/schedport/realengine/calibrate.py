@@ -7,8 +7,9 @@ load the server while it runs (it says so when it sees other requests running).
 What it learns and how (docs/validation.md has the details and the limits):
 - ``max_model_len`` from ``/v1/models``; ``block_size`` and ``num_gpu_blocks`` from the
   ``vllm:cache_config_info`` gauge of the Prometheus ``/metrics`` endpoint.
-- ``max_num_seqs``: many small requests at once while polling ``vllm:num_requests_running``;
-  the plateau reached while others are still waiting is the running-sequence cap.
+- ``max_num_seqs``: a burst of long one-token-prompt requests; the server's accumulated queue-time
+  histogram, read once after the burst (never polled during it), shows how many were admitted at
+  once while the others waited: the running-sequence cap (`calibration.running_cap`).
 - ``max_num_batched_tokens``: several long prompts at once, counting engine steps from the
   ``vllm:iteration_tokens_total`` histogram; tokens per full step bound the budget from below,
   the histogram's buckets from above, and the estimate is the power of two in between (vLLM's
