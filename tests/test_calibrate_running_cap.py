@@ -45,14 +45,14 @@ class AccumulatingServer(FakeServer):
     generated tokens. `busy_metrics`: /metrics answers HTTP 503 while any request is in the server
     (a starved API server). `intake_s`: the front end passes one arrived request to the engine per
     that many seconds. `preempt`: the engine reports preemptions. `refuse`: every completion
-    gets HTTP 400.
+    gets HTTP 400. `refuse_idle`: that many /metrics requests made while it is idle are refused too.
     """
 
     def __init__(self, *, cap: int = CAP, step_s: float = 0.002, busy_metrics: bool = True,
-                 intake_s: float = 0.0, preempt: bool = False, refuse: bool = False) -> None:
+                 intake_s: float = 0.0, preempt: bool = False, refuse: bool = False, refuse_idle: int = 0) -> None:
         super().__init__()
         self.cap, self.step_s, self.busy_metrics, self.intake_s = cap, step_s, busy_metrics, intake_s
-        self.preempt, self.refuse = preempt, refuse
+        self.preempt, self.refuse, self.refuse_idle = preempt, refuse, refuse_idle
         self.front: list[_Request] = []
         self.waiting: list[_Request] = []
         self.running: list[_Request] = []
@@ -105,6 +105,9 @@ class AccumulatingServer(FakeServer):
         if self.busy_metrics and self.active:
             self.metrics_refused += 1
             return web.Response(status=503, text="busy")
+        if self.refuse_idle > 0:
+            self.refuse_idle -= 1
+            return web.Response(status=503, text="still busy")
         done = len(self.queue_times)
         lines = [f'vllm:num_requests_running{{model_name="fake"}} {float(len(self.running))}',
                  f'vllm:num_requests_waiting{{model_name="fake"}} {float(len(self.waiting))}',
@@ -172,6 +175,14 @@ def test_the_cap_is_read_although_metrics_never_answer_during_the_load(serve):
     assert lim.sources["max_num_seqs"] == "observed: 8 of 16 probes admitted at once, the rest waited"
     assert server.metrics_refused == 0, "the look polled /metrics while its probes ran"
     assert server.active == 0 and len(server.records) == 16
+
+
+def test_a_reading_the_server_answers_late_is_waited_for(serve):
+    """Right after the load, a starved server may still refuse /metrics: the look asks again (for
+    as long as a probe may take) instead of giving up on its only reading."""
+    server = serve(refuse_idle=3)
+    lim = _observe(server)
+    assert lim.limits["max_num_seqs"] == CAP and server.refuse_idle == 0
 
 
 def test_the_probes_cost_the_client_nothing_per_token(serve):

@@ -170,7 +170,7 @@ async def look_at_running_cap(prober: Prober, n: int, n_out: int = HOLD_TOKENS) 
     request timeout, then they are cancelled), and read the cap off /metrics read before and
     after (`read_cap`)."""
     look = CapLook(n)
-    before = await fetch_metrics(prober.session, prober.base, prober.timeout_s)
+    before = await _read_metrics(prober)
     t0 = time.perf_counter()
 
     async def hold(body: dict) -> None:
@@ -194,24 +194,27 @@ async def look_at_running_cap(prober: Prober, n: int, n_out: int = HOLD_TOKENS) 
                                   f"not every probe was answered within {prober.timeout_s:g} s (--request-timeout)")
         await _settle(prober)
         return look
-    after = await _read_after(prober)
-    look.acc = None if before is None or after is None else accumulated(before, after)
-    look.reading = (read_cap(n, look.acc) if after is not None
-                    else CapReading(why="/metrics did not answer after the probes"))
+    # the server records a finished request's times as it hands the answer out; a pause covers the last
+    await asyncio.sleep(0.5)
+    after = await _read_metrics(prober)
+    if before is None or after is None:
+        look.reading = CapReading(why=f"/metrics did not answer {'before' if before is None else 'after'} the "
+                                      f"probes within {prober.timeout_s:g} s (--request-timeout)")
+        return look
+    look.acc = accumulated(before, after)
+    look.reading = read_cap(n, look.acc)
     return look
 
 
-async def _read_after(prober: Prober) -> list | None:
-    """/metrics once the probes are answered: the server records a finished request's times when
-    it hands the answer out, so a short pause covers the last; a starved server may take a while
-    to answer (a few tries, each as long as a probe may take)."""
-    await asyncio.sleep(0.5)
-    for _ in range(3):
+async def _read_metrics(prober: Prober) -> list | None:
+    """/metrics, tried again for as long as a probe may take (--request-timeout): a starved server
+    answers late, but the look needs this reading (None: it never answered)."""
+    deadline = time.perf_counter() + prober.timeout_s
+    while True:
         samples = await fetch_metrics(prober.session, prober.base, prober.timeout_s)
-        if samples is not None:
+        if samples is not None or time.perf_counter() >= deadline:
             return samples
         await asyncio.sleep(1.0)
-    return None
 
 
 async def _settle(prober: Prober) -> None:
