@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from schedport.realengine.calibrate import (PARAMS, Calibration, Observation, _Prober, decode_features, fit_linear,
-                                 mixed_delta_features, parse_prometheus, prefill_features)
+from schedport.realengine.calibrate import (PARAMS, Calibration, Observation, decode_features, fit_linear,
+                                            mixed_delta_features, parse_prometheus, prefill_features)
+from schedport.realengine.calibration.probes import Prober as _Prober
 from schedport.engine.core.config import load_engine_config
 from schedport.engine.core.latency import LinearLatency
 from schedport.realengine.replay import ServerInfo
@@ -189,39 +190,3 @@ def test_mixed_delta_is_none_when_the_decodes_end_before_the_injections():
     import asyncio
 
     assert asyncio.run(_ScriptedProber(end_early=True).mixed_delta(4, 16, 128, 64)) is None
-
-
-class _StarvedProber(_Prober):
-    """A server so starved that its probe requests arrive only after `arrive_after_s`: the
-    running-sequence look sees none of them before that, then the true cap of `cap`."""
-
-    def __init__(self, cap=8, arrive_after_s=90.0, timeout_s=300.0):
-        self.cap, self.arrive_after_s, self.timeout_s = cap, arrive_after_s, timeout_s
-        self.deadlines = []
-
-    async def running_plateau(self, n, metrics_poll_s=0.05, deadline_s=20.0):
-        from schedport.realengine.calibrate import _Plateau
-
-        self.deadlines.append(deadline_s)
-        if deadline_s < self.arrive_after_s:
-            return _Plateau(n, polls=3, polls_answered=3, elapsed_s=deadline_s)
-        return _Plateau(n, best=min(n, self.cap), waited=n > self.cap, seen=n, most_waiting=n - self.cap)
-
-
-@pytest.mark.parametrize("timeout_s, found", [(300.0, True), (60.0, False)])
-def test_the_running_cap_look_waits_as_long_as_a_request_may_take(timeout_s, found):
-    """A starved server is slow, not wrong: the second look at the running-sequence cap lasts as
-    long as one probe request may (--request-timeout), not a fixed minute of this machine's time."""
-    import asyncio
-
-    from schedport.realengine.calibrate import _Limits, _observe_max_num_seqs
-    from schedport.realengine.replay import EndpointError
-
-    prober, lim = _StarvedProber(timeout_s=timeout_s), _Limits({})
-    run = _observe_max_num_seqs(lim, prober, samples=[], base="http://x", log=lambda m: None)
-    if found:
-        asyncio.run(run)
-        assert lim.limits["max_num_seqs"] == 8 and prober.deadlines[-1] == timeout_s
-    else:
-        with pytest.raises(EndpointError, match=r"up to 60 s \(--request-timeout\): neither .*; 64 probes sent"):
-            asyncio.run(run)

@@ -208,6 +208,8 @@ def test_calibrate_finds_the_server_limits_and_fits(server, calibrated, tmp_path
 
     cal, path = calibrated
     assert cal.limits["max_num_seqs"] == MAX_NUM_SEQS
+    # read off the server's queue-time histogram after a burst, not from /metrics polls during it
+    assert cal.sources["max_num_seqs"] == "observed: 8 of 16 probes admitted at once, the rest waited"
     assert cal.limits["max_model_len"] == MAX_MODEL_LEN
     assert cal.limits["max_num_batched_tokens"] == BUDGET
     assert cal.sources["max_num_batched_tokens"] == "given on the command line"
