@@ -304,17 +304,18 @@ from schedport.analysis.duplicates import find_duplicates, pair_keys, pair_label
 from schedport.analysis.provenance import provenance, source_info, subset_info
 from schedport.analysis.ranks import Rankings, mean_ranks, rank_schedulers
 from schedport.analysis.regimes import REGIME_SPREAD, regime_check
-from schedport.analysis.results import Claim, CrossSourceHeadline, Estimate, PooledReversals, StudyForm, to_json
+from schedport.analysis.results import (Claim, CrossSourceHeadline, Estimate, PooledReversals, StudyForm, Unavailable,
+                                       to_json)
 from schedport.analysis.reversals import pooled_reversals
 from schedport.analysis.schema import SCHEMA_VERSION
-from schedport.analysis.simulator import simulator_axis, variant_findings
-from schedport.analysis.deployments import deployment_axis, is_deployment_set
+from schedport.analysis.steps import CoreSteps
+from schedport.analysis.simulator import SimulatorAxis, simulator_axis, variant_findings
+from schedport.analysis.deployments import DeploymentAxis, deployment_axis, is_deployment_set
 from schedport.analysis.stats import (bh_adjust, kendall_tau_b, relative_effect, spearman_rho,
                                       tau_features, wilcoxon_pvalues)
 from schedport.analysis.store_loading import Study, load_store, load_workload, window_key
 from schedport.common.atomic import atomic_write_text
 from schedport.common.guard import store_identity
-from schedport.common.values import json_safe
 from schedport.errors import SchedportError
 from schedport.study.regions import LEGACY_DRAIN, parse_region_def
 from schedport.study.variants import DEFAULT_VARIANT, read_variant_runs
@@ -436,9 +437,9 @@ def analysis_parameters(st: Study, manifest: dict, main: list[str], *, practical
 
 
 def core_steps(df: pd.DataFrame, manifest: dict, *, practical_threshold: float, q: float, n_boot: int, seed: int,
-               metrics: Optional[Sequence[str]], abs_threshold: float, n_splits: int) -> dict:
+               metrics: Optional[Sequence[str]], abs_threshold: float, n_splits: int) -> CoreSteps:
     """The analysis's steps up to the claims (load, duplicates, ranks, concordance, reversals,
-    study form, claims), their results by name: what `compute_portability` assembles into
+    study form, claims), their results by name (`CoreSteps`): what `compute_portability` assembles into
     ``portability.json`` and what the simulator axis (`schedport.analysis.simulator`) computes
     once per engine variant, so that every variant is judged by the very same steps."""
     check_parameters(practical_threshold=practical_threshold, q=q, n_boot=n_boot, abs_threshold=abs_threshold,
@@ -458,9 +459,9 @@ def core_steps(df: pd.DataFrame, manifest: dict, *, practical_threshold: float, 
     sform = study_form_step(st, rk, rev, dups, mi, cross_source_tau_by_metric(st, sc, mi), families=families,
                             main=main, q=q, n_splits=n_splits, seed=seed)
     sform = replace(sform, claims=tuple(claims_step(st, sform, cross, met_main)))
-    return {"notes": notes, "st": st, "families": families, "dups": dups, "main": main, "mi": mi, "rk": rk, "sc": sc,
-            "conc_regions": conc_regions, "mc": mc, "bc": bc, "cross": cross, "met_main": met_main,
-            "met_all": met_all, "rev": rev, "sform": sform}
+    return CoreSteps(notes=notes, study=st, families=families, duplicates=dups, main_metrics=main, main_index=mi,
+                     rankings=rk, sources=sc, regions=conc_regions, metrics=mc, best_changes=bc, cross_source=cross,
+                     metric_main=met_main, metric_all=met_all, reversals=rev, study_form=sform)
 
 
 def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold: float = PRACTICAL_THRESHOLD,
@@ -479,10 +480,10 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
     t_start = time.perf_counter()
     core = core_steps(df, manifest, practical_threshold=practical_threshold, q=q, n_boot=n_boot, seed=seed,
                       metrics=metrics, abs_threshold=abs_threshold, n_splits=n_splits)
-    notes, st, families, dups, main, mi, rk = (core[k] for k in ("notes", "st", "families", "dups", "main", "mi",
-                                                                  "rk"))
-    sc, conc_regions, mc, bc, cross = (core[k] for k in ("sc", "conc_regions", "mc", "bc", "cross"))
-    met_main, met_all, rev, sform = (core[k] for k in ("met_main", "met_all", "rev", "sform"))
+    notes, st, families, dups, main, mi, rk = (core.notes, core.study, core.families, core.duplicates,
+                                                core.main_metrics, core.main_index, core.rankings)
+    sc, conc_regions, mc, bc, cross = core.sources, core.regions, core.metrics, core.best_changes, core.cross_source
+    met_main, met_all, rev, sform = core.metric_main, core.metric_all, core.reversals, core.study_form
     prov = provenance(manifest, st.sources, results_dir, (workload or {}).get("corpus_sources"))
     headline = {
         "main_metrics": main,
@@ -501,7 +502,7 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         rob = multiverse.robustness(df, practical_threshold=practical_threshold, abs_threshold=abs_threshold, q=q,
                                     seed=seed, n_boot=robustness_boot)
     else:
-        rob = {"available": False, "note": "not computed (--no-robustness)"}
+        rob = Unavailable("not computed (--no-robustness)")
     elapsed_rob = time.perf_counter() - t_rob
     elapsed = time.perf_counter() - t_start
     out = {
@@ -588,14 +589,14 @@ def analyze(results_dir, out_dir=None, *, practical_threshold: float = PRACTICAL
                               robustness=robustness and other_store is None, robustness_boot=robustness_boot)
     sim = simulator_step(rdir, practical_threshold=practical_threshold, q=q, n_boot=n_boot, seed=seed,
                          metrics=metrics, abs_threshold=abs_threshold, n_splits=n_splits)
-    if sim is not None:
-        res["simulator"] = sim
+    if not isinstance(sim, Unavailable):    # optional blocks: left out of portability.json when unavailable
+        res["simulator"] = to_json(sim)
         dep = deployments_step(rdir, practical_threshold=practical_threshold, q=q, n_boot=n_boot, seed=seed,
                                metrics=metrics, abs_threshold=abs_threshold, n_splits=n_splits)
-        if dep is not None:     # deployment as a comparison kind (schedport.analysis.deployments)
-            res["deployments"] = dep
+        if not isinstance(dep, Unavailable):     # deployment as a comparison kind (schedport.analysis.deployments)
+            res["deployments"] = to_json(dep)
     if compare is not None:
-        res["region_comparison"] = json_safe(load_comparison(compare, res))
+        res["region_comparison"] = to_json(load_comparison(compare, res))
     if other_store is not None:
         # the same study under the other region definition: one more axis of the multiverse
         t0 = time.perf_counter()
@@ -610,31 +611,30 @@ def analyze(results_dir, out_dir=None, *, practical_threshold: float = PRACTICAL
     return res
 
 
-def simulator_step(results_dir: Path, **params) -> Optional[dict]:
+def simulator_step(results_dir: Path, **params) -> SimulatorAxis | Unavailable:
     """The ``simulator`` block of a store run with engine variants (`schedport.analysis.simulator`),
-    or None for a store without them: the study's steps (`core_steps`, with the analysis's own
-    parameters) on every variant's runs, then each finding's survival across the variants."""
+    or `Unavailable` for a store without them: the study's steps (`core_steps`, with the analysis's
+    own parameters) on every variant's runs, then each finding's survival across the variants."""
     per_variant, record = read_variant_runs(results_dir, load_store)
     if not per_variant:
-        return None
+        return Unavailable("the store was run without engine variants (schedport run --variants SET)")
     t0 = time.perf_counter()
     findings = {name: variant_findings(core_steps(df, manifest, **params), params["q"])
                 for name, (df, manifest) in per_variant.items()}
     block = simulator_axis(findings, record, default=DEFAULT_VARIANT)
-    block["elapsed_s"] = round(time.perf_counter() - t0, 3)
-    return json_safe(block)
+    return replace(block, elapsed_s=round(time.perf_counter() - t0, 3))
 
 
-def deployments_step(results_dir: Path, **params) -> Optional[dict]:
+def deployments_step(results_dir: Path, **params) -> DeploymentAxis | Unavailable:
     """The ``deployments`` block of a store whose variants are deployments
-    (`schedport.analysis.deployments`), or None: the study's steps with deployments in place of sources."""
+    (`schedport.analysis.deployments`), or `Unavailable`: the study's steps with deployments in
+    place of sources."""
     per_variant, record = read_variant_runs(results_dir, load_store)
     if not per_variant or not is_deployment_set(record):
-        return None
+        return Unavailable("the store's engine variants, if any, do not vary the deployment")
     t0 = time.perf_counter()
     block = deployment_axis(per_variant, record, lambda df, man: core_steps(df, man, **params), DEFAULT_VARIANT)
-    block["elapsed_s"] = round(time.perf_counter() - t0, 3)
-    return json_safe(block)
+    return replace(block, elapsed_s=round(time.perf_counter() - t0, 3))
 
 
 def compare_store(compare) -> Optional[Path]:
