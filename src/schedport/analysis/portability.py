@@ -467,7 +467,7 @@ def core_steps(df: pd.DataFrame, manifest: dict, *, practical_threshold: float, 
 def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold: float = PRACTICAL_THRESHOLD,
                         q: float = Q, n_boot: int = N_BOOT, seed: int = 0,
                         metrics: Optional[Sequence[str]] = None,
-                        workload: Optional[dict] = None, results_dir: Optional[str] = None,
+                        workload: dict | Unavailable | None = None, results_dir: Optional[str] = None,
                         abs_threshold: float = ABS_THRESHOLD, n_splits: int = SPLITS, robustness: bool = True,
                         robustness_boot: int = multiverse.N_BOOT_ROBUSTNESS) -> dict:
     """The whole portability analysis of a runs table; returns the ``portability.json`` dict.
@@ -484,7 +484,8 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
                                                 core.main_metrics, core.main_index, core.rankings)
     sc, conc_regions, mc, bc, cross = core.sources, core.regions, core.metrics, core.best_changes, core.cross_source
     met_main, met_all, rev, sform = core.metric_main, core.metric_all, core.reversals, core.study_form
-    prov = provenance(manifest, st.sources, results_dir, (workload or {}).get("corpus_sources"))
+    wl = workload if isinstance(workload, dict) else None      # the corpus's statistics, when at hand
+    prov = provenance(manifest, st.sources, results_dir, (wl or {}).get("corpus_sources"))
     headline = {
         "main_metrics": main,
         "cross_source": cross,
@@ -511,7 +512,7 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         "selection": {"schedulers": list(st.schedulers), "sources": list(st.sources), "regions": list(st.regions),
                       "windows_per_source": {s: int(df.loc[df["source"].astype(str) == s, "window_id"].nunique())
                                              for s in st.sources}},
-        "subset": subset_info(manifest, st, workload),
+        "subset": subset_info(manifest, st, wl),
         "study_form": sform,
         "regimes": regime_check(df, st.regions, st.sources),
         "metric_families": families,
@@ -529,7 +530,7 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         "missing_cells": st.missing_cells,
         "complete_blocks": st.complete_blocks,
         "complete_blocks_only": True,
-        "workload": workload or {"available": False, "note": "no corpus directory given (--corpus)"},
+        "workload": workload or Unavailable("no corpus directory given (--corpus)"),
         "notes": list(dict.fromkeys(notes)),
         "robustness": rob,
         "run_info": {"elapsed_s": round(elapsed, 3), "robustness_elapsed_s": round(elapsed_rob, 3),
@@ -539,13 +540,13 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
     return to_json(out)
 
 
-def find_workload(manifest: dict, results_dir: Path, corpus_dir=None) -> Optional[dict]:
+def find_workload(manifest: dict, results_dir: Path, corpus_dir=None) -> dict | Unavailable | None:
     """The corpus's per-window statistics for the workload figure (`load_workload`), or why not.
 
     From `corpus_dir` when given (a corpus other than the store's is refused); else from the
     corpus the store's manifest names, when it is still there (relative to the current
     directory, as given to `schedport run`, or to the store); else a note saying why the
-    figure is left out (None when the manifest names no corpus).
+    figure is left out (`Unavailable`; None when the manifest names no corpus).
     """
     if corpus_dir is not None:
         return load_workload(corpus_dir, expect_corpus=manifest.get("corpus_sha256"))
@@ -555,12 +556,12 @@ def find_workload(manifest: dict, results_dir: Path, corpus_dir=None) -> Optiona
     if not (cdir / "manifest.json").is_file() and not cdir.is_absolute():
         cdir = results_dir / cdir
     if not (cdir / "manifest.json").is_file():
-        return {"available": False, "note": f"the corpus named by the results manifest ({cdir}) is "
-                                            "not there and no --corpus was given"}
+        return Unavailable(f"the corpus named by the results manifest ({cdir}) is not there and no --corpus was "
+                           "given")
     try:
         workload = load_workload(cdir, expect_corpus=manifest.get("corpus_sha256"))
     except SchedportError as e:
-        return {"available": False, "note": f"the corpus named by the results manifest is not usable: {e}"}
+        return Unavailable(f"the corpus named by the results manifest is not usable: {e}")
     workload["note"] += " (the corpus named by the results manifest)"
     return workload
 

@@ -67,7 +67,7 @@ def read_portability_bytes(path: str | os.PathLike[str], *, hint: str = "",
         p = p / "portability.json"
     results = store if store is not None else p.parent
     if not p.is_file():
-        raise SchedportError(f"{p}: cannot be read: missing; run `schedport analyze --results {results}`{hint}")
+        raise SchedportError(f"{p}: missing; run `schedport analyze --results {results}`{hint}")
     try:
         raw = p.read_bytes()
     except OSError as e:
