@@ -415,9 +415,13 @@ def test_reversal_by_number_from_portability(burst, tmp_path):
     res, d = burst
     store = tmp_path / "store"
     shutil.copytree(res, store, ignore=shutil.ignore_patterns("explain"))
-    pj = {"study_form": {"reversals": [{"metric": "ttft_p90_s", "practical_threshold": 0.05, "items": [
+    from schedport.analysis.portability import analyze
+
+    pj = analyze(store, n_boot=20, n_splits=5, robustness=False)   # a real analysis, with one planted flip
+    pj["study_form"]["reversals"] = [{**pj["study_form"]["reversals"][0], "metric": "ttft_p90_s",
+                                      "practical_threshold": 0.05, "items": [
         {"scheduler_pair": "spf vs fastserve", "region": "r", "source_a": "bursty", "source_b": "smooth",
-         "effect_a": 0.34, "effect_b": -0.05}]}]}}
+         "effect_a": 0.34, "effect_b": -0.05}]}]
     (store / "portability.json").write_text(json.dumps(pj))
     r = _cli("explain", "--results", str(store), "--list")
     assert r.exit_code == 0 and "spf vs fastserve @ r" in r.output

@@ -314,7 +314,7 @@ def test_study_page_is_written_from_the_store_and_names_it(study, tmp_path):
     r = subprocess.run([sys.executable, "-m", "schedport.cli", "report", "--results", str(tmp_path / "empty")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.strip().count("\n") == 0 and "portability.json: cannot be read" in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "portability.json: missing; run `schedport analyze" in r.stderr
 
 
 def test_figures_leave_out_what_carries_no_information(study):

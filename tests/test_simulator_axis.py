@@ -255,8 +255,9 @@ def test_predicted_check_names_the_pairs_a_real_server_can_run():
 
 
 def test_validate_predicted_without_variants_is_one_line(tmp_path):
-    f = tmp_path / "portability.json"
-    f.write_text(json.dumps({"parameters": {}}))
+    write_store(tmp_path / "plain", planted_runs(1.0, 1.0), dict(MANIFEST))
+    analyze(tmp_path / "plain", n_boot=20, n_splits=10, robustness=False)
+    f = tmp_path / "plain" / "portability.json"
     eng = tmp_path / "engine.toml"
     eng.write_text("")
     msg = one_line(cli("validate", "--endpoint", "http://127.0.0.1:9", "--engine", eng, "--out", tmp_path / "v",

@@ -307,11 +307,14 @@ def test_claims_verdicts_follow_the_stated_rules():
     assert bc["share"] == 1.0
     assert cl["best_changes"]["verdict"] == "not comparable"
     # the interval rule: inconclusive when the interval straddles the criterion
-    from schedport.analysis.studyform import _interval_verdict
+    from schedport.analysis.studyform import interval_verdict
 
-    assert _interval_verdict(0.85, 0.95, lambda x: x >= 0.9) == "inconclusive"
-    assert _interval_verdict(0.91, 0.95, lambda x: x >= 0.9) == "holds"
-    assert _interval_verdict(0.5, 0.8, lambda x: x >= 0.9) == "does not hold"
+    assert interval_verdict(0.85, 0.95, lambda x: x >= 0.9) == "inconclusive"
+    assert interval_verdict(0.91, 0.95, lambda x: x >= 0.9) == "holds"
+    assert interval_verdict(0.5, 0.8, lambda x: x >= 0.9) == "does not hold"
+    # one rule for the study form and the multiverse: an interval that is not finite compares nothing
+    assert interval_verdict(float("nan"), 0.95, lambda x: x >= 0.9) == "not comparable"
+    assert interval_verdict(None, 0.95, lambda x: x >= 0.9) == "not comparable"
     # one source only: nothing to compare
     one = _compute(make_runs(sources=["azure"], schedulers=SCHEDS6[:4], n_windows=4))
     assert {c["id"]: c["verdict"] for c in one["study_form"]["claims"]}["azure_bailian"] == "not comparable"
@@ -323,10 +326,15 @@ def test_the_study_form_is_a_typed_result_that_to_json_writes_as_the_block(plant
     from schedport.analysis.defaults import ABS_THRESHOLD, PRACTICAL_THRESHOLD, Q
     from schedport.analysis.portability import core_steps
     from schedport.analysis.results import Claim, MetricReversals, StudyForm, to_json
+    from schedport.analysis.steps import CoreSteps
 
     runs, res = planted
-    sf = core_steps(runs, dict(MANIFEST), practical_threshold=PRACTICAL_THRESHOLD, q=Q, n_boot=200, seed=0,
-                    metrics=None, abs_threshold=ABS_THRESHOLD, n_splits=200)["sform"]
+    core = core_steps(runs, dict(MANIFEST), practical_threshold=PRACTICAL_THRESHOLD, q=Q, n_boot=200, seed=0,
+                      metrics=None, abs_threshold=ABS_THRESHOLD, n_splits=200)
+    assert isinstance(core, CoreSteps)       # the steps' results by name, frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        core.study_form = None
+    sf = core.study_form
     assert isinstance(sf, StudyForm) and all(isinstance(e, MetricReversals) for e in sf.reversals)
     with pytest.raises(dataclasses.FrozenInstanceError):
         sf.claims = ()

@@ -43,8 +43,9 @@ POINTS = [
 
 
 def _portability(p: str | Path) -> dict:
-    p = Path(p)
-    return json.loads((p / "portability.json" if p.is_dir() else p).read_text())
+    from schedport.analysis.reader import read_portability
+
+    return read_portability(p)
 
 
 def summarize(res: dict) -> dict:

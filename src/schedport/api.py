@@ -98,24 +98,14 @@ def report(results_dir, *, html: bool = True, study_md=None, command: str = "sch
     one of an unknown schema major version or one that breaks the shipped schema
     (`schedport.analysis.schema`), or a store without results, is a one-line `SchedportError`."""
     import hashlib
-    import json
 
+    from schedport.analysis.reader import read_portability_bytes
     from schedport.errors import SchedportError
 
     results_dir = Path(results_dir)
     path = results_dir / "portability.json"
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise SchedportError(f"{path}: cannot be read ({e.strerror or e}); run `schedport analyze --results "
-                             f"{results_dir}` first") from None
-    try:
-        res = json.loads(raw)
-    except ValueError as e:
-        raise SchedportError(f"{path}: not valid JSON ({' '.join(str(e).split())})") from None
-    from schedport.analysis.schema import check_portability
-
-    check_portability(res, path)   # its major version, then its structure against the shipped schema
+    # the one checked reader: its major version, its structure against the shipped schema
+    res, raw = read_portability_bytes(path, hint=" first", store=None)
     out = {"html": None, "study_md": None}
     with dir_lock(results_dir, "another schedport command (an analysis, or a run writing its store) is writing "
                                "here right now; wait for it to finish"):

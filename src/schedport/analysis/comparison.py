@@ -7,10 +7,30 @@ definition) and puts both digests together, refusing one from another corpus or 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from schedport.errors import SchedportError, read_json
+from schedport.analysis.reader import read_portability
+from schedport.analysis.results import Result
+from schedport.errors import SchedportError
+
+__all__ = ["RegionComparison", "headline_digest", "load_comparison"]
+
+
+@dataclass(frozen=True)
+class RegionComparison(Result):
+    """portability.json's ``region_comparison`` block: this analysis's and the other's
+    `headline_digest` (``this``, ``other``), the other file's path, a ``note`` when both use one
+    region definition, and whether (``selection_differs``) and why (``selection_note``) the two
+    cover different selections."""
+
+    this: dict
+    other: dict
+    other_path: str
+    note: str
+    selection_differs: bool
+    selection_note: str
 
 
 def headline_digest(res: dict) -> dict:
@@ -72,7 +92,7 @@ def _selection_text(sel: Optional[dict]) -> str:
             + ", ".join(f"{k} {v}" for k, v in w.items()) + f") x {len(sel.get('regions', []))} regions")
 
 
-def load_comparison(path, res: dict) -> dict:
+def load_comparison(path, res: dict) -> RegionComparison:
     """The headline of another analysis (its ``portability.json``, or a directory holding one) beside this one.
 
     Meant for the same study under the other region definition: a file from another corpus or
@@ -84,7 +104,7 @@ def load_comparison(path, res: dict) -> dict:
     f = pth / "portability.json" if pth.is_dir() else pth
     if not f.is_file():
         raise SchedportError(f"{f}: not found (--compare takes another analysis' portability.json or its directory)")
-    other = read_json(f)
+    other = read_portability(f)
     try:
         dig = headline_digest(other)
     except (KeyError, TypeError, AttributeError):
@@ -107,5 +127,5 @@ def load_comparison(path, res: dict) -> dict:
         reasons.append("regions of one name at different loads (" + "; ".join(rho_diff) + ")")
     sel_note = (f"the two analyses cover {' and '.join(reasons)}: their numbers are not of one study"
                 if differs else "")
-    return {"this": here, "other": dig, "other_path": str(f), "note": note, "selection_differs": differs,
-            "selection_note": sel_note}
+    return RegionComparison(this=here, other=dig, other_path=str(f), note=note, selection_differs=differs,
+                            selection_note=sel_note)

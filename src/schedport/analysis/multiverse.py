@@ -73,7 +73,7 @@ from schedport.analysis.results import ClaimRobustness, Closest, Curve, OneMetri
 from schedport.analysis.stats import basic_ci, nanmean, percentile_ci, relative_effect, tau_features
 from schedport.analysis.store_loading import Study
 from schedport.analysis.studyform import (MODERATE, NEAR_PERFECT, STUDY_BEST_CHANGES, STUDY_LOW_TAU, STUDY_SHARE,
-                                          builtin_sources, window_best_changes)
+                                          builtin_sources, interval_verdict, window_best_changes)
 
 __all__ = ["AXES", "DEFAULT", "RELEVANT", "METRIC_SETS", "SCHEDULER_SETS", "robustness", "protocol_axes",
            "N_BOOT_ROBUSTNESS", "STUDY_COMPARISONS", "tie_ranks"]
@@ -269,13 +269,6 @@ def _dot(fa, fb) -> np.ndarray:
     return np.where(da & db, np.clip(v, -1.0, 1.0), np.nan)
 
 
-def _interval_verdict(lo, hi, inside) -> str:
-    if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
-        return "not comparable"
-    a, b = inside(lo), inside(hi)
-    return "holds" if a and b else ("inconclusive" if (a or b) else "does not hold")
-
-
 def _basic(pt: float, bt: np.ndarray) -> tuple[Optional[float], Optional[float]]:
     if not np.isfinite(pt) or not np.isfinite(bt).any():
         return None, None
@@ -319,7 +312,7 @@ def _rank_claims(st: Study, ranker: _Ranker, proto: dict, msets: dict, keeps: di
     if ab is None or not np.isfinite(ab[0]):
         out["azure_bailian"] = ProtocolVerdict(None, "not comparable", 0)
     else:
-        out["azure_bailian"] = ProtocolVerdict(ab[0], _interval_verdict(ab[1], ab[2], lambda x: x >= NEAR_PERFECT),
+        out["azure_bailian"] = ProtocolVerdict(ab[0], interval_verdict(ab[1], ab[2], lambda x: x >= NEAR_PERFECT),
                                                ab[3])
     bps = [v for k, v in pairs.items() if bg in k and np.isfinite(v[0])] if bg else []
     if not bps:
@@ -338,7 +331,7 @@ def _rank_claims(st: Study, ranker: _Ranker, proto: dict, msets: dict, keeps: di
         t = np.stack(vals, -1).reshape(vals[0].shape[0], -1)
         pt, bt = float(nanmean(t[0], 0)), nanmean(t[1:], 1)
         lo, hi = _basic(pt, bt)
-        v = _interval_verdict(lo, hi, lambda x: MODERATE[0] <= x < MODERATE[1]) if np.isfinite(pt) else "not comparable"
+        v = interval_verdict(lo, hi, lambda x: MODERATE[0] <= x < MODERATE[1]) if np.isfinite(pt) else "not comparable"
         out["metric_agreement"] = ProtocolVerdict(pt if np.isfinite(pt) else None, v, int(np.isfinite(t[0]).sum()))
     else:
         out["metric_agreement"] = ProtocolVerdict(None, "not comparable", 0)

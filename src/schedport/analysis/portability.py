@@ -304,17 +304,18 @@ from schedport.analysis.duplicates import find_duplicates, pair_keys, pair_label
 from schedport.analysis.provenance import provenance, source_info, subset_info
 from schedport.analysis.ranks import Rankings, mean_ranks, rank_schedulers
 from schedport.analysis.regimes import REGIME_SPREAD, regime_check
-from schedport.analysis.results import Claim, CrossSourceHeadline, Estimate, PooledReversals, StudyForm, to_json
+from schedport.analysis.results import (Claim, CrossSourceHeadline, Estimate, PooledReversals, StudyForm, Unavailable,
+                                       to_json)
 from schedport.analysis.reversals import pooled_reversals
 from schedport.analysis.schema import SCHEMA_VERSION
-from schedport.analysis.simulator import simulator_axis, variant_findings
-from schedport.analysis.deployments import deployment_axis, is_deployment_set
+from schedport.analysis.steps import CoreSteps
+from schedport.analysis.simulator import SimulatorAxis, simulator_axis, variant_findings
+from schedport.analysis.deployments import DeploymentAxis, deployment_axis, is_deployment_set
 from schedport.analysis.stats import (bh_adjust, kendall_tau_b, relative_effect, spearman_rho,
                                       tau_features, wilcoxon_pvalues)
 from schedport.analysis.store_loading import Study, load_store, load_workload, window_key
 from schedport.common.atomic import atomic_write_text
 from schedport.common.guard import store_identity
-from schedport.common.values import json_safe
 from schedport.errors import SchedportError
 from schedport.study.regions import LEGACY_DRAIN, parse_region_def
 from schedport.study.variants import DEFAULT_VARIANT, read_variant_runs
@@ -436,9 +437,9 @@ def analysis_parameters(st: Study, manifest: dict, main: list[str], *, practical
 
 
 def core_steps(df: pd.DataFrame, manifest: dict, *, practical_threshold: float, q: float, n_boot: int, seed: int,
-               metrics: Optional[Sequence[str]], abs_threshold: float, n_splits: int) -> dict:
+               metrics: Optional[Sequence[str]], abs_threshold: float, n_splits: int) -> CoreSteps:
     """The analysis's steps up to the claims (load, duplicates, ranks, concordance, reversals,
-    study form, claims), their results by name: what `compute_portability` assembles into
+    study form, claims), their results by name (`CoreSteps`): what `compute_portability` assembles into
     ``portability.json`` and what the simulator axis (`schedport.analysis.simulator`) computes
     once per engine variant, so that every variant is judged by the very same steps."""
     check_parameters(practical_threshold=practical_threshold, q=q, n_boot=n_boot, abs_threshold=abs_threshold,
@@ -458,15 +459,15 @@ def core_steps(df: pd.DataFrame, manifest: dict, *, practical_threshold: float, 
     sform = study_form_step(st, rk, rev, dups, mi, cross_source_tau_by_metric(st, sc, mi), families=families,
                             main=main, q=q, n_splits=n_splits, seed=seed)
     sform = replace(sform, claims=tuple(claims_step(st, sform, cross, met_main)))
-    return {"notes": notes, "st": st, "families": families, "dups": dups, "main": main, "mi": mi, "rk": rk, "sc": sc,
-            "conc_regions": conc_regions, "mc": mc, "bc": bc, "cross": cross, "met_main": met_main,
-            "met_all": met_all, "rev": rev, "sform": sform}
+    return CoreSteps(notes=notes, study=st, families=families, duplicates=dups, main_metrics=main, main_index=mi,
+                     rankings=rk, sources=sc, regions=conc_regions, metrics=mc, best_changes=bc, cross_source=cross,
+                     metric_main=met_main, metric_all=met_all, reversals=rev, study_form=sform)
 
 
 def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold: float = PRACTICAL_THRESHOLD,
                         q: float = Q, n_boot: int = N_BOOT, seed: int = 0,
                         metrics: Optional[Sequence[str]] = None,
-                        workload: Optional[dict] = None, results_dir: Optional[str] = None,
+                        workload: dict | Unavailable | None = None, results_dir: Optional[str] = None,
                         abs_threshold: float = ABS_THRESHOLD, n_splits: int = SPLITS, robustness: bool = True,
                         robustness_boot: int = multiverse.N_BOOT_ROBUSTNESS) -> dict:
     """The whole portability analysis of a runs table; returns the ``portability.json`` dict.
@@ -479,11 +480,12 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
     t_start = time.perf_counter()
     core = core_steps(df, manifest, practical_threshold=practical_threshold, q=q, n_boot=n_boot, seed=seed,
                       metrics=metrics, abs_threshold=abs_threshold, n_splits=n_splits)
-    notes, st, families, dups, main, mi, rk = (core[k] for k in ("notes", "st", "families", "dups", "main", "mi",
-                                                                  "rk"))
-    sc, conc_regions, mc, bc, cross = (core[k] for k in ("sc", "conc_regions", "mc", "bc", "cross"))
-    met_main, met_all, rev, sform = (core[k] for k in ("met_main", "met_all", "rev", "sform"))
-    prov = provenance(manifest, st.sources, results_dir, (workload or {}).get("corpus_sources"))
+    notes, st, families, dups, main, mi, rk = (core.notes, core.study, core.families, core.duplicates,
+                                                core.main_metrics, core.main_index, core.rankings)
+    sc, conc_regions, mc, bc, cross = core.sources, core.regions, core.metrics, core.best_changes, core.cross_source
+    met_main, met_all, rev, sform = core.metric_main, core.metric_all, core.reversals, core.study_form
+    wl = workload if isinstance(workload, dict) else None      # the corpus's statistics, when at hand
+    prov = provenance(manifest, st.sources, results_dir, (wl or {}).get("corpus_sources"))
     headline = {
         "main_metrics": main,
         "cross_source": cross,
@@ -501,7 +503,7 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         rob = multiverse.robustness(df, practical_threshold=practical_threshold, abs_threshold=abs_threshold, q=q,
                                     seed=seed, n_boot=robustness_boot)
     else:
-        rob = {"available": False, "note": "not computed (--no-robustness)"}
+        rob = Unavailable("not computed (--no-robustness)")
     elapsed_rob = time.perf_counter() - t_rob
     elapsed = time.perf_counter() - t_start
     out = {
@@ -510,7 +512,7 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         "selection": {"schedulers": list(st.schedulers), "sources": list(st.sources), "regions": list(st.regions),
                       "windows_per_source": {s: int(df.loc[df["source"].astype(str) == s, "window_id"].nunique())
                                              for s in st.sources}},
-        "subset": subset_info(manifest, st, workload),
+        "subset": subset_info(manifest, st, wl),
         "study_form": sform,
         "regimes": regime_check(df, st.regions, st.sources),
         "metric_families": families,
@@ -528,7 +530,7 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
         "missing_cells": st.missing_cells,
         "complete_blocks": st.complete_blocks,
         "complete_blocks_only": True,
-        "workload": workload or {"available": False, "note": "no corpus directory given (--corpus)"},
+        "workload": workload or Unavailable("no corpus directory given (--corpus)"),
         "notes": list(dict.fromkeys(notes)),
         "robustness": rob,
         "run_info": {"elapsed_s": round(elapsed, 3), "robustness_elapsed_s": round(elapsed_rob, 3),
@@ -538,13 +540,13 @@ def compute_portability(df: pd.DataFrame, manifest: dict, *, practical_threshold
     return to_json(out)
 
 
-def find_workload(manifest: dict, results_dir: Path, corpus_dir=None) -> Optional[dict]:
+def find_workload(manifest: dict, results_dir: Path, corpus_dir=None) -> dict | Unavailable | None:
     """The corpus's per-window statistics for the workload figure (`load_workload`), or why not.
 
     From `corpus_dir` when given (a corpus other than the store's is refused); else from the
     corpus the store's manifest names, when it is still there (relative to the current
     directory, as given to `schedport run`, or to the store); else a note saying why the
-    figure is left out (None when the manifest names no corpus).
+    figure is left out (`Unavailable`; None when the manifest names no corpus).
     """
     if corpus_dir is not None:
         return load_workload(corpus_dir, expect_corpus=manifest.get("corpus_sha256"))
@@ -554,12 +556,12 @@ def find_workload(manifest: dict, results_dir: Path, corpus_dir=None) -> Optiona
     if not (cdir / "manifest.json").is_file() and not cdir.is_absolute():
         cdir = results_dir / cdir
     if not (cdir / "manifest.json").is_file():
-        return {"available": False, "note": f"the corpus named by the results manifest ({cdir}) is "
-                                            "not there and no --corpus was given"}
+        return Unavailable(f"the corpus named by the results manifest ({cdir}) is not there and no --corpus was "
+                           "given")
     try:
         workload = load_workload(cdir, expect_corpus=manifest.get("corpus_sha256"))
     except SchedportError as e:
-        return {"available": False, "note": f"the corpus named by the results manifest is not usable: {e}"}
+        return Unavailable(f"the corpus named by the results manifest is not usable: {e}")
     workload["note"] += " (the corpus named by the results manifest)"
     return workload
 
@@ -588,14 +590,14 @@ def analyze(results_dir, out_dir=None, *, practical_threshold: float = PRACTICAL
                               robustness=robustness and other_store is None, robustness_boot=robustness_boot)
     sim = simulator_step(rdir, practical_threshold=practical_threshold, q=q, n_boot=n_boot, seed=seed,
                          metrics=metrics, abs_threshold=abs_threshold, n_splits=n_splits)
-    if sim is not None:
-        res["simulator"] = sim
+    if not isinstance(sim, Unavailable):    # optional blocks: left out of portability.json when unavailable
+        res["simulator"] = to_json(sim)
         dep = deployments_step(rdir, practical_threshold=practical_threshold, q=q, n_boot=n_boot, seed=seed,
                                metrics=metrics, abs_threshold=abs_threshold, n_splits=n_splits)
-        if dep is not None:     # deployment as a comparison kind (schedport.analysis.deployments)
-            res["deployments"] = dep
+        if not isinstance(dep, Unavailable):     # deployment as a comparison kind (schedport.analysis.deployments)
+            res["deployments"] = to_json(dep)
     if compare is not None:
-        res["region_comparison"] = json_safe(load_comparison(compare, res))
+        res["region_comparison"] = to_json(load_comparison(compare, res))
     if other_store is not None:
         # the same study under the other region definition: one more axis of the multiverse
         t0 = time.perf_counter()
@@ -610,31 +612,30 @@ def analyze(results_dir, out_dir=None, *, practical_threshold: float = PRACTICAL
     return res
 
 
-def simulator_step(results_dir: Path, **params) -> Optional[dict]:
+def simulator_step(results_dir: Path, **params) -> SimulatorAxis | Unavailable:
     """The ``simulator`` block of a store run with engine variants (`schedport.analysis.simulator`),
-    or None for a store without them: the study's steps (`core_steps`, with the analysis's own
-    parameters) on every variant's runs, then each finding's survival across the variants."""
+    or `Unavailable` for a store without them: the study's steps (`core_steps`, with the analysis's
+    own parameters) on every variant's runs, then each finding's survival across the variants."""
     per_variant, record = read_variant_runs(results_dir, load_store)
     if not per_variant:
-        return None
+        return Unavailable("the store was run without engine variants (schedport run --variants SET)")
     t0 = time.perf_counter()
     findings = {name: variant_findings(core_steps(df, manifest, **params), params["q"])
                 for name, (df, manifest) in per_variant.items()}
     block = simulator_axis(findings, record, default=DEFAULT_VARIANT)
-    block["elapsed_s"] = round(time.perf_counter() - t0, 3)
-    return json_safe(block)
+    return replace(block, elapsed_s=round(time.perf_counter() - t0, 3))
 
 
-def deployments_step(results_dir: Path, **params) -> Optional[dict]:
+def deployments_step(results_dir: Path, **params) -> DeploymentAxis | Unavailable:
     """The ``deployments`` block of a store whose variants are deployments
-    (`schedport.analysis.deployments`), or None: the study's steps with deployments in place of sources."""
+    (`schedport.analysis.deployments`), or `Unavailable`: the study's steps with deployments in
+    place of sources."""
     per_variant, record = read_variant_runs(results_dir, load_store)
     if not per_variant or not is_deployment_set(record):
-        return None
+        return Unavailable("the store's engine variants, if any, do not vary the deployment")
     t0 = time.perf_counter()
     block = deployment_axis(per_variant, record, lambda df, man: core_steps(df, man, **params), DEFAULT_VARIANT)
-    block["elapsed_s"] = round(time.perf_counter() - t0, 3)
-    return json_safe(block)
+    return replace(block, elapsed_s=round(time.perf_counter() - t0, 3))
 
 
 def compare_store(compare) -> Optional[Path]:

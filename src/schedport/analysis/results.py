@@ -679,6 +679,34 @@ class Robustness(Result):
     note: str
 
 
+@dataclass(frozen=True)
+class Unavailable(Result):
+    """A block the analysis could not compute for this store, and why: written as
+    ``{"available": false, "note": ...}`` (an optional block such as ``simulator`` is left out
+    of portability.json instead)."""
+
+    note: str
+
+    def json_fields(self) -> list[tuple[str, Any]]:
+        """``available`` (false) and ``note``."""
+        return [("available", False), ("note", self.note)]
+
+
+@dataclass(frozen=True)
+class VariantSetInfo(Result):
+    """The variant set a store was run with, as its ``variants/set.json`` records it: name,
+    version, description, ``source`` (``shipped:NAME`` or the user's file), ``digest`` (sha256 of
+    the set's name, version and variants) and ``shipped``: whether it is the set of that name this
+    schedport ships (same source and digest), so that a user's set is never described as one."""
+
+    name: Optional[str]
+    version: Any
+    description: Optional[str]
+    source: Optional[str]
+    digest: Optional[str]
+    shipped: bool
+
+
 def to_json(v: Any) -> Any:
     """The JSON-safe form of `v`, result objects written by their `json_fields`: the one
     serialiser of ``portability.json`` (containers walked, then `json_safe` for the scalars)."""

@@ -37,14 +37,20 @@ thresholds and claim rules) run on each variant's runs, and `simulator_axis` com
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import combinations
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
+from schedport.analysis.results import Result, VariantSetInfo
 from schedport.analysis.stats import kendall_tau_b
+from schedport.analysis.steps import CoreSteps
+from schedport.errors import SchedportError
+from schedport.study.variants import SHIPPED, load_variant_set
 
-__all__ = ["variant_findings", "simulator_axis", "stable_rankings", "ROBUST", "FRAGILE_BELOW"]
+__all__ = ["variant_findings", "simulator_axis", "stable_rankings", "variant_set_info", "SimulatorAxis", "ROBUST",
+           "FRAGILE_BELOW"]
 
 #: A reversal that survives every variant.
 ROBUST = 1.0
@@ -52,13 +58,55 @@ ROBUST = 1.0
 FRAGILE_BELOW = 0.5
 
 
-def stable_rankings(core: dict, q: float) -> list[dict]:
+@dataclass(frozen=True)
+class SimulatorAxis(Result):
+    """portability.json's ``simulator`` block (the module docstring names its parts): the variant
+    set, the default variant's name, the variants, ``n_variants`` (beside the default), each
+    reversal with its survival, their ``distribution``, ``new_by_variant``, each claim across the
+    variants, ``rank_tau`` (and its summary against the default), the stable rankings, the
+    ``predicted`` real-engine check, the variants whose selection differs with a ``note``, the
+    ``definitions`` and the wall time (``elapsed_s``, None until the step has timed itself)."""
+
+    set: VariantSetInfo
+    default: str
+    variants: list
+    n_variants: int
+    reversals: list
+    distribution: dict
+    new_by_variant: dict
+    claims: list
+    rank_tau: list
+    rank_tau_vs_default: dict
+    stable: list
+    n_stable: int
+    predicted: dict
+    selection_differs: list
+    note: str
+    definitions: dict
+    elapsed_s: Optional[float] = None
+
+
+def variant_set_info(record: dict) -> VariantSetInfo:
+    """The store's variant-set record (``variants/set.json``) as the analysis names the set: a
+    set counts as shipped only when it was loaded by a shipped name and its digest is that of the
+    set this schedport ships under the name."""
+    name, source, digest = record.get("name"), record.get("source"), record.get("digest")
+    shipped = False
+    if isinstance(name, str) and name in SHIPPED and source == f"shipped:{name}":
+        try:
+            shipped = load_variant_set(name).digest() == digest
+        except SchedportError:
+            shipped = False
+    return VariantSetInfo(name, record.get("version"), record.get("description"), source, digest, shipped)
+
+
+def stable_rankings(core: CoreSteps, q: float) -> list[dict]:
     """The default variant's stable rankings (see the module docstring), strongest first, from
     `core_steps`' results."""
-    st, raw, labels = core["st"], core["rev"].tests, core["dups"]["labels"]
+    st, raw, labels = core.study, core.reversals.tests, core.duplicates["labels"]
     I, J = raw.I, raw.J
     out = []
-    for m in core["mi"]:
+    for m in core.main_index:
         m = int(m)
         made, med, qm = raw.made[:, :, m], raw.med[:, :, m], raw.q_metric[:, :, m]
         sig = made & (qm <= q) & (np.abs(med) >= float(raw.thr_m[m]))
@@ -79,15 +127,15 @@ def stable_rankings(core: dict, q: float) -> list[dict]:
     return out
 
 
-def variant_findings(core: dict, q: float) -> dict:
+def variant_findings(core: CoreSteps, q: float) -> dict:
     """What the simulator axis compares of one variant's analysis (`core_steps`' results): its
     reversal items, claim verdicts, mean ranks per condition and stable rankings."""
-    sform, st, rk = core["sform"], core["st"], core["rk"]
+    sform, st, rk = core.study_form, core.study, core.rankings
     items = [{**dict(it.json_fields()), "metric": r.metric} for r in sform.reversals for it in r.items]
     ranks = {}
     for s in st.sources:
         for ri, region in enumerate(st.regions):
-            for mi in core["mi"]:
+            for mi in core.main_index:
                 ranks[(s, region, st.metrics[int(mi)])] = rk.point[s][ri, int(mi)]
     selection = {"schedulers": list(st.schedulers), "regions": {r: st.rho[r] for r in st.regions},
                  "windows": {s: len(st.windows[s]) for s in st.sources}}
@@ -166,7 +214,7 @@ def _rank_tau(findings: dict, names: list[str]) -> list[dict]:
     return out
 
 
-def simulator_axis(findings: dict, set_record: dict, default: str = "default") -> dict:
+def simulator_axis(findings: dict, set_record: dict, default: str = "default") -> SimulatorAxis:
     """portability.json's ``simulator`` block from each variant's `variant_findings` (the default
     variant's under `default`) and the store's variant-set record (its name, version and
     variants' overlays and reasons)."""
@@ -201,35 +249,36 @@ def simulator_axis(findings: dict, set_record: dict, default: str = "default") -
     vs_default = [t for t in tau if t["variant_a"] == default]
     strongest = reversals[0] if reversals else None
     most_stable = max(stable, key=lambda d: (d["survival"] or 0.0, d["strength"])) if stable else None
-    return {
-        "set": {k: set_record.get(k) for k in ("name", "version", "description", "source", "digest")},
-        "default": default,
-        "variants": [{"name": v["name"], "overlay": v["overlay"], "why": v["why"]} for v in set_record["variants"]],
-        "n_variants": V,
-        "reversals": reversals,
-        "distribution": dist,
-        "new_by_variant": new,
-        "claims": claims,
-        "rank_tau": tau,
-        "rank_tau_vs_default": {"median": _med([t["median"] for t in vs_default]),
-                                "min": min((t["min"] for t in vs_default if t["min"] is not None), default=None)},
-        "stable": stable,
-        "n_stable": len(stable),
-        "predicted": {"strongest_reversal": strongest, "most_stable_ranking": most_stable},
-        "selection_differs": differs,
-        "note": (f"variants {', '.join(differs)} cover another selection of schedulers, regions or windows than the "
-                 f"default (a sweep was interrupted or extended on one side): rerun `schedport run --variants "
-                 f"{set_record.get('name')}` with the default's selection so every variant runs the same study"
-                 if differs else ""),
-        "definitions": {
+    return SimulatorAxis(
+        set=variant_set_info(set_record),
+        default=default,
+        variants=[{"name": v["name"], "overlay": v["overlay"], "why": v["why"]} for v in set_record["variants"]],
+        n_variants=V,
+        reversals=reversals,
+        distribution=dist,
+        new_by_variant=new,
+        claims=claims,
+        rank_tau=tau,
+        rank_tau_vs_default={"median": _med([t["median"] for t in vs_default]),
+                             "min": min((t["min"] for t in vs_default if t["min"] is not None), default=None)},
+        stable=stable,
+        n_stable=len(stable),
+        predicted={"strongest_reversal": strongest, "most_stable_ranking": most_stable},
+        selection_differs=differs,
+        note=(f"variants {', '.join(differs)} cover another selection of schedulers, regions or windows than the "
+              f"default (a sweep was interrupted or extended on one side): rerun `schedport run --variants "
+              f"{set_record.get('name')}` with the default's selection so every variant runs the same study"
+              if differs else ""),
+        definitions={
             "survival": "share of the other variants in which the same flip (metric, region, sources, schedulers on "
                         "the same sides, same direction) is still a reversal under the study form's rules",
             "class": f"robust: survives every variant; fragile: survives fewer than {FRAGILE_BELOW:.0%}; else partial",
             "rank_tau": "Kendall tau-b between two variants' mean-rank vectors per (source, region, main metric)",
             "stable": "a scheduler pair, main metric and region whose median effect is significant (BH q <= q), "
                       "at least the practical threshold and of one sign in every source",
-        },
-    }
+        })
+
+
 
 
 def _med(xs: list) -> Optional[float]:

@@ -31,7 +31,7 @@ from schedport.workload.corpus_manifest import MODELED_ADAPTER, find_builtin
 if TYPE_CHECKING:
     from schedport.analysis.results import ReversalTests
 
-__all__ = ["boot_wilcoxon", "bh_rows", "window_best_changes", "split_half", "study_form", "claims",
+__all__ = ["boot_wilcoxon", "bh_rows", "window_best_changes", "split_half", "study_form", "claims", "interval_verdict",
            "STUDY_FINDINGS"]
 
 #: The original study's findings, as its report states them (DESIGN.md), with the numbers compared.
@@ -508,9 +508,12 @@ def builtin_sources(sources: Sequence[str]) -> tuple[Optional[str], Optional[str
             find_builtin(sources, "burstgpt") or find_builtin(sources, MODELED_ADAPTER))
 
 
-def _interval_verdict(lo: Optional[float], hi: Optional[float], inside) -> str:
-    """holds when the whole interval meets the criterion, does not hold when none of it does."""
-    if lo is None or hi is None:
+def interval_verdict(lo: Optional[float], hi: Optional[float], inside) -> str:
+    """holds when the whole interval meets the criterion (`inside`), does not hold when none of it
+    does, inconclusive between; not comparable without a finite interval. The one rule that turns
+    an interval into a verdict, for the study form's claims and for every protocol of the
+    multiverse (`schedport.analysis.multiverse`)."""
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
         return "not comparable"
     a, b = inside(lo), inside(hi)
     if a and b:
@@ -591,7 +594,7 @@ def claims(st, sf: StudyForm, cross_pairs: list[Estimate], metric_tau: Estimate,
                          here="no Azure and Bailian sources in this run", verdict="not comparable", rule=""))
     else:
         adj = _adj(az, bl)
-        v = _interval_verdict(d.ci_low, d.ci_high, lambda x: x >= NEAR_PERFECT)
+        v = interval_verdict(d.ci_low, d.ci_high, lambda x: x >= NEAR_PERFECT)
         out.append(CeilingClaim(
             id="azure_bailian", study=STUDY_FINDINGS["azure_bailian"],
             here=f"tau {d.statistic:.3f} [{d.ci_low:.3f}, {d.ci_high:.3f}] ({az} vs {bl}, main "
@@ -621,7 +624,7 @@ def claims(st, sf: StudyForm, cross_pairs: list[Estimate], metric_tau: Estimate,
     out.append(_reversals_claim(sf, len(sources), bg, _mod(bg)))
     # 4. moderate metric agreement
     lo, hi = metric_tau.ci_low, metric_tau.ci_high
-    v4 = _interval_verdict(lo, hi, lambda x: MODERATE[0] <= x < MODERATE[1])
+    v4 = interval_verdict(lo, hi, lambda x: MODERATE[0] <= x < MODERATE[1])
     out.append(Claim(
         id="metric_agreement", study=STUDY_FINDINGS["metric_agreement"],
         here=("n/a" if metric_tau.statistic is None else

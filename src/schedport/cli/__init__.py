@@ -18,7 +18,7 @@ from typing import Optional
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
-from schedport.errors import SchedportError, read_json
+from schedport.errors import SchedportError
 from schedport.common.guard import check_file_target, check_not_inside_store, claim_dir, claim_names, dir_kind
 from schedport.common.outputs import cause, output_dir, output_file
 from schedport.cli.params import out_path_parser  # re-exported: the command modules import it from here
@@ -359,7 +359,9 @@ def validate(
     output_dir(out_dir, create=False)
     check = None
     if predicted is not None:
-        check = predicted_check(read_json(predicted), str(predicted))
+        from schedport.analysis.reader import read_portability
+
+        check = predicted_check(read_portability(predicted), str(predicted))
         schedulers, regions = ",".join(check["schedulers"]), ",".join(f"{k}={v}" for k, v in check["regions"].items())
         for what, x in (("reversal", check["reversal"]), ("stable ranking", check["stable_ranking"])):
             if x:

@@ -85,7 +85,7 @@ def explain_command(
     if cache is not None:
         claim_dir(cache, {"explain"}, option="--cache", allow_other=False, inputs=[corpus])
     if list_only:
-        revs = ranked_reversals(read_portability(results, " first"))
+        revs = ranked_reversals(read_portability(results, hint=" first", store=results))
         if revs and "survival" in revs[0]:
             typer.echo(f"robust first: numbered by how many of the {revs[0]['n_variants']} engine variants each "
                        f"reversal survives, then by strength")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from schedport.common.formatting import fmt
 from schedport.report.style import escape_html as esc
+from schedport.report.variantset import set_origin
 
 __all__ = ["deployments_section"]
 
@@ -75,8 +76,8 @@ def deployments_section(res: dict) -> str:
     if not dep:
         return ""
     return ("<div class='card' id='deployments'><h3>Across deployments</h3>"
-            f"<p class='sub'>The study was also run on {len(dep['deployments']) - 1} other deployments (variant set "
-            f"{esc(str(dep['set'].get('name')))}), each with its capacity measured on its own engine, so a region is "
+            f"<p class='sub'>The study was also run on {len(dep['deployments']) - 1} other deployments "
+            f"({esc(set_origin(dep['set']))}), each with its capacity measured on its own engine, so a region is "
             "the same load everywhere; the deployments are compared as the study compares sources. The claims above "
             "are about the study's one deployment and do not change.</p>"
             f"<p><b>SLO choice:</b> {esc(dep['slo_label'])}.</p>"

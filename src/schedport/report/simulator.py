@@ -23,6 +23,7 @@ from schedport.common.formatting import fmt, pct  # noqa: E402
 from schedport.report.figures import png_data_uri  # noqa: E402
 from schedport.report.style import escape_html as esc  # noqa: E402
 from schedport.report.style import img_tag  # noqa: E402
+from schedport.report.variantset import set_is_shipped, set_origin  # noqa: E402
 
 __all__ = ["simulator_card", "survival_marker", "claim_survival", "fig_survival_map"]
 
@@ -159,6 +160,19 @@ def _predicted(sim: dict) -> str:
             "portability.json</code>, docs/validation.md):</p><ul>" + "".join(out) + "</ul>")
 
 
+def _variants_described(res: dict, sim: dict) -> str:
+    """What the variants are: the shipped uncertainty set by what it perturbs; any other set by
+    its own description and its origin (never as the shipped set)."""
+    s = sim["set"]
+    if set_is_shipped(s) and s.get("name") == "uncertainty":
+        return ("the same engine with its latency model, CPU overhead or KV budget moved within the calibration's "
+                "fit errors and published simulator errors (docs/engine.md §3.6)")
+    if set_is_shipped(s) and res.get("deployments") and s.get("description"):
+        return esc(s["description"]) + f" (variant set {esc(str(s.get('name')))}, docs/engine.md §3.7)"
+    what = esc(s["description"]) if s.get("description") else "variants of the study's engine"
+    return f"{what} ({esc(set_origin(s))}; docs/engine.md §3.6)"
+
+
 def simulator_card(res: dict) -> str:
     """How much does the simulator decide: the survival of each reversal across engine variants
     (``simulator``); empty when the store was run without variants."""
@@ -169,11 +183,7 @@ def simulator_card(res: dict) -> str:
     fig = fig_survival_map(sim, regions)
     return ("<div class='card' id='simulator'><h3>How much does the simulator decide?</h3>"
             f"<p class='sub'>The study was also run on {sim['n_variants']} engine variants: "
-            + (esc(sim["set"]["description"])
-               + f" (variant set {esc(str(sim['set'].get('name')))}, docs/engine.md §3.7)"
-               if res.get("deployments") and sim["set"].get("description") else
-               "the same engine with its latency model, CPU overhead or KV budget moved within the calibration's fit "
-               "errors and published simulator errors (docs/engine.md §3.6)")
+            + _variants_described(res, sim)
             + ". A reversal's survival is the share of variants in which the same flip is still a reversal under the "
             "same rules.</p>"
             + (f"<p class='warn'>{esc(sim['note'])}</p>" if sim.get("note") else "") + _sentences(sim)

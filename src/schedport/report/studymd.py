@@ -14,6 +14,7 @@ from typing import Optional
 
 from schedport.common.formatting import fmt, pct
 from schedport.report.answer import CLAIM_NAMES, STUDY_CITATION, render_markdown
+from schedport.report.variantset import set_origin
 
 __all__ = ["study_markdown"]
 
@@ -169,8 +170,8 @@ def _simulator(res: dict) -> str:
                 "variants moved within the simulator's known error, and the analysis gives each flip its survival.")
     s = sim.get("set") or {}
     rt = sim.get("rank_tau_vs_default") or {}
-    return (f"The study rerun on the {sim['n_variants']} engine variants of the set `{s.get('name')}` "
-            f"(version {s.get('version')}; docs/engine.md §3.6). Of the {dist['n_reversals']} flips, "
+    return (f"The study rerun on the {sim['n_variants']} engine variants of {set_origin(s)} "
+            f"(docs/engine.md §3.6). Of the {dist['n_reversals']} flips, "
             f"{dist['all']} survive every variant, {dist['at_least_75']} at least 75% of them, {dist['under_50']} "
             f"fewer than half and {dist['none']} none. Rankings themselves hold: median Kendall tau of mean ranks "
             f"between the default engine and a variant {fmt(rt.get('median'))} per condition (lowest "

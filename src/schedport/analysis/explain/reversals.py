@@ -3,32 +3,10 @@ the store's ``portability.json`` and numbered strongest first, and a selection o
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-from schedport.errors import SchedportError, read_json
-from schedport.common.guard import store_identity
+from schedport.analysis.reader import read_portability
+from schedport.errors import SchedportError
 
 __all__ = ["read_portability", "ranked_reversals", "parse_selection"]
-
-
-def read_portability(results: str | os.PathLike[str], hint: str = "") -> dict:
-    """The analysis (`portability.json`) of a results store, which numbers its reversals; missing
-    or unreadable, a one-line error saying to run `schedport analyze` (then `hint`)."""
-    p = Path(results) / "portability.json"
-    if not p.is_file():
-        raise SchedportError(f"{p}: missing; run `schedport analyze --results {results}`{hint}")
-    res = read_json(p)
-    if not isinstance(res, dict):
-        raise SchedportError(f"{p}: expected a JSON object (the analysis of a results store)")
-    mpath = Path(results) / "manifest.json"
-    if "store" in res and mpath.is_file():
-        man = read_json(mpath)
-        if isinstance(man, dict) and res["store"] != store_identity(man):
-            raise SchedportError(f"{p}: is the analysis of another results store (created "
-                                 f"{(res['store'] or {}).get('created')}, this one {man.get('created')}); "
-                                 f"run `schedport analyze --results {results}`{hint}")
-    return res
 
 
 def ranked_reversals(res: dict) -> list[dict]:

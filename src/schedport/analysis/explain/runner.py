@@ -209,7 +209,8 @@ class Explainer:
         return self._reversal(ab[0], ab[1], metric.strip(), region.strip(), xy[0], xy[1])
 
     def _portability(self) -> dict:
-        return read_portability(self.results, " first, or give --pair/--metric/--region/--sources")
+        return read_portability(self.results, hint=" first, or give --pair/--metric/--region/--sources",
+                                store=self.results)
 
     def _reversal(self, a: str, b: str, metric: str, region: str, x: str, y: str) -> dict:
         for s in (a, b):
