@@ -19,7 +19,8 @@ import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from schedport.errors import SchedportError, read_json
-from schedport.common.guard import check_file_target, check_not_inside_store, claim_dir, claim_names, dir_kind
+from schedport.common.guard import (check_file_target, check_not_inside_store, check_same_corpus, claim_dir,
+                                    claim_names, dir_kind)
 from schedport.common.outputs import cause, output_dir, output_file
 from schedport.cli.params import out_path_parser  # re-exported: the command modules import it from here
 
@@ -359,7 +360,10 @@ def validate(
     output_dir(out_dir, create=False)
     check = None
     if predicted is not None:
-        check = predicted_check(read_json(predicted), str(predicted))
+        pres = read_json(predicted)
+        if corpus is not None:   # what it predicts was measured on that corpus's windows
+            check_same_corpus(pres, corpus, predicted)
+        check = predicted_check(pres, str(predicted))
         schedulers, regions = ",".join(check["schedulers"]), ",".join(f"{k}={v}" for k, v in check["regions"].items())
         for what, x in (("reversal", check["reversal"]), ("stable ranking", check["stable_ranking"])):
             if x:

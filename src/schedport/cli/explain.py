@@ -83,7 +83,7 @@ def explain_command(
         check_file_target(out, inputs=[results, corpus])
         output_file(out)
     if cache is not None:
-        claim_dir(cache, {"explain"}, option="--cache", allow_other=False, inputs=[corpus])
+        claim_dir(cache, {"explain"}, option="--cache", allow_other=False, inputs=[corpus], own=results)
     if list_only:
         revs = ranked_reversals(read_portability(results, " first"))
         if revs and "survival" in revs[0]:
