@@ -259,3 +259,24 @@ def test_a_changed_variant_record_or_store_is_refused(variant_study, tmp_path, c
     msg = error_line(cli("analyze", "--results", s, "--boot", "50", "--splits", "10", "--no-robustness"))
     assert needle in msg
     assert not (s / "portability.json").exists()
+
+
+# ============================================================================ 18. --workers capped at the cells and the cores
+
+
+def test_workers_are_capped_at_the_cells_and_the_cores_and_the_run_says_so(corpus, tmp_path):
+    import time
+
+    from schedport.study.sweep import cap_workers, usable_cores
+
+    t0 = time.monotonic()
+    p = cli("run", "--corpus", corpus, "--out", tmp_path / "r", *SEL, "--no-analyze", "--workers", "100000")
+    assert p.returncode == 0, p.stderr
+    assert time.monotonic() - t0 < 120
+    n = min(16, usable_cores())
+    assert f"--workers 100000: using {n}, the most that can work at once" in p.stdout
+    assert f", {n} local workers)" in p.stdout
+    assert cap_workers(40, 4, local_cores=False) == (4, "--workers 40: using 4, the most that can work at once "
+                                                        "(the 4 cells to run)")
+    assert cap_workers(2, 4, local_cores=False) == (2, None)
+    assert cap_workers(40, 4, given=False, local_cores=False) == (4, None)

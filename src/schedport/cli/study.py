@@ -170,6 +170,8 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
         res = results[0]
     else:
         res = run_sweep(corpus, out, engine=engine, **opts)
+    for note in dict.fromkeys(r.workers_note for r in (results if vset is not None else [res]) if r.workers_note):
+        con.print(note, markup=False, soft_wrap=True)
     if res.moved_aside is not None:
         con.print(f"moved the previous contents of {out} aside to {res.moved_aside}", markup=False,
                   soft_wrap=True)
