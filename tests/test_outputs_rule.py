@@ -280,3 +280,78 @@ def test_workers_are_capped_at_the_cells_and_the_cores_and_the_run_says_so(corpu
                                                         "(the 4 cells to run)")
     assert cap_workers(2, 4, local_cores=False) == (2, None)
     assert cap_workers(40, 4, given=False, local_cores=False) == (4, None)
+
+
+# ============================================================================ 4. the store's lock covers the whole command
+
+
+def test_a_forced_run_cannot_take_a_store_while_its_variants_run(corpus, tmp_path):
+    """`run --variants` holds its store's lock through the variant phase: a `run --force` of another
+    engine into the same --out, started then, is refused in one line and moves nothing aside."""
+    import time
+
+    from typer.testing import CliRunner
+
+    from schedport.cli import _register, app
+    from schedport.errors import SchedportError
+
+    _register()
+    vset = tmp_path / "six.toml"
+    vset.write_text('name = "six"\n'
+                    + "".join(f'[variants.d{i}]\nwhy = "w"\noverlay = {{ latency = {{ decode_scale = {1 + i / 10} }} }}\n'
+                              for i in range(1, 7)))
+    other = tmp_path / "other.toml"
+    other.write_text("[latency]\nprefill_scale = 1.2\n")
+    out = tmp_path / "x"
+    first = subprocess.Popen([sys.executable, "-m", "schedport.cli", "run", "--corpus", str(corpus), "--out", str(out),
+                              *SEL, "--no-analyze", "--workers", "1", "--variants", str(vset)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        t0 = time.monotonic()
+        while not (out / "variants" / "set.json").exists():      # the default's sweep is done: variant phase
+            assert first.poll() is None and time.monotonic() - t0 < 240, first.communicate()
+            time.sleep(0.05)
+        # in this process, so that it starts at once (a second interpreter takes seconds to start)
+        second = CliRunner().invoke(app, ["run", "--corpus", str(corpus), "--out", str(out), *SEL, "--no-analyze",
+                                          "--workers", "1", "--force", "--engine", str(other)])
+    finally:
+        so, se = first.communicate(timeout=300)
+    assert first.returncode == 0, se
+    assert isinstance(second.exception, SchedportError), second.output
+    msg = str(second.exception)
+    assert str(out) in msg and "is writing this results store right now" in msg
+    assert not list(tmp_path.glob("x.old-*"))
+    assert sorted(p.name for p in (out / "variants").iterdir()) == ["d1", "d2", "d3", "d4", "d5", "d6", "set.json"]
+
+
+# ============================================================================ every other file writer: only its own files
+
+
+@pytest.mark.parametrize("command, what", [
+    (["example", "--requests", "20", "--out", "{f}"], "schedport example"),
+    (["trace", "convert", "{t}", "--from", "canonical", "--out", "{f}"], "schedport trace convert"),
+    (["calibrate", "--endpoint", "http://127.0.0.1:9", "--out", "{f}"], "schedport calibrate"),
+    (["explain", "--results", "{s}", "--pair", "vllm-fcfs,sjf", "--metric", "e2e_mean_s", "--region", "overload",
+      "--sources", "demo-a,demo-b", "--out", "{f}"], "schedport explain --out"),
+    (["conformance", "--trace", "{t}", "--out", "{f}"], "schedport conformance --out"),
+])
+def test_a_file_writer_never_replaces_a_users_file(store, tmp_path, command, what):
+    save_trace(make_example_trace(50), tmp_path / "t.csv")
+    mine = tmp_path / "mine.csv"
+    mine.write_text("my,own\n1,2\n")
+    args = [a.format(f=mine, t=tmp_path / "t.csv", s=store) for a in command]
+    msg = error_line(cli(*args))
+    assert f"was not written by `{what}`" in msg and str(mine) in msg
+    assert mine.read_text() == "my,own\n1,2\n"
+
+
+def test_example_and_trace_convert_replace_a_trace_they_wrote(tmp_path):
+    for suffix in ("csv", "parquet"):
+        out = tmp_path / f"t.{suffix}"
+        for n in ("20", "30"):
+            p = cli("example", "--requests", n, "--out", out)
+            assert p.returncode == 0, p.stderr
+        p = cli("trace", "convert", out, "--from", "canonical", "--out", tmp_path / f"u.{suffix}")
+        assert p.returncode == 0, p.stderr
+        p = cli("trace", "convert", out, "--from", "canonical", "--out", tmp_path / f"u.{suffix}")
+        assert p.returncode == 0, p.stderr

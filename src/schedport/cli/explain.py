@@ -15,7 +15,7 @@ import typer
 
 from schedport.errors import SchedportError
 from schedport.common.atomic import atomic_write_text
-from schedport.common.guard import check_file_target, claim_dir
+from schedport.common.guard import claim_dir, claim_file, json_with_keys
 from schedport.common.outputs import io_error, output_file
 from schedport.cli.params import out_path_parser
 
@@ -80,7 +80,8 @@ def explain_command(
     if features is not None and not features.strip():
         raise SchedportError("--features: empty; give feature names, or leave the option out for all")
     if out is not None:
-        check_file_target(out, inputs=[results, corpus])
+        claim_file(out, made_by=json_with_keys("verdict", "run_info"), command="schedport explain --out",
+                   inputs=[results, corpus])
         output_file(out)
     if cache is not None:
         claim_dir(cache, {"explain"}, option="--cache", allow_other=False, inputs=[corpus], own=results)

@@ -290,29 +290,102 @@ def check_not_inside_store(out_dir, results) -> None:
 LOCK_NAME = ".lock"
 
 
-@contextmanager
-def dir_lock(path, busy: str):
-    """Hold the exclusive lock of the directory `path` (its `LOCK_NAME`, created with the folder
-    if needed) for the block; if another process holds it, a one-line `SchedportError`
-    ``<path>: <busy>``. A folder this call created is removed again when the block fails and
-    left nothing else in it, so a refused or failed command leaves no empty output behind."""
-    d = Path(path)
-    created = not d.exists()
-    d.mkdir(parents=True, exist_ok=True)
-    lock = d / LOCK_NAME
+class _Held:
+    """A folder's lock as this process holds it: the flocked descriptor, how many holders share
+    it, the lock file's identity, descriptors of earlier lock files still held, and whether
+    its first holder lets later holders of this process share it."""
+
+    def __init__(self, fd: int, ident: tuple[int, int], shared: bool):
+        self.fd, self.ident, self.count, self.old, self.shared = fd, ident, 1, [], shared
+
+
+#: The folder locks this process holds, by the folder's real path.
+_HELD: dict[str, _Held] = {}
+
+
+class DirLock:
+    """One hold of a folder's lock (`hold_dir_lock`); `release` gives it back (once)."""
+
+    def __init__(self, key: str):
+        self.key, self.held = key, True
+
+    def release(self) -> None:
+        """Give this hold back; the lock itself is released with the process's last hold."""
+        if not self.held:
+            return
+        self.held = False
+        ent = _HELD.get(self.key)
+        if ent is None:
+            return
+        ent.count -= 1
+        if ent.count == 0:
+            del _HELD[self.key]
+            for fd in (ent.fd, *ent.old):
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                finally:
+                    os.close(fd)
+
+
+def _flock(lock: Path, busy: str, error) -> tuple[int, tuple[int, int]]:
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise SchedportError(f"{d}: {busy}") from None
+        raise error(f"{lock.parent}: {busy}") from None
+    st = os.fstat(fd)
+    return fd, (st.st_dev, st.st_ino)
+
+
+def hold_dir_lock(path, busy: str, error=SchedportError, shared: bool = True) -> DirLock:
+    """Take the exclusive lock of the existing folder `path` (its `LOCK_NAME`) for this process,
+    or one more hold of it where the process holds it already and its first hold was `shared`:
+    a command holds its store's lock from start to end (`dir_lock`) while the sweep and the
+    analysis inside it take it again. If another process holds it, or this process holds it
+    unshared (an open results store): ``error("<path>: <busy>")``. Where the folder was moved aside and
+    made anew under the process's hold (``run --force``), the new folder's lock is taken too,
+    and the old one kept until the last hold is released."""
+    d = Path(path)
+    lock = d / LOCK_NAME
+    key = os.path.realpath(d)
+    ent = _HELD.get(key)
+    if ent is not None:
+        if not ent.shared:
+            raise error(f"{d}: {busy}")
+        try:
+            st = os.stat(lock)
+            ident = (st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            ident = None
+        if ident != ent.ident:
+            fd, ident = _flock(lock, busy, error)
+            ent.old.append(ent.fd)
+            ent.fd, ent.ident = fd, ident
+        ent.count += 1
+        return DirLock(key)
+    fd, ident = _flock(lock, busy, error)
+    _HELD[key] = _Held(fd, ident, shared)
+    return DirLock(key)
+
+
+@contextmanager
+def dir_lock(path, busy: str):
+    """Hold the exclusive lock of the directory `path` (its `LOCK_NAME`, created with the folder
+    if needed) for the block; if another process holds it, a one-line `SchedportError`
+    ``<path>: <busy>``. A hold this process has already is shared (`hold_dir_lock`). A folder
+    this call created is removed again when the block fails and left nothing else in it, so a
+    refused or failed command leaves no empty output behind."""
+    d = Path(path)
+    created = not d.exists()
+    d.mkdir(parents=True, exist_ok=True)
+    hold = hold_dir_lock(d, busy)
     ok = False
     try:
         yield
         ok = True
     finally:
-        if not ok and created and {q.name for q in d.iterdir()} == {LOCK_NAME}:
-            lock.unlink(missing_ok=True)
+        if not ok and created and d.is_dir() and {q.name for q in d.iterdir()} == {LOCK_NAME}:
+            (d / LOCK_NAME).unlink(missing_ok=True)
             d.rmdir()
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        hold.release()
