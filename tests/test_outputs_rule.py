@@ -355,3 +355,18 @@ def test_example_and_trace_convert_replace_a_trace_they_wrote(tmp_path):
         assert p.returncode == 0, p.stderr
         p = cli("trace", "convert", out, "--from", "canonical", "--out", tmp_path / f"u.{suffix}")
         assert p.returncode == 0, p.stderr
+
+
+def test_explain_into_the_stores_own_cache_holds_the_stores_lock(store, tmp_path):
+    import fcntl
+
+    s = _copy(store, tmp_path / "s")
+    fd = os.open(s / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)     # another process writing the store
+    try:
+        msg = error_line(cli("explain", "--results", s, "--pair", "vllm-fcfs,sjf", "--metric", "e2e_mean_s",
+                             "--region", "overload", "--sources", "demo-a,demo-b", "--workers", "1"))
+    finally:
+        os.close(fd)
+    assert str(s) in msg and "is writing this results store right now" in msg
+    assert not (s / "explain").exists()
