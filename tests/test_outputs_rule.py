@@ -370,3 +370,12 @@ def test_explain_into_the_stores_own_cache_holds_the_stores_lock(store, tmp_path
         os.close(fd)
     assert str(s) in msg and "is writing this results store right now" in msg
     assert not (s / "explain").exists()
+
+
+def test_a_refused_run_leaves_no_lock_file_in_a_users_folder(corpus, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("n\n")
+    msg = error_line(cli("run", "--corpus", corpus, "--out", mine, *SEL, "--no-analyze", "--workers", "1"))
+    assert "not a schedport results store" in msg
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]

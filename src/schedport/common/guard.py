@@ -373,19 +373,24 @@ def hold_dir_lock(path, busy: str, error=SchedportError, shared: bool = True) ->
 def dir_lock(path, busy: str):
     """Hold the exclusive lock of the directory `path` (its `LOCK_NAME`, created with the folder
     if needed) for the block; if another process holds it, a one-line `SchedportError`
-    ``<path>: <busy>``. A hold this process has already is shared (`hold_dir_lock`). A folder
-    this call created is removed again when the block fails and left nothing else in it, so a
-    refused or failed command leaves no empty output behind."""
+    ``<path>: <busy>``. A hold this process has already is shared (`hold_dir_lock`). When the
+    block fails, the lock file this call created is removed, and so is the folder it created if
+    nothing else is left in it: a refused or failed command leaves no empty output, and no lock
+    file in a folder of the user's."""
     d = Path(path)
     created = not d.exists()
     d.mkdir(parents=True, exist_ok=True)
+    new_lock = not (d / LOCK_NAME).exists()
     hold = hold_dir_lock(d, busy)
     ok = False
     try:
         yield
         ok = True
     finally:
-        if not ok and created and d.is_dir() and {q.name for q in d.iterdir()} == {LOCK_NAME}:
+        alone = getattr(_HELD.get(hold.key), "count", 0) == 1      # no outer hold of this process uses it
+        if not ok and new_lock and alone and d.is_dir():
+            # a refused or failed command leaves no lock file of its own in a folder it did not write
             (d / LOCK_NAME).unlink(missing_ok=True)
-            d.rmdir()
+            if created and not any(d.iterdir()):
+                d.rmdir()
         hold.release()
