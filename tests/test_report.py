@@ -349,7 +349,8 @@ def test_study_page_refuses_a_file_it_did_not_write(study, tmp_path):
     mine.write_text("# my notes\nkeep me\n")
     r = subprocess.run([sys.executable, "-m", "schedport.cli", "report", "--results", str(d), "--study-md", str(mine),
                         "--no-html"], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and "not a study page" in r.stderr and r.stderr.strip().count("\n") == 0
+    assert r.returncode == 2 and "not written by `schedport report --study-md`" in r.stderr
+    assert r.stderr.strip().count("\n") == 0
     assert mine.read_text() == "# my notes\nkeep me\n"
     page = tmp_path / "study.md"
     for _ in range(2):   # a page it wrote is rewritten

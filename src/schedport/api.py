@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from schedport.common.atomic import atomic_write_text
-from schedport.common.guard import dir_lock
+from schedport.common.guard import check_analysis_current, dir_lock
 from schedport.common.outputs import io_error
 from schedport.engine.runner import (CAPACITY_DEFINITIONS, CAPACITY_REFERENCE, DRAIN, MAX_ARRIVAL_S,
                                      SATURATED_BATCHES, SATURATED_MAX, SIM_BYTES_PER_REQUEST,
@@ -93,7 +93,9 @@ def report(results_dir, *, html: bool = True, study_md=None, command: str = "sch
     """Write a store's pages again from its saved ``portability.json``, recomputing nothing:
     ``report.html`` beside it (with `html`) and, with `study_md` (a path), the study's figures as
     Markdown (`schedport.report.studymd`), stamped with the digest of the store's cells and of the
-    portability.json read, so a page in the docs always names the store it shows. Returns
+    portability.json read, so a page in the docs always names the store it shows (an analysis
+    older than the store's cells is refused: `schedport.common.guard.check_analysis_current`). The
+    store's lock is held from the first read to the last write. Returns
     {"html": path or None, "study_md": path or None}. A missing or unreadable portability.json,
     one of an unknown schema major version or one that breaks the shipped schema
     (`schedport.analysis.schema`), or a store without results, is a one-line `SchedportError`."""
@@ -104,15 +106,16 @@ def report(results_dir, *, html: bool = True, study_md=None, command: str = "sch
 
     results_dir = Path(results_dir)
     path = results_dir / "portability.json"
-    # the one checked reader: its major version, its structure against the shipped schema
-    res, raw = read_portability_bytes(path, hint=" first", store=None)
     out = {"html": None, "study_md": None}
     with dir_lock(results_dir, "another schedport command (an analysis, or a run writing its store) is writing "
                                "here right now; wait for it to finish"):
+        # the one checked reader: its major version, its structure against the shipped schema
+        res, raw = read_portability_bytes(path, hint=" first", store=None)
         if study_md is not None:
             from schedport.report.studymd import study_markdown
             from schedport.study.digest import cells_digest
 
+            check_analysis_current(res, results_dir, path)   # the stamp names the cells the page shows
             digest, n = cells_digest(results_dir / "runs")
             stamp = {"cells_sha256": digest, "n_cells": n, "portability_sha256": hashlib.sha256(raw).hexdigest(),
                      "command": command}

@@ -19,7 +19,8 @@ import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from schedport.errors import SchedportError
-from schedport.common.guard import check_file_target, check_not_inside_store, claim_dir, claim_names, dir_kind
+from schedport.common.guard import (check_not_inside_store, check_same_corpus, claim_dir, claim_file, claim_names,
+                                    dir_kind, starts_with)
 from schedport.common.outputs import cause, output_dir, output_file
 from schedport.cli.params import out_path_parser  # re-exported: the command modules import it from here
 
@@ -292,7 +293,8 @@ def calibrate(
     for key, v in given.items():
         if v is not None and v < 1:
             raise SchedportError(f"--{key.replace('_', '-')} must be a positive integer, got {v}")
-    check_file_target(out_path)
+    claim_file(out_path, made_by=starts_with("# Engine config calibrated by `schedport calibrate`"),
+               command="schedport calibrate")
     output_file(out_path)
     t0 = time.perf_counter()
     cal = run_cal(endpoint, out_path, model=model, repeats=repeats, seed=seed, overrides=given,
@@ -361,7 +363,10 @@ def validate(
     if predicted is not None:
         from schedport.analysis.reader import read_portability
 
-        check = predicted_check(read_portability(predicted), str(predicted))
+        pres = read_portability(predicted)
+        if corpus is not None:   # what it predicts was measured on that corpus's windows
+            check_same_corpus(pres, corpus, predicted)
+        check = predicted_check(pres, str(predicted))
         schedulers, regions = ",".join(check["schedulers"]), ",".join(f"{k}={v}" for k, v in check["regions"].items())
         for what, x in (("reversal", check["reversal"]), ("stable ranking", check["stable_ranking"])):
             if x:
@@ -495,10 +500,17 @@ def example(
     if n > MAX_EXAMPLE_REQUESTS:
         raise SchedportError(f"--requests must be at most {MAX_EXAMPLE_REQUESTS:,} (about 3 GB of trace in memory), "
                              f"got {n:,}")
-    check_file_target(out_path)
+    claim_file(out_path, made_by=_trace_file, command="schedport example")
     output_file(out_path)
     save_trace(make_example_trace(n, seed), out_path)
     out.print(f"wrote {n} requests to {out_path}")
+
+
+def _trace_file(path) -> bool:
+    """A canonical trace that `example` or `trace convert` may replace (`claim_file`'s test)."""
+    from schedport.workload.trace import is_canonical_trace_file
+
+    return is_canonical_trace_file(path)
 
 
 @trace_app.command("convert", short_help="Turn a public trace file into the canonical trace.", cls=_Command)
@@ -520,7 +532,7 @@ def trace_convert(
     from schedport.workload import sources
     from schedport.workload.trace import save_trace
 
-    check_file_target(out_path, inputs=inputs)
+    claim_file(out_path, made_by=_trace_file, command="schedport trace convert", inputs=inputs)
     output_file(out_path)
     sel = {k: v for k, v in dict(start_s=start, duration_s=duration, rows=rows).items() if v is not None}
     if fmt == "servegen":

@@ -215,11 +215,13 @@ def report_command(
 ) -> None:
     """Write the report and the study's figures page from a store's portability.json, recomputing nothing."""
     from schedport import api
+    from schedport.common.guard import claim_file, starts_with
     from schedport.common.outputs import output_file
 
-    if study_md is not None:
+    if study_md is not None:   # a page this command wrote, or a new one; never inside a store or a corpus
+        claim_file(study_md, made_by=starts_with(*STUDY_PAGE_START), command="schedport report --study-md",
+                   inputs=[results], option="--study-md")
         output_file(study_md, option="--study-md")
-        _check_study_page(study_md)
     command = f"schedport report --results {results}" + (f" --study-md {study_md}" if study_md is not None else "")
     out = api.report(results, html=html, study_md=study_md, command=command)
     for kind in ("study_md", "html"):
@@ -229,17 +231,3 @@ def report_command(
 
 #: How a study page that `schedport report --study-md` wrote begins (report/studymd.py).
 STUDY_PAGE_START = ("# The study's figures\n", "<!-- Written by `schedport report")
-
-
-def _check_study_page(path: Path) -> None:
-    """Refuse to overwrite an existing file that is not a study page this command wrote (a README,
-    a store's file, a user's notes): one line, nothing written."""
-    if not path.exists():
-        return
-    try:
-        head = path.read_text(encoding="utf-8", errors="replace")[:400]
-    except OSError as e:
-        raise SchedportError(f"{path}: cannot be read to check what it is ({e.strerror or e})") from None
-    if not (head.startswith(STUDY_PAGE_START[0]) and STUDY_PAGE_START[1] in head):
-        raise SchedportError(f"{path}: exists and is not a study page written by `schedport report --study-md`; "
-                             "choose another --study-md (nothing was overwritten)")

@@ -12,6 +12,8 @@ import typer
 
 from schedport.errors import SchedportError
 from schedport.common.atomic import atomic_write_text
+from schedport.common.guard import claim_file, json_with_keys
+from schedport.common.outputs import output_file
 
 # The engine, the traces and rich are imported in the command, so that `schedport --help` starts at
 # once; these are the keys of `schedport.realengine.conformance.VLLM_POLICY` (a test checks it).
@@ -66,6 +68,10 @@ def conformance_command(
     cfg = load_engine_config(engine)
     if out is not None and out.is_dir():
         raise SchedportError(f"--out {out}: is a directory, not a file")
+    if out is not None:   # a file this command wrote, or a new one; never inside a corpus or a store
+        claim_file(out, made_by=json_with_keys("vllm_version", "results"), command="schedport conformance --out",
+                   inputs=[corpus, trace])
+        output_file(out)
     if trace is not None:
         if load is not None and not (load > 0 and math.isfinite(load)):
             raise SchedportError(f"--load must be a positive finite number, got {load}")

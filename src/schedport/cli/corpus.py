@@ -14,7 +14,9 @@ from typing import Optional
 import typer
 
 from schedport.cli.params import out_path_parser
-from schedport.common.outputs import output_dir
+from schedport.common.atomic import atomic_write_text
+from schedport.common.guard import claim_file, json_with_keys
+from schedport.common.outputs import output_dir, output_file, writing
 from schedport.errors import SchedportError
 
 # The library modules (numpy, pandas, the engine) are imported in each command, so that `schedport
@@ -91,6 +93,10 @@ def check_model_cmd(
 
     from schedport.workload.modelcheck import check_model
 
+    if json_out is not None:   # a file this command wrote, or a new one; never one of its inputs
+        claim_file(json_out, made_by=json_with_keys("verdict", "rule", "lengths", "real", "modeled"),
+                   command="schedport corpus check-model --json", inputs=rows or [], option="--json")
+        output_file(json_out, option="--json")
     res = check_model(rows, data_dir=data_dir, seed=seed)
     r = res.real
     typer.echo(f"real: {', '.join(f['name'] for f in r['files'])}: {r['conversation_rows']} Conversation rows "
@@ -115,7 +121,8 @@ def check_model_cmd(
         typer.echo(f"note: {n}")
     typer.echo(f"verdict: {res.verdict} (rule: {res.rule})")
     if json_out is not None:
-        json_out.write_text(json.dumps(res.as_dict(), indent=1) + "\n", encoding="utf-8")
+        with writing(json_out):
+            atomic_write_text(json_out, json.dumps(res.as_dict(), indent=1) + "\n")
 
 
 def _fmt(v, nd: int = 1) -> str:

@@ -7,6 +7,7 @@ run counts when it wrote a file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Optional
@@ -15,7 +16,7 @@ import typer
 
 from schedport.errors import SchedportError
 from schedport.common.atomic import atomic_write_text
-from schedport.common.guard import check_file_target, claim_dir
+from schedport.common.guard import claim_dir, claim_file, dir_lock, json_with_keys
 from schedport.common.outputs import io_error, output_file
 from schedport.cli.params import out_path_parser
 
@@ -80,10 +81,11 @@ def explain_command(
     if features is not None and not features.strip():
         raise SchedportError("--features: empty; give feature names, or leave the option out for all")
     if out is not None:
-        check_file_target(out, inputs=[results, corpus])
+        claim_file(out, made_by=json_with_keys("verdict", "run_info"), command="schedport explain --out",
+                   inputs=[results, corpus])
         output_file(out)
     if cache is not None:
-        claim_dir(cache, {"explain"}, option="--cache", allow_other=False, inputs=[corpus])
+        claim_dir(cache, {"explain"}, option="--cache", allow_other=False, inputs=[corpus], own=results)
     if list_only:
         revs = ranked_reversals(read_portability(results, hint=" first", store=results))
         if revs and "survival" in revs[0]:
@@ -97,10 +99,14 @@ def explain_command(
             typer.echo(f"{results}: the study form finds no cross-source reversal, so there is nothing to explain")
         return
     flist = [f.strip() for f in features.split(",") if f.strip()] if features else None
+    # the default cache is the store's own folder (RESULTS/explain): the store's lock while it is written
+    hold = (dir_lock(results, "another schedport command (a run, or an analysis) is writing this results store "
+                              "right now; wait for it to finish") if cache is None else contextlib.nullcontext())
     try:
-        d = explain(results, reversal=reversal, pair=pair, metric=metric, region=region, sources=sources,
-                    corpus_dir=corpus, cache_dir=cache, features=flist, executor=executor, workers=workers,
-                    ray_address=ray_address, n_boot=n_boot, seed=seed)
+        with hold:
+            d = explain(results, reversal=reversal, pair=pair, metric=metric, region=region, sources=sources,
+                        corpus_dir=corpus, cache_dir=cache, features=flist, executor=executor, workers=workers,
+                        ray_address=ray_address, n_boot=n_boot, seed=seed)
     except KeyboardInterrupt:
         typer.echo("interrupted: every finished run is kept in the explain cache; rerun the same command to "
                    "resume", err=True)

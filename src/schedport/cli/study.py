@@ -17,7 +17,7 @@ import typer
 
 from schedport.analysis.defaults import MIN_WINDOWS
 from schedport.cli.params import out_path_parser
-from schedport.common.guard import claim_dir
+from schedport.common.guard import claim_dir, dir_lock
 from schedport.common.outputs import output_dir
 from schedport.errors import SchedportError
 
@@ -119,6 +119,19 @@ def run_command(
 def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
                  workers, executor, ray_address, keep_requests, region_def="sustainable", do_analyze=True,
                  variants=None) -> None:
+    # a store (resumed) or a new folder; never a corpus, an analysis, a cache or a run output
+    claim_dir(out, {"results"}, inputs=[corpus, engine, data_dir])
+    output_dir(out, create=False)  # before a corpus build or any simulation
+    # the store's lock from here to the report, the variants' sweeps and the analysis included: no
+    # other command writes the store (or moves it aside with --force) between them
+    with dir_lock(out, "another schedport command (a run, or an analysis) is writing this results store right "
+                       "now; wait for it to finish or use another --out"):
+        _run_locked(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
+                    workers, executor, ray_address, keep_requests, region_def, do_analyze, variants)
+
+
+def _run_locked(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
+                workers, executor, ray_address, keep_requests, region_def, do_analyze, variants) -> None:
     from rich.console import Console
 
     from schedport import api
@@ -130,9 +143,6 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
     from schedport.workload import corpus as corpus_lib
 
     con = Console()
-    # a store (resumed) or a new folder; never a corpus, an analysis, a cache or a run output
-    claim_dir(out, {"results"}, inputs=[corpus, engine, data_dir])
-    output_dir(out, create=False)  # before a corpus build or any simulation
     # every [scheduler.*] table against the policies it names, before a corpus build or any worker
     named = [n.strip() for n in (schedulers or "").split(",") if n.strip()]
     check_scheduler_tables(load_engine_config(engine), resolve_schedulers(named) if len(set(named)) == len(named)
@@ -170,6 +180,8 @@ def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, d
         res = results[0]
     else:
         res = run_sweep(corpus, out, engine=engine, **opts)
+    for note in dict.fromkeys(r.workers_note for r in (results if vset is not None else [res]) if r.workers_note):
+        con.print(note, markup=False, soft_wrap=True)
     if res.moved_aside is not None:
         con.print(f"moved the previous contents of {out} aside to {res.moved_aside}", markup=False,
                   soft_wrap=True)

@@ -12,6 +12,7 @@ is removed (`removing_on_failure`), so a rerun starts from a clean directory.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import tempfile
@@ -169,8 +170,23 @@ def parse_out_path(value) -> Path:
     Raises `SchedportError` for an empty name; the command line wraps this function
     (`schedport.cli.params.out_path_parser`) to report it as a usage error.
     """
-    if isinstance(value, Path):
-        return value
-    if not str(value).strip():
+    if not isinstance(value, Path) and not str(value).strip():
         raise SchedportError("empty path; give a file or directory name")
-    return Path(value)
+    p = Path(value)
+    check_no_symlink_loop(p)
+    return p
+
+
+def check_no_symlink_loop(path) -> None:
+    """Refuse, in one line, a path that runs into a symbolic-link loop (``a -> b -> a``, itself or
+    in one of its folders): every later look at it (`Path.resolve`, `exists`) would fail with a
+    traceback, after work had started."""
+    p = Path(path)
+    try:
+        p.resolve()
+        os.stat(p)
+    except RuntimeError:
+        raise SchedportError(f"{p}: is a loop of symbolic links; give a real file or directory") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise SchedportError(f"{p}: is a loop of symbolic links; give a real file or directory") from None

@@ -60,7 +60,6 @@ invocation: selectors, executor, workers, cells planned / skipped / run, wall ti
 from __future__ import annotations
 
 import datetime as _dt
-import fcntl
 import inspect
 import json
 import math
@@ -79,6 +78,7 @@ import pyarrow.parquet as pq
 from schedport.errors import SchedportError
 from schedport.common.outputs import cause
 from schedport.common.atomic import atomic_write, atomic_write_bytes
+from schedport.common.guard import hold_dir_lock
 
 STORE_KIND = "schedport-results"
 STORE_SCHEMA = 1
@@ -198,7 +198,7 @@ class ResultsStore:
     `begin_run` / `end_run` record an invocation in the manifest.
     """
 
-    def __init__(self, root: Path, manifest: dict, schema: pa.Schema, lock_fd: int):
+    def __init__(self, root: Path, manifest: dict, schema: pa.Schema, lock_fd):
         self.root = root
         self.runs_dir = root / "runs"
         self.requests_dir = root / "requests"
@@ -410,12 +410,7 @@ class ResultsStore:
 
     def close(self) -> None:
         """Release the directory lock (buffered cells are NOT flushed: call `flush` first)."""
-        if self._lock_fd >= 0:
-            try:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            finally:
-                os.close(self._lock_fd)
-                self._lock_fd = -1
+        self._lock_fd.release()
 
 
 class _signals_deferred:
@@ -636,14 +631,14 @@ def open_store(root: str | os.PathLike[str], *, corpus_sha256: str, engine_confi
         if store is not None:
             store.close()
         else:
-            os.close(lock_fd)
+            lock_fd.release()
         if not force:
             raise
     except BaseException:
         if store is not None:
             store.close()
         else:
-            os.close(lock_fd)
+            lock_fd.release()
         raise
     # --force on a corrupt store: move it aside and start a fresh one.
     moved = move_aside(root)
@@ -653,21 +648,17 @@ def open_store(root: str | os.PathLike[str], *, corpus_sha256: str, engine_confi
     return store, moved
 
 
-def _lock(root: Path) -> int:
-    fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise StoreError(f"{root}: another schedport run is writing this results store right now; "
-                         f"wait for it to finish or use another --out") from None
-    return fd
+def _lock(root: Path):
+    """Hold the store's lock (`schedport.common.guard.hold_dir_lock`: joining the hold of the
+    command that runs this sweep, so `run` keeps it from start to end, but never shared with
+    another open store); a `StoreError` if another writer has it."""
+    return hold_dir_lock(root, "another schedport run is writing this results store right now; wait for it to "
+                               "finish or use another --out", StoreError, shared=False)
 
 
 def _check_unlocked(root: Path) -> None:
-    lock = root / ".lock"
-    if lock.exists():
-        os.close(_lock(root))
+    if (root / ".lock").exists():
+        _lock(root).release()
 
 
 def verified_runs(root: str | os.PathLike[str], manifest: dict):

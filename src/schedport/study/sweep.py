@@ -106,6 +106,34 @@ class SweepResult:
     moved_aside: Path | None = None
     timings: dict = field(default_factory=dict)
     sim_by_scheduler: dict = field(default_factory=dict)
+    #: One line when a --workers the user gave was capped (`cap_workers`), else None.
+    workers_note: str | None = None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity; the machine's count where unknown)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def cap_workers(asked: int, n_cells: int, *, given: bool = True, local_cores: bool = True) -> tuple[int, str | None]:
+    """(workers, note): `asked` capped at the `n_cells` cells to run and, when `local_cores` (a
+    process pool, or a Ray instance started here), at this machine's cores. More workers than
+    cells only start idle processes, and more than cores only share them: ``--workers 100000``
+    would start for minutes before the first cell. `note` says so in one line when the user
+    gave the number (`given`) and it was capped."""
+    if n_cells < 1:
+        return asked, None      # nothing to run: no worker starts
+    limits = [(n_cells, f"the {n_cells} cell{'s' * (n_cells != 1)} to run")]
+    if local_cores:
+        cores = usable_cores()
+        limits.append((cores, f"this machine's {cores} core{'s' * (cores != 1)}"))
+    n, why = min(limits, key=lambda x: x[0])
+    if asked <= n:
+        return asked, None
+    return n, (f"--workers {asked}: using {n}, the most that can work at once ({why})" if given else None)
 
 
 class _StopOnSignal:
@@ -151,7 +179,8 @@ def run_sweep(corpus_dir: str | os.PathLike[str], out: str | os.PathLike[str], *
     t_start = time.perf_counter()
     out = Path(out)
     cfg = _engine_config(engine)
-    workers = int(workers) if workers is not None else (os.cpu_count() or 1)
+    given_workers = workers is not None
+    workers = int(workers) if workers is not None else usable_cores()
     if workers < 1:
         raise SchedportError(f"--workers must be at least 1, got {workers}")
     if executor not in EXECUTORS:
@@ -179,6 +208,9 @@ def run_sweep(corpus_dir: str | os.PathLike[str], out: str | os.PathLike[str], *
     try:
         sw.plan()
         res.cells_skipped = sw.skipped
+        sw.workers, res.workers_note = cap_workers(workers, sel.n_cells - sw.skipped, given=given_workers,
+                                                   local_cores=executor == "local" or ray_address is None)
+        workers = res.workers = sw.workers
         store.begin_run({"selectors": sw.selectors(quick), "executor": executor, "workers": workers,
                          "cells_planned": sel.n_cells, "cells_skipped": sw.skipped})
         if sw.todo:

@@ -284,10 +284,22 @@ def write_set_record(out: str | Path, vset: VariantSet, configs: list[tuple[Vari
 def read_variant_runs(out: str | Path, load_store) -> tuple[dict, dict]:
     """({variant: (runs DataFrame, manifest)}, set record) of the store at `out`; the default
     variant first, then the set's variants in its order. `load_store(path)` reads one store
-    (the analysis's `load_store`, which verifies it). A variant whose store is missing is refused."""
+    (the analysis's `load_store`, which verifies it). The record is checked against the stores it
+    describes (`check_record_against_stores`): a variant whose store is missing, a store the
+    record does not list, a record edited after the run and a store whose engine is not the one
+    its variant's overlay makes are each refused in one line."""
     rec = read_set_record(out)
     if rec is None:
         return {}, {}
+    where = variants_dir(out) / "set.json"
+    vset = _set_of_record(rec, where)
+    listed = {v.name for v in vset.variants}
+    stray = sorted(p.name for p in variants_dir(out).iterdir()
+                   if p.is_dir() and not p.name.startswith(".") and p.name not in listed)
+    if stray:
+        raise SchedportError(f"{variants_dir(out) / stray[0]}: a variant store that {where} does not list (set "
+                             f"{vset.name!r} has {', '.join(sorted(listed))}); the record or the folders were changed "
+                             f"after the run: restore them, or rerun into a new --out")
     runs = {}
     for v in [{"name": DEFAULT_VARIANT}, *rec["variants"]]:
         path = variant_store(out, v["name"])
@@ -300,7 +312,60 @@ def read_variant_runs(out: str | Path, load_store) -> tuple[dict, dict]:
             raise SchedportError(f"{path}: holds engine {str(manifest.get('engine_hash'))[:12]}, but set "
                                  f"{rec.get('name')!r} records {want[:12]} for variant {v['name']!r}")
         runs[v["name"]] = (df.assign(variant=v["name"]), manifest)
+    check_record_against_stores(vset, where, {name: m for name, (_, m) in runs.items()}, out)
     return runs, rec
+
+
+def _set_of_record(rec: dict, where) -> VariantSet:
+    """The `VariantSet` a ``set.json`` record describes, its digest recomputed from its content: a
+    record edited after the run (an overlay, a variant dropped or added) is refused in one line."""
+    try:
+        variants = tuple(Variant(str(v["name"]), dict(v["overlay"]), str(v["why"])) for v in rec["variants"])
+        vset = VariantSet(str(rec["name"]), int(rec["version"]), str(rec.get("description", "")), variants,
+                          str(rec.get("source", "")), str(rec.get("slo", "absolute")),
+                          int(rec.get("slo_reference_tokens", 1024)))
+        digest = vset.digest()
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise SchedportError(f"{where}: not a schedport variant-set record ({type(e).__name__}: {e}); "
+                             f"move it away") from None
+    if digest != rec.get("digest"):
+        raise SchedportError(f"{where}: its variants do not hash to the digest it records "
+                             f"({str(rec.get('digest'))[:12]}, content {digest[:12]}): the record was edited after "
+                             f"the run, so it no longer says "
+                             f"how the variants were run; restore it, or rerun into a new --out")
+    return vset
+
+
+def check_record_against_stores(vset: VariantSet, where, manifests: dict, out) -> None:
+    """Refuse (one line) a variant store whose engine is not the one its variant's overlay makes
+    from the study's engine (`manifests`: {variant: store manifest}, the default's included):
+    two variant folders swapped, or a store copied in from another run. The study's config is
+    read back from its manifest; whether its KV-block count was derived from the memory keys is
+    not recorded there, so both readings are tried."""
+    base_dict = manifests[DEFAULT_VARIANT].get("engine_config")
+    base_hash = manifests[DEFAULT_VARIANT].get("engine_hash")
+    made: dict[str, set] = {v.name: set() for v in vset.variants}
+    for derived in (False, True):
+        d = copy.deepcopy(base_dict) if isinstance(base_dict, dict) else None
+        if d is None:
+            return
+        if derived:
+            d.get("engine", {}).pop("num_gpu_blocks", None)
+        try:
+            base = engine_config_from_dict(d, source=str(where))
+            if base.config_hash() != base_hash:
+                continue
+            for v, cfg in variant_configs(vset, base):
+                made[v.name].add(cfg.config_hash())
+        except (ConfigError, SchedportError):
+            continue
+    for v in vset.variants:
+        have = manifests[v.name].get("engine_hash")
+        if made[v.name] and have not in made[v.name]:
+            raise SchedportError(f"{variant_store(out, v.name)}: holds engine {str(have)[:12]}, but variant {v.name!r} "
+                                 f"of {where} makes engine {sorted(made[v.name])[0][:12]} from the study's engine: "
+                                 f"the variant folders were swapped or replaced after the run; restore them, or "
+                                 f"rerun into a new --out")
 
 
 def run_variant_sweeps(corpus_dir, out, vset: VariantSet, *, engine=None, console=None, **sweep) -> list:

@@ -59,7 +59,7 @@ from typing import Callable
 import numpy as np
 
 from schedport.__about__ import __version__
-from schedport.common.guard import claim_dir
+from schedport.common.guard import check_only_own, claim_dir
 from schedport.common.outputs import cause, process_alive
 from schedport.errors import ConfigError, DataError, SchedportError
 from schedport.workload.corpus_expected import (  # noqa: F401  (re-exported)
@@ -87,8 +87,9 @@ def build_corpus(spec: str | os.PathLike[str] | None = None,
     machine is online, else a one-line `DataError` says what to get and where to put it).
     The build is atomic: windows and manifest are written to a temporary directory beside
     `out` and renamed into place, replacing an earlier corpus there; a failure leaves `out`
-    as it was. An existing `out` that is not a corpus (no manifest.json) and not empty is
-    refused. The returned `Corpus` carries `reproduction`: the comparison with the shipped
+    as it was. An existing `out` that is not a corpus (no manifest.json) and not empty, a corpus
+    folder holding anything besides the corpus's own files, and a folder inside a corpus or a
+    results store are refused. The returned `Corpus` carries `reproduction`: the comparison with the shipped
     expected hashes (also written to ``build.json``). `progress` receives one-line messages.
     """
     from schedport.workload.datadir import resolve_data_dir
@@ -104,7 +105,8 @@ def build_corpus(spec: str | os.PathLike[str] | None = None,
     # only an earlier corpus is ever replaced: a results store, a folder with a manifest of
     # another kind, or any other non-empty folder is refused (guard.claim_dir)
     try:
-        claim_dir(out, {"corpus"}, allow_other=False, inputs=[root, spec])
+        if claim_dir(out, {"corpus"}, allow_other=False, inputs=[root, spec]) == "corpus":
+            check_only_own(out)   # a rebuild replaces the folder whole: nothing else may be lost with it
     except SchedportError as e:
         raise ConfigError(str(e)) from None
     _remove_stale_builds(out)

@@ -260,6 +260,29 @@ def _check_memory(size: int, factor: float, src: str) -> None:
                          f"(e.g. split the CSV by rows)")
 
 
+def is_canonical_trace_file(path: str | os.PathLike[str]) -> bool:
+    """Whether the file at `path` is a canonical trace as `save_trace` writes it (a CSV whose first
+    line is the canonical header, or a Parquet file with the canonical columns first): what
+    `example` and `trace convert` may replace; any other file is the user's (the output rule,
+    `schedport.common.guard.claim_file`). Only the header or the Parquet footer is read."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as f:
+            head = f.read(4)
+            if head == b"PAR1":
+                import pyarrow.parquet as pq
+
+                try:
+                    names = pq.read_schema(p).names
+                except Exception:  # noqa: BLE001 - any unreadable Parquet is not one of ours
+                    return False
+                return names[:3] == ["arrival_s", "input_tokens", "output_tokens"]
+            first = (head + f.readline(4096)).decode("utf-8", errors="replace").strip()
+    except OSError:
+        return False
+    return first in ("arrival_s,input_tokens,output_tokens", "arrival_s,input_tokens,output_tokens,client_id")
+
+
 def save_trace(trace: Trace, path: str | os.PathLike[str]) -> None:
     """Write `trace` as CSV or Parquet (by suffix), atomically and losslessly.
 
