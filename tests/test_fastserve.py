@@ -127,7 +127,7 @@ def test_starvation_is_checked_every_starve_every_iterations_and_keeps_processin
     """`prevent_starvation` runs every `starvation_period` iterations, not at every step, and a
     promoted job keeps its processing time (`set_priority(0)` only)."""
     calls = []
-    orig = SkipJoinMLFQ._promote_starved
+    orig = SkipJoinMLFQ.promote_starved
 
     def spy(self, batch_ids, start):
         calls.append((self.sim.iterations, len(self.items)))
@@ -136,12 +136,12 @@ def test_starvation_is_checked_every_starve_every_iterations_and_keeps_processin
     cfg = engine(blocks=64, seqs=4, fastserve={"starve_every": 50, "starve_limit_s": 0.2})
     for exact in (True, False):
         calls.clear()
-        SkipJoinMLFQ._promote_starved = spy
+        SkipJoinMLFQ.promote_starved = spy
         try:
             sim = sim_for(long_prompt_overload(n=120), "fastserve", cfg, exact=exact)
             out = sim.run()
         finally:
-            SkipJoinMLFQ._promote_starved = orig
+            SkipJoinMLFQ.promote_starved = orig
         assert calls and all(it % 50 == 0 for it, _ in calls)
         assert len(calls) == out.iterations // 50
         assert sim.sched.order.promotions > 0

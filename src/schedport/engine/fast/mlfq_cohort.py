@@ -120,12 +120,9 @@ class MlfqCohort(DueTimes):
         else:
             for r in order:
                 self._drop(r)
-        front = q._front
         for r in reversed(order):
             a = r.aux
-            front += 1
-            a.pos = -front
-            r.key = (L, -front, r.idx)
+            q.to_front(r)
             if a.frozen < 0:
                 a.last_end = end
                 if a.run_start == end:  # demoted at its last step: no run open yet
@@ -133,7 +130,6 @@ class MlfqCohort(DueTimes):
             else:
                 a.frozen = THAWED       # frozen: its last end and run were written when it froze
             a.value = None              # (its due entry stays: a bound below its due when it rejoins)
-        q._front = front
 
     def materialize(self) -> None:
         """Write every B job's state out, as `SkipJoinMLFQ.after_step` would have kept it, for the
@@ -517,17 +513,11 @@ class MlfqCohort(DueTimes):
         # would pick it), and the heap, where the frozen jobs' entries stay, is left alone.
         to: dict[int, list] = {}
         quanta = q.quanta
-        last = q.levels - 1
         for r in ran:
             a = r.aux
+            if a.exceeds(quanta, end):
+                q.demote(a, end)        # its next run starts with the next step
             L = a.level
-            if L < last and a.served + (end - a.run_start) > quanta[L]:
-                a.served = 0.0
-                a.run_start = end       # its next run starts with the next step
-                L += 1
-                a.level = L
-                if L > q.deepest:
-                    q.deepest = L
             g = to.get(L)
             if g is None:
                 to[L] = [r]
@@ -563,18 +553,13 @@ class MlfqCohort(DueTimes):
         """The jobs that joined the batch start a run (closing the one they left open), and the
         frozen jobs it took thaw: a new run, and a due time."""
         for r in self.x:
-            s = r.aux
-            s3 = s.run_start
-            if s.last_end != start or s3 != s3:
-                if s3 == s3:
-                    s.served += s.last_end - s3
-                s.run_start = start
+            r.aux.run_from(start)
         if self.thawing:
             for r in self.thawing:
                 s = r.aux
                 f = s.frozen
                 if f >= 0:              # (not written out; a job of B has a run open, `_freeze`)
-                    s.served += s.last_end - s.run_start
+                    s.close_run()
                     s.run_start = start
                     s.frozen = THAWED
                     if f == NO_ENTRY:
@@ -655,9 +640,7 @@ class MlfqCohort(DueTimes):
                 v += step
                 a = r.aux
                 fresh = a.value is None  # a newcomer (B's demoted jobs had their entries moved in `_due`)
-                a.level = L
-                a.served = 0.0
-                a.run_start = end            # its next run starts with the next step
+                a.demote(end)               # (from L - 1) its next run starts with the next step
                 a.value = r.key = v
                 if fresh:
                     self._push_due(r)
@@ -679,8 +662,8 @@ class MlfqCohort(DueTimes):
         self.items_prev = [r for r, _ in plan.items if r.sync < 0] if plan.items else []
         demoted = self._due(end)
         self.last_end = end
-        if not self.sim.iterations % q.every:   # (`_check_due`)
-            q._promote_starved(self._batch_ids(), start)
+        if q.starvation_check_due():
+            q.promote_starved(self._batch_ids(), start)
             self.others.sort(key=BY_KEY)          # promoted parked jobs have new keys
         self._advance(end, demoted)
 
@@ -716,8 +699,8 @@ class MlfqCohort(DueTimes):
             self.sign = -self.sign
         end = ends_l[k - 1]
         demoted = self._due(end)
-        if q._check_due():
-            q._promote_starved(self._batch_ids(), float(starts[k - 1]))
+        if q.starvation_check_due():
+            q.promote_starved(self._batch_ids(), float(starts[k - 1]))
             self.others.sort(key=BY_KEY)
         self._advance(end, demoted)
         self.last_end = end
@@ -740,12 +723,7 @@ class MlfqCohort(DueTimes):
         for r in chain(self.x, thaw):
             s = r.aux
             if s.level < last:
-                done, s3 = s.served, s.run_start
-                if s.last_end != now or s3 != s3:
-                    if s3 == s3:
-                        done = done + (s.last_end - s3)
-                    s3 = now
-                due = q.quanta[s.level] - done + s3
+                due = s.due_at(q.quanta, now)
                 if due < t:
                     t = due
         return k, (t - MARGIN if t < math.inf else None)

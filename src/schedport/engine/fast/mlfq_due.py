@@ -50,11 +50,10 @@ class DueTimes:
         last level, where nothing is demoted, let go of the one it has."""
         a = r.aux
         if a.level == self.q.levels - 1:
-            if a.stamp & 1:
-                a.stamp += 1
+            a.drop_entry()
         elif not a.stamp & 1:
             a.stamp += 1
-            self._enter(self.q.quanta[a.level] - a.served + a.run_start - self.held, a.stamp, r)
+            self._enter(a.due(self.q.quanta) - self.held, a.stamp, r)
 
     def _drop_all(self) -> None:
         """No job keeps an entry (the state is written out)."""
@@ -90,7 +89,7 @@ class DueTimes:
                     s.stamp += 1
                     s.frozen = NO_ENTRY
                 else:
-                    due = quanta[s.level] - s.served + s.run_start - held
+                    due = s.due(quanta) - held
                     if due <= key:
                         if i:
                             del g[:i]
@@ -119,17 +118,13 @@ class DueTimes:
             a = r.aux
             L = a.level
             if a.value is None or L == last:
-                if a.stamp & 1:
-                    a.stamp += 1
+                a.drop_entry()
                 continue
-            done, s3 = a.served, a.run_start
-            if a.frozen >= 0:             # its run closed at its last step's end; the next opens no earlier than now
-                if s3 == s3:
-                    done = done + (a.last_end - s3)
-                s3 = now
+            # a frozen job's run closed at its last step's end; the next opens no earlier than now
+            due = a.due_from(quanta, now) if a.frozen >= 0 else a.due(quanta)
             stamp = a.stamp
             stamp = a.stamp = stamp + 2 if stamp & 1 else stamp + 1
-            self._enter(quanta[L] - done + s3 - held, stamp, r)
+            self._enter(due - held, stamp, r)
         self.refix = []
 
     def _due(self, end: float) -> tuple[dict, list]:
@@ -163,15 +158,14 @@ class DueTimes:
                     s.stamp += 1
                     s.frozen = NO_ENTRY
                     continue
-                L = s.level
-                if s.served + (end - s.run_start) > quanta[L]:    # (then its due is not past `lim`)
-                    g = down.get(L)
+                if s.exceeds(quanta, end):     # (then its due is not past `lim`)
+                    g = down.get(s.level)
                     if g is None:
-                        down[L] = [e]
+                        down[s.level] = [e]
                     else:
                         g.append(e)
                     continue
-                due = quanta[L] - s.served + s.run_start - held
+                due = s.due(quanta) - held
                 if due > lim:           # a bound below its due (its run restarted): put back at it
                     enter(due, stamp, r)
                 else:
@@ -194,5 +188,5 @@ class DueTimes:
             enter(*e)
         if not self.x:
             return down, []
-        xs = [r for r in self.x if r.aux.level < last and r.aux.served + (end - r.aux.run_start) > quanta[r.aux.level]]
+        xs = [r for r in self.x if r.aux.exceeds(quanta, end)]
         return down, xs
