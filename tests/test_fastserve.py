@@ -275,9 +275,9 @@ def test_levels_kept_in_the_cohort_decide_most_steps_and_match_exact(monkeypatch
 
 @pytest.mark.parametrize("trace", ["overload", "swing"])
 def test_every_job_of_the_last_batch_has_one_due_entry_below_its_due(monkeypatch, trace):
-    """The fast mode finds demotions from a heap of due entries (`MlfqCohort._due`). After every
+    """The fast mode finds demotions from a heap of due entries (`DueHeap.demoted`). After every
     step: each job of the last batch above the last level, unless frozen or run in a freezing step
-    since the heap was last read (`MlfqCohort._settle`), has exactly one live entry, at or below its
+    since the heap was last read (`DueHeap.settle`), has exactly one live entry, at or below its
     due (entries are kept less the freezing steps' time, `held`); a job that sits out or leaves
     keeps its entry only while that still bounds its due (a live entry is one whose stamp its job
     carries, and only odd stamps have one); no entry is kept at the last level, where nothing
@@ -291,8 +291,9 @@ def test_every_job_of_the_last_batch_has_one_due_entry_below_its_due(monkeypatch
         q = kept.q
         last = q.levels - 1
         live = {}
-        assert sorted(kept.heap) == sorted(kept.at) and len(set(kept.heap)) == len(kept.heap)
-        for due, entries in kept.at.items():
+        dues = kept.dues
+        assert sorted(dues.times) == sorted(dues.entries) and len(set(dues.times)) == len(dues.times)
+        for due, entries in dues.entries.items():
             assert entries
             for stamp, r in entries:
                 a = r.aux
@@ -301,12 +302,12 @@ def test_every_job_of_the_last_batch_has_one_due_entry_below_its_due(monkeypatch
                     live[r.idx] = due
         for r in list(kept.sim.running) + list(q.items):
             assert (r.aux.stamp % 2 == 1) == (r.idx in live)
-        pending = {r.idx for r in kept.refix}   # ran in freezing steps: entries made when the heap is read
+        pending = {r.idx for r in dues.unsettled}   # ran in freezing steps: entries made when the heap is read
         for L, jobs in enumerate(kept.lv):
             for r in jobs:
                 a = r.aux
                 if L < last and a.frozen < 0 and r.idx not in pending:
-                    assert live[r.idx] + kept.held <= q.quanta[L] - a.served + a.run_start + MARGIN
+                    assert live[r.idx] + dues.held <= q.quanta[L] - a.served + a.run_start + MARGIN
                     checked["jobs"] += 1
         checked["steps"] += 1
 

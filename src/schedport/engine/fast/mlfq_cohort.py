@@ -51,7 +51,7 @@ import math
 from bisect import bisect_left
 from itertools import chain, islice
 
-from schedport.engine.fast.mlfq_due import MARGIN, DueTimes
+from schedport.engine.fast.mlfq_due import MARGIN, DueHeap
 from schedport.engine.policies.mlfq_job import FROZEN, NO_ENTRY, THAWED
 from schedport.engine.fast.mlfq_walk import ACT_PREEMPT, ACT_RUN, BY_KEY, GiveWay, Walk
 from schedport.engine.policies.policy import Plan
@@ -59,11 +59,11 @@ from schedport.engine.policies.queues import Queue
 from schedport.engine.core.simulator import RUNNING, Request
 
 
-class MlfqCohort(DueTimes):
+class MlfqCohort:
     """The lazy MLFQ state of one fast-mode run (module docstring)."""
 
-    __slots__ = ("q", "sim", "lv", "vk", "lo", "hi", "sign", "last_end", "heap", "at", "others", "items_prev", "x",
-                 "explicit", "frz", "thawing", "ran", "ran_b", "ran_out", "frz_items", "held", "refix")
+    __slots__ = ("q", "sim", "lv", "vk", "lo", "hi", "sign", "last_end", "dues", "others", "items_prev", "x",
+                 "explicit", "frz", "thawing", "ran", "ran_b", "ran_out", "frz_items")
 
     def __init__(self, q):
         self.q = q
@@ -75,10 +75,7 @@ class MlfqCohort(DueTimes):
         self.hi = [0] * n
         self.sign = 1
         self.last_end = -math.inf
-        self.heap: list[float] = []     # due times (less held) of B's jobs, each once (`fast.mlfq_due`)
-        self.at: dict[float, list] = {}     # the entries at each: (stamp, request)
-        self.held = 0.0                 # the freezing steps' summed durations: the heap's time is wall time less this
-        self.refix: list[Request] = []  # the jobs that ran in freezing steps since the heap was last read
+        self.dues = DueHeap(q.quanta)   # B's jobs' due times (`fast.mlfq_due`)
         self.others: list[Request] = []         # running jobs outside B (parked), by key
         self.items_prev: list[Request] = []     # last step's items (B's jobs outside the cohort)
         self.x: list[Request] = []      # jobs outside B this step's batch took, in rank order
@@ -137,7 +134,7 @@ class MlfqCohort(DueTimes):
         for L in range(self.q.levels):
             if self.lv[L]:
                 self._write_out(self.level_order(L))
-        self._drop_all()
+        self.dues.clear()
         self.others = []
         self.frz, self.thawing, self.frz_items, self.ran = [], [], [], None
         self.explicit = True
@@ -158,7 +155,7 @@ class MlfqCohort(DueTimes):
                 a.value = r.key = i
                 if a.run_start != a.run_start:
                     a.run_start = end        # demoted: its next run starts with the next step
-                self._push_due(r)
+                self.dues.push(r)
             self.lv[L] = rs
             self.vk[L] = list(range(len(rs)))
             self.lo[L], self.hi[L] = 0, len(rs) - 1
@@ -496,7 +493,7 @@ class MlfqCohort(DueTimes):
         to the front of its level (the next one if demoted), ahead of the frozen jobs; the order does
         not flip. B's jobs that ran lead their levels' rank order (`_freeze`), so each level's are
         cut off together, and each level's pushes go in as one block. Every job that ran gets its
-        due entry when the heap is next read (`DueTimes._settle`)."""
+        due entry when the heap is next read (`DueHeap.settle`)."""
         q = self.q
         lv, vk, lo, hi = self.lv, self.vk, self.lo, self.hi
         ran = self.ran
@@ -544,7 +541,7 @@ class MlfqCohort(DueTimes):
                 for r in rs:
                     v += 1
                     r.aux.value = r.key = v
-        self.refix += ran               # (their due entries are made when the heap is next read: `_settle`)
+        self.dues.unsettled += ran      # (their due entries are made when the heap is next read: `settle`)
         self.ran = None
         self.x = []
 
@@ -563,14 +560,14 @@ class MlfqCohort(DueTimes):
                     s.run_start = start
                     s.frozen = THAWED
                     if f == NO_ENTRY:
-                        self._push_due(r)
+                        self.dues.push(r)
             self.thawing = []
 
     def _advance(self, end: float, demoted: tuple[dict, list]) -> None:
         """One step's front pushes and demotions: each level's batch reversed, newcomers `x` at the
         front, jobs demoted into a level behind its batch (in batch order: B's, then newcomers)."""
         x = self.x
-        down, xs = demoted              # (`_due`: B's by the level they leave, as due entries; newcomers)
+        down, xs = demoted              # (`DueHeap.demoted`: B's by the level they leave, as due entries; newcomers)
         if not x and not down:          # (then no newcomer is demoted either) the order flips, no more
             self.sign = -self.sign
             return
@@ -616,7 +613,7 @@ class MlfqCohort(DueTimes):
                 d.append(r)
                 vk[L].append(v)
             a.value = r.key = v
-            self._push_due(r)
+            self.dues.push(r)
         for L, rs in moved.items():     # behind B's jobs of the next level
             L += 1
             d, k = lv[L], vk[L]
@@ -639,11 +636,11 @@ class MlfqCohort(DueTimes):
             for r in reversed(rs):
                 v += step
                 a = r.aux
-                fresh = a.value is None  # a newcomer (B's demoted jobs had their entries moved in `_due`)
+                fresh = a.value is None  # a newcomer (B's demoted jobs had their entries moved in `demoted`)
                 a.demote(end)               # (from L - 1) its next run starts with the next step
                 a.value = r.key = v
                 if fresh:
-                    self._push_due(r)
+                    self.dues.push(r)
             if L > q.deepest:
                 q.deepest = L
         self.x = []
@@ -655,12 +652,12 @@ class MlfqCohort(DueTimes):
         # (no member leaves the cohort until the next plan)
         if self.ran is not None:
             self.items_prev = [r for r in self.ran_out if r.sync < 0] + self.frz_items
-            self.held += end - start    # the heap's time stands still (`_settle`)
+            self.dues.held += end - start   # the heap's time stands still (`DueHeap.settle`)
             self.last_end = end
             self._advance_frozen(end)   # (never a starvation check: `_may_freeze`)
             return
         self.items_prev = [r for r, _ in plan.items if r.sync < 0] if plan.items else []
-        demoted = self._due(end)
+        demoted = self.dues.demoted(end, self.x, self.last_end)
         self.last_end = end
         if q.starvation_check_due():
             q.promote_starved(self._batch_ids(), start)
@@ -680,12 +677,13 @@ class MlfqCohort(DueTimes):
         q = self.q
         ends_l = ends[:k].tolist()
         self._start_runs(float(starts[0]))
-        self._advance(ends_l[0], self._due(ends_l[0]))
+        dues = self.dues
+        self._advance(ends_l[0], dues.demoted(ends_l[0], self.x, self.last_end))
         j = 0
-        heap = self.heap
-        held = self.held                # (no freezing step inside the run)
+        heap = dues.times
+        held = dues.held                # (no freezing step inside the run)
         while True:
-            self._top_due()
+            dues.top(self.last_end)
             if not heap:
                 break
             nxt = bisect_left(ends_l, heap[0] + held - MARGIN, j + 1)   # the first step that may see it
@@ -693,12 +691,12 @@ class MlfqCohort(DueTimes):
                 break
             if (nxt - j - 1) % 2:
                 self.sign = -self.sign
-            self._advance(ends_l[nxt], self._due(ends_l[nxt]))
+            self._advance(ends_l[nxt], dues.demoted(ends_l[nxt], self.x, self.last_end))
             j = nxt
         if (k - 2 - j) % 2:
             self.sign = -self.sign
         end = ends_l[k - 1]
-        demoted = self._due(end)
+        demoted = dues.demoted(end, self.x, self.last_end)
         if q.starvation_check_due():
             q.promote_starved(self._batch_ids(), float(starts[k - 1]))
             self.others.sort(key=BY_KEY)
@@ -715,9 +713,9 @@ class MlfqCohort(DueTimes):
         k = q.every - self.sim.iterations % q.every
         if not self.others and not len(q):
             return k, None
-        heap = self.heap
-        self._top_due()
-        t = heap[0] + self.held if heap else math.inf
+        dues = self.dues
+        dues.top(self.last_end)
+        t = dues.times[0] + dues.held if dues.times else math.inf
         last = q.levels - 1
         thaw = [r for r in self.thawing if r.aux.frozen >= 0] if self.thawing else ()
         for r in chain(self.x, thaw):
