@@ -286,9 +286,9 @@ def test_every_job_of_the_last_batch_has_one_due_entry_below_its_due(monkeypatch
     checked = {"steps": 0, "jobs": 0}
 
     def check(kept):
-        if kept.explicit:
+        if kept.written_out:
             return
-        q = kept.q
+        q = kept.mlfq
         last = q.levels - 1
         live = {}
         dues = kept.dues
@@ -303,7 +303,7 @@ def test_every_job_of_the_last_batch_has_one_due_entry_below_its_due(monkeypatch
         for r in list(kept.sim.running) + list(q.items):
             assert (r.aux.stamp % 2 == 1) == (r.idx in live)
         pending = {r.idx for r in dues.unsettled}   # ran in freezing steps: entries made when the heap is read
-        for L, jobs in enumerate(kept.lv):
+        for L, jobs in enumerate(kept.by_level):
             for r in jobs:
                 a = r.aux
                 if L < last and a.frozen < 0 and r.idx not in pending:
@@ -358,7 +358,7 @@ def test_a_batch_that_sits_out_for_a_long_prefill_freezes_and_matches_exact(monk
         return plan
 
     def start_runs(self, start):
-        for r in self.thawing:
+        for r in self.freezing.thawing:
             seen["thawed"] += r.aux.frozen >= 0
             seen["kept"] += r.aux.frozen == mc.FROZEN     # its due entry still in the heap
         start0(self, start)

@@ -143,7 +143,7 @@ class SkipJoinMLFQ(SortedEachStep):
 
     def after_step(self, plan, start, end):
         kept = self.levels_kept
-        if kept is not None and not kept.explicit:
+        if kept is not None and not kept.written_out:
             kept.after_step(plan, start, end)
             return
         batch = [r for r, _ in plan.items]
@@ -206,7 +206,7 @@ class SkipJoinMLFQ(SortedEachStep):
         the step that is a starvation check, which `after_fast_forward` then performs.
         """
         kept = self.levels_kept
-        if kept is not None and not kept.explicit:
+        if kept is not None and not kept.written_out:
             return kept.next_decision(plan, now)
         k = self.every - self.sim.iterations % self.every
         t = math.inf
@@ -228,7 +228,7 @@ class SkipJoinMLFQ(SortedEachStep):
         """Account k consecutive steps exactly as k calls of `after_step` would: demotions, the
         front pushes after each step, and a starvation check at the last step."""
         kept = self.levels_kept
-        if kept is not None and not kept.explicit:
+        if kept is not None and not kept.written_out:
             kept.after_fast_forward(plan, starts, ends, k)
             return
         start = float(starts[0])
