@@ -68,8 +68,8 @@ class Freezing:
     def __init__(self):
         self.frozen: list[Request] = []     # B's jobs frozen at the last step (they sat out, the cohort stood still)
         self.thawing: list[Request] = []    # the jobs frozen before this step: those in its batch thaw
-        self.batch: list[Request] | None = None     # a freezing step's batch, in rank order (None: not one)
-        self.leads: list = []               # and (level, how many of B's jobs lead it) in that batch
+        self.batch: list[Request] | None = None  # a freezing step's batch, in rank order (None: not one)
+        self.leads: list = []           # and (level, how many of B's jobs lead it) in that batch
         self.items: list[Request] = []      # and its items outside the cohort
         self.outside: list[Request] = []    # the frozen jobs outside the cohort
 
@@ -96,15 +96,15 @@ class MlfqCohort:
         self.mlfq = q                   # the `SkipJoinMLFQ` whose state this keeps
         self.sim = q.sim
         n = q.levels
-        self.by_level: list[list[Request]] = [[] for _ in range(n)]     # B's jobs by level, by value ascending
-        self.values: list[list[int]] = [[] for _ in range(n)]   # their values, to find a job by bisection
+        self.by_level: list[list[Request]] = [[] for _ in range(n)]  # B's jobs by level, by value ascending
+        self.values: list[list[int]] = [[] for _ in range(n)]  # their values, to find a job by bisection
         self.low = [0] * n              # each level's lowest value given (the next front push goes below)
         self.high = [0] * n             # and highest
         self.sign = 1                   # each level's rank order is ascending sign * value
         self.last_end = -math.inf       # the last step's end
         self.dues = DueHeap(q.quanta)   # B's jobs' due times (`fast.mlfq_due`)
         self.parked: list[Request] = []     # running jobs outside B, by key
-        self.last_items: list[Request] = []     # last step's items (B's jobs outside the cohort)
+        self.last_items: list[Request] = []  # last step's items (B's jobs outside the cohort)
         self.joined: list[Request] = []     # jobs outside B this step's batch took, in rank order
         self.written_out = False        # the full pass decides this step, on written-out state
         self.freezing = Freezing()
@@ -384,7 +384,7 @@ class MlfqCohort:
         reached was short of a block, the host not full) and the step is no starvation check."""
         if w.cut is None or w.shorted or w.host_full or w.sat_out:
             return False
-        n_b = len(self.sim.running) - len(self.parked)     # (every running job is in B or parked)
+        n_b = len(self.sim.running) - len(self.parked)  # (every running job is in B or parked)
         return 2 * w.n_sitters() > n_b and (self.sim.iterations + 1) % self.mlfq.every
 
     def _freeze(self, sched, now: float, w: "Walk") -> Plan:
@@ -410,7 +410,7 @@ class MlfqCohort:
         fz = self.freezing
         frz = fz.thawing                # the jobs frozen before this step (`Freezing.thaw_next`): some thaw in it
         at_low = self.sign > 0
-        for L in range(L0, self.mlfq.deepest + 1):     # (no job is below the deepest level reached)
+        for L in range(L0, self.mlfq.deepest + 1):  # (no job is below the deepest level reached)
             d = lv[L]
             if not d:
                 continue
@@ -466,7 +466,7 @@ class MlfqCohort:
                 else:                   # (its first `reached` only, in rank order: no copy of the level)
                     order = lv[L][:reached] if at_low else lv[L][:-reached - 1:-1]
                 cut.append((L, len(order)))
-                if not w.outside_by_level.get(L):     # members only: made exact, given their next blocks, items
+                if not w.outside_by_level.get(L):  # members only: made exact, given their next blocks, items
                     sim.serve_alone(order, items)
                 else:
                     alone = []
@@ -653,8 +653,8 @@ class MlfqCohort:
             for r in reversed(rs):
                 v += step
                 a = r.aux
-                fresh = a.value is None  # a newcomer (B's demoted jobs had their entries moved in `demoted`)
-                a.demote(end)               # (from L - 1) its next run starts with the next step
+                fresh = a.value is None     # a newcomer (B's demoted jobs had their entries moved in `demoted`)
+                a.demote(end)           # (from L - 1) its next run starts with the next step
                 a.value = r.key = v
                 if fresh:
                     self.dues.push(r)
@@ -678,7 +678,7 @@ class MlfqCohort:
         self.last_end = end
         if q.starvation_check_due():
             q.promote_starved(self._batch_ids(), start)
-            self.parked.sort(key=BY_KEY)          # promoted parked jobs have new keys
+            self.parked.sort(key=BY_KEY)    # promoted parked jobs have new keys
         self._advance(end, demoted)
 
     def _batch_ids(self) -> set:

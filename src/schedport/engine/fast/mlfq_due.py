@@ -45,7 +45,7 @@ class DueHeap:
         self.quanta = quanta            # the levels' quanta (`SkipJoinMLFQ.quanta`)
         self.last = len(quanta) - 1     # the last level, where nothing is demoted (no entry kept)
         self.times: list[float] = []    # a heap of due times (less `held`), each once
-        self.entries: dict[float, list] = {}    # the entries at each time: (stamp, request)
+        self.entries: dict[float, list] = {}  # the entries at each time: (stamp, request)
         self.held = 0.0                 # the freezing steps' summed durations: the heap's time is wall time less this
         self.unsettled: list[Request] = []  # the jobs that ran in freezing steps since the heap was last read
 
@@ -170,7 +170,7 @@ class DueHeap:
                     s.stamp += 1
                     s.frozen = NO_ENTRY
                     continue
-                if s.exceeds(quanta, end):     # (then its due is not past `lim`)
+                if s.exceeds(quanta, end):  # (then its due is not past `lim`)
                     g = down.get(s.level)
                     if g is None:
                         down[s.level] = [e]

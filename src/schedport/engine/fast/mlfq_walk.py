@@ -64,7 +64,7 @@ class Walk:
         self.waiting = waiting          # waiting jobs, by key
         self.clock = sim.decode_clock
         self.watermark = mode.watermark_blocks
-        self.outside_by_level: dict[int, list] = {}     # B's jobs outside the cohort, by level
+        self.outside_by_level: dict[int, list] = {}  # B's jobs outside the cohort, by level
         for r in kept.last_items:
             if r.phase == RUNNING and r.sync < 0 and r.aux.value is not None:
                 self.outside_by_level.setdefault(r.aux.level, []).append(r)
@@ -82,7 +82,7 @@ class Walk:
         self.reached_at = 0             # the position reached in the current level's order
         # free blocks: a lower bound (every member's new block taken first), or where that leaves too
         # few (`tight`), the exact count, every member visited and given its block in rank order
-        self.crossing = sim.cohort_buckets[(-self.clock) % self.block_size]   # members needing a new block
+        self.crossing = sim.cohort_buckets[(-self.clock) % self.block_size]  # members needing a new block
         self.free = sim.cache.free - self.crossing
         self.tight = self.free < 0
         if self.tight:
@@ -92,11 +92,11 @@ class Walk:
         self.freed = 0                  # blocks freed by victims
         self.lost = 0                   # members that needed a block and will not take one (preempted, short)
         self.uncounted_levels: list = []    # levels whose members were all reached, not yet counted
-        self.uncounted_runs: list = []  # (order, a, b): members order[a:b] reached, not yet counted
-        self.host_room = sim.host_blocks - sim.host_used    # host blocks free for swaps
+        self.uncounted_runs: list = []      # (order, a, b): members order[a:b] reached, not yet counted
+        self.host_room = sim.host_blocks - sim.host_used  # host blocks free for swaps
         self.host_full = self.preempted = False
         self.shorted = False            # a running job reached found no block (`short`)
-        self.victim_rank = self.victim = None   # the best-ranked job preempted so far: its rank, itself
+        self.victim_rank = self.victim = None  # the best-ranked job preempted so far: its rank, itself
 
     def order_of(self, L: int) -> list:
         """B's jobs of level L in rank order (made once a step, less the victims taken off its end)."""
@@ -142,7 +142,7 @@ class Walk:
                     if c is None or w.key < ck:
                         c, ck = w, w.key
                 if self.victim_rank is not None and (c is None or self.victim_rank < ck):
-                    c, ck = self.victim, self.victim_rank      # the best-ranked victim, waiting again where it ranked
+                    c, ck = self.victim, self.victim_rank  # the best-ranked victim, waiting again where it ranked
             top = ck[0] if c is not None else nlev - 1
             victim = self.victim
             while L <= top:
@@ -183,7 +183,7 @@ class Walk:
             its = self.outside_by_level.get(L)
             if its:
                 return self.level_items(L, its)
-            m = len(self.by_level[L])         # members only: counted
+            m = len(self.by_level[L])   # members only: counted
             t = self.seat(m)
             if t < m:
                 self.cut = (L, t)
@@ -218,7 +218,7 @@ class Walk:
         counted, each of them taken in its place; one by one from where blocks run short or room
         was made (`visit`)."""
         order = self.order_of(L)
-        k = self.kept.values[L]             # the level's values, ascending: its rank order, or reversed
+        k = self.kept.values[L]         # the level's values, ascending: its rank order, or reversed
         if self.kept.sign > 0:
             at = sorted([bisect_left(k, r.key) for r in its])
         else:
@@ -354,7 +354,7 @@ class Walk:
         self.taken += need
         self.budget -= k
         self.selected += 1
-        self.host_room += c.swapped              # its KV comes back from the host
+        self.host_room += c.swapped     # its KV comes back from the host
         self.acts.append((c, k, need, ACT_ADMIT, False))
 
     def make_room(self, need: int, bmin: int, cur: int | None) -> bool:
@@ -371,7 +371,7 @@ class Walk:
         j = self.n_parked - 1
         io = self.next_parked
         low = bmin if cur is None or bmin < cur else cur     # (bmin <= the level count)
-        for L in range(self.kept.mlfq.deepest, -1, -1):   # (no job is below the deepest level reached)
+        for L in range(self.kept.mlfq.deepest, -1, -1):  # (no job is below the deepest level reached)
             while j >= io and others[j].aux.level == L:     # parked jobs rank after B's in a level
                 if freed >= need:
                     break
@@ -444,7 +444,7 @@ class Walk:
             sit.extend(self.order_of(L0)[reached:])
         else:
             L0 -= 1
-        for L in range(L0 + 1, self.kept.mlfq.deepest + 1):     # (no job is below the deepest level reached)
+        for L in range(L0 + 1, self.kept.mlfq.deepest + 1):  # (no job is below the deepest level reached)
             if self.by_level[L]:
                 sit.extend(self.order_of(L))
         return sit

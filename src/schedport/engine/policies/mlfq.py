@@ -217,7 +217,7 @@ class SkipJoinMLFQ(SortedEachStep):
                 s = r.aux
                 lvl = s.level
                 if lvl < self.levels - 1:
-                    due = s.due_at(quanta, now)     # (a run it sat out closed)
+                    due = s.due_at(quanta, now)  # (a run it sat out closed)
                     for m in range(lvl + 1, lw + 1):    # empty from lw on: its next demotion counts
                         due += quanta[m]
                     if due < t:
