@@ -260,7 +260,7 @@ class MlfqCohort:
                 sim.host_full_events += 1
         return plan
 
-    def _readmit_need(self, r: Request, budget: int, d: int) -> int:
+    def readmit_need(self, r: Request, budget: int, d: int) -> int:
         """The blocks a job the walk preempts by swap would need to start again this step."""
         if r.sync >= 0:
             computed, generated = r.pval + d, r.generated + d - r.sync
@@ -385,7 +385,7 @@ class MlfqCohort:
         if w.cut is None or w.shorted or w.host_full or w.sat_out:
             return False
         n_b = len(self.sim.running) - len(self.parked)  # (every running job is in B or parked)
-        return 2 * w.n_sitters() > n_b and (self.sim.iterations + 1) % self.mlfq.every
+        return 2 * w.n_sitters() > n_b and self.mlfq.steps_to_starvation_check() != 1
 
     def _freeze(self, sched, now: float, w: "Walk") -> Plan:
         """A step where most of B sits out (a long prefill ranked first took the budget): the cohort
@@ -727,7 +727,7 @@ class MlfqCohort:
         When every running job is in the batch and nothing waits, a demotion cannot change the next
         batch (every job runs, in any order): it is made inside the run (`after_fast_forward`)."""
         q = self.mlfq
-        k = q.every - self.sim.iterations % q.every
+        k = q.steps_to_starvation_check()
         if not self.parked and not len(q):
             return k, None
         dues = self.dues

@@ -161,7 +161,7 @@ class Walk:
             if c is self.victim:
                 # every running job left ranks before it (the victims were the worst): if it fits
                 # it would start again (the full pass decides), else nothing after it starts
-                if self.kept._readmit_need(c, self.budget, self.clock) <= self.exact_free() - self.watermark:
+                if self.kept.readmit_need(c, self.budget, self.clock) <= self.exact_free() - self.watermark:
                     raise GiveWay
                 return
             if c.phase == RUNNING:

@@ -122,6 +122,10 @@ class SkipJoinMLFQ(SortedEachStep):
         """Is the step just run a starvation check (`prevent_starvation` every `starve_every` iterations)?"""
         return not self.sim.iterations % self.every
 
+    def steps_to_starvation_check(self) -> int:
+        """How many steps from now the next starvation check comes (1: the next step is one)."""
+        return self.every - self.sim.iterations % self.every
+
     def promote_starved(self, batch_ids: set, start: float) -> None:
         """`prevent_starvation`: every job outside the batch idle for `starve_limit_s`, collected
         queue by queue from the top and each pushed to the front of the top queue in turn."""
@@ -208,7 +212,7 @@ class SkipJoinMLFQ(SortedEachStep):
         kept = self.levels_kept
         if kept is not None and not kept.written_out:
             return kept.next_decision(plan, now)
-        k = self.every - self.sim.iterations % self.every
+        k = self.steps_to_starvation_check()
         t = math.inf
         if self.items:
             lw = min(r.aux.level for r in self.items)

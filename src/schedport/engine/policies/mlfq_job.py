@@ -38,7 +38,10 @@ class MLFQJob:
         self.frozen = THAWED
 
     # The rules' arithmetic, each written once: the exact rules (`SkipJoinMLFQ`) and the fast mode
-    # (`schedport.engine.fast`) both call these, so the two cannot drift apart.
+    # (`schedport.engine.fast`) both call these, so the two cannot drift apart. The rules are
+    # LLMServe/FastServe's (`fastserve/scheduler.py`, class `MLFQ`): a job's processing time in its
+    # level is the summed time of the steps it ran in since it joined the level, and past the level's
+    # quantum it moves down one (`pop_finished_requests`).
     def exceeds(self, quanta: list[float], end: float) -> bool:
         """The demotion test of `pop_finished_requests`: above the last level, is its processing
         time in its level at `end` (its open run's time to `end` added) past the level's quantum?"""
