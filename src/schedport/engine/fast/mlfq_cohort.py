@@ -102,7 +102,7 @@ class MlfqCohort:
         self.high = [0] * n             # and highest
         self.sign = 1                   # each level's rank order is ascending sign * value
         self.last_end = -math.inf       # the last step's end
-        self.dues = DueHeap(q.quanta)   # B's jobs' due times (`fast.mlfq_due`)
+        self.dues = DueHeap(q.quanta, q.bounds)     # B's jobs' due times (`fast.mlfq_due`)
         self.parked: list[Request] = []     # running jobs outside B, by key
         self.last_items: list[Request] = []  # last step's items (B's jobs outside the cohort)
         self.joined: list[Request] = []     # jobs outside B this step's batch took, in rank order
@@ -526,11 +526,11 @@ class MlfqCohort:
         # tested exactly (one that passes is within the heap's margin of its due, where the heap
         # would pick it), and the heap, where the frozen jobs' entries stay, is left alone.
         to: dict[int, list] = {}
-        quanta = q.quanta
+        bounds = q.bounds
         for r in ran:
             a = r.aux
-            if a.exceeds(quanta, end):
-                q.demote(a, end)        # its next run starts with the next step
+            if a.exceeds(bounds, end):
+                a.demote(end)           # its next run starts with the next step
             L = a.level
             g = to.get(L)
             if g is None:
@@ -538,6 +538,8 @@ class MlfqCohort:
             else:
                 g.append(r)
         for L, rs in to.items():
+            if L > q.deepest:
+                q.deepest = L
             d, k = lv[L], vk[L]
             if not d:
                 lo[L] = hi[L] = 0

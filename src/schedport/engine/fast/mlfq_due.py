@@ -39,10 +39,11 @@ class DueHeap:
     demotions are found where its jobs are pushed (`MlfqCohort._advance_frozen`): only the few that
     ran can be demoted."""
 
-    __slots__ = ("quanta", "last", "times", "entries", "held", "unsettled")
+    __slots__ = ("quanta", "bounds", "last", "times", "entries", "held", "unsettled")
 
-    def __init__(self, quanta: list[float]):
+    def __init__(self, quanta: list[float], bounds: list[float]):
         self.quanta = quanta            # the levels' quanta (`SkipJoinMLFQ.quanta`)
+        self.bounds = bounds            # and the demotion test's bounds (`SkipJoinMLFQ.bounds`)
         self.last = len(quanta) - 1     # the last level, where nothing is demoted (no entry kept)
         self.times: list[float] = []    # a heap of due times (less `held`), each once
         self.entries: dict[float, list] = {}  # the entries at each time: (stamp, request)
@@ -150,7 +151,7 @@ class DueHeap:
         lim = end + MARGIN - held
         if not newcomers and (not heap or heap[0] > lim):
             return {}, []               # (no entry comes up and no job joined the batch)
-        quanta = self.quanta
+        quanta, bounds = self.quanta, self.bounds
         last = self.last
         at = self.entries
         enter = self.enter
@@ -170,7 +171,7 @@ class DueHeap:
                     s.stamp += 1
                     s.frozen = NO_ENTRY
                     continue
-                if s.exceeds(quanta, end):  # (then its due is not past `lim`)
+                if s.exceeds(bounds, end):  # (then its due is not past `lim`)
                     g = down.get(s.level)
                     if g is None:
                         down[s.level] = [e]
@@ -200,4 +201,4 @@ class DueHeap:
             enter(*e)
         if not newcomers:
             return down, []
-        return down, [r for r in newcomers if r.aux.exceeds(quanta, end)]
+        return down, [r for r in newcomers if r.aux.exceeds(bounds, end)]

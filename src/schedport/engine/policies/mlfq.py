@@ -55,6 +55,7 @@ class SkipJoinMLFQ(SortedEachStep):
         q1 = float(params["q1_s"])
         r = float(params["ratio"])
         self.quanta = [q1 * r ** i for i in range(self.levels)]
+        self.bounds = self.quanta[:-1] + [math.inf]     # the demotion test's (`MLFQJob.exceeds`)
         self.starve = float(params["starve_limit_s"])
         self.every = int(params["starve_every"])
         self.never_run_starves = bool(params["never_run_starves"])
@@ -113,7 +114,7 @@ class SkipJoinMLFQ(SortedEachStep):
         exceeds its level's quantum (and say so)."""
         s.run_from(start)
         s.last_end = end
-        if s.exceeds(self.quanta, end):
+        if s.exceeds(self.bounds, end):
             self.demote(s, math.nan)
             return True
         return False
@@ -237,9 +238,8 @@ class SkipJoinMLFQ(SortedEachStep):
             return
         start = float(starts[0])
         end = float(ends[k - 1])
-        last = self.levels - 1
-        quanta = self.quanta
-        bounds = None
+        bounds = self.bounds
+        steps = None                    # the run's step starts and ends, as lists, once a job is demoted
         order = sorted((r for r, _ in plan.items), key=_KEY_ATTR)
         level0 = {r.idx: r.aux.level for r in order}
         demoted: dict[int, list] = {}         # step index -> jobs demoted at its end
@@ -247,10 +247,10 @@ class SkipJoinMLFQ(SortedEachStep):
             s = r.aux
             s.run_from(start)
             s.last_end = end
-            if s.exceeds(quanta, end):
-                if bounds is None:
-                    bounds = (starts[:k].tolist(), ends[:k].tolist())
-                for j in self._demote_within(s, bounds[0], bounds[1]):
+            if s.exceeds(bounds, end):
+                if steps is None:
+                    steps = (starts[:k].tolist(), ends[:k].tolist())
+                for j in self._demote_within(s, steps[0], steps[1]):
                     demoted.setdefault(j, []).append(r)
         # the batch's order after each step: within a level, the reverse of the step's order
         # (each job was pushed to the front in turn), regrouped by level where jobs were demoted
@@ -281,15 +281,15 @@ class SkipJoinMLFQ(SortedEachStep):
         step that exceeds the quantum is found by bisection; the next level's run starts with
         the following step, as it does when stepping one iteration at a time.
         """
-        quanta = self.quanta
+        bounds = self.bounds
         k = len(ends)
         j = 0
         at = []
-        while s.exceeds(quanta, ends[k - 1]):
+        while s.exceeds(bounds, ends[k - 1]):
             lo, hi = j - 1, k - 1           # the test fails at lo (or lo is before the run), holds at hi
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if s.exceeds(quanta, ends[mid]):
+                if s.exceeds(bounds, ends[mid]):
                     hi = mid
                 else:
                     lo = mid

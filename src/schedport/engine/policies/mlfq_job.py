@@ -42,10 +42,11 @@ class MLFQJob:
     # LLMServe/FastServe's (`fastserve/scheduler.py`, class `MLFQ`): a job's processing time in its
     # level is the summed time of the steps it ran in since it joined the level, and past the level's
     # quantum it moves down one (`pop_finished_requests`).
-    def exceeds(self, quanta: list[float], end: float) -> bool:
-        """The demotion test of `pop_finished_requests`: above the last level, is its processing
-        time in its level at `end` (its open run's time to `end` added) past the level's quantum?"""
-        return self.level < len(quanta) - 1 and self.served + (end - self.run_start) > quanta[self.level]
+    def exceeds(self, bounds: list[float], end: float) -> bool:
+        """The demotion test of `pop_finished_requests`: is its processing time in its level at `end`
+        (its open run's time to `end` added) past the level's bound? `bounds`: `SkipJoinMLFQ.bounds`,
+        the quanta with none (infinity) at the last level, which keeps what reaches it."""
+        return self.served + (end - self.run_start) > bounds[self.level]
 
     def due(self, quanta: list[float]) -> float:
         """When its open run passes its level's quantum: the end of the step that demotes it is the
