@@ -125,20 +125,49 @@ class MlfqCohort:
         del k[i]
         del self.by_level[L][i]
 
-    def _write_out(self, order: list[Request]) -> None:
-        """B's jobs `order` (one level, rank order) leave B: explicit positions, last end, runs."""
-        q = self.mlfq
-        end = self.last_end
-        L = order[0].aux.level
+    def _cut(self, L: int, order: list[Request]) -> None:
+        """Take B's jobs `order` (level L, in its rank order) out of their level: in one cut where
+        they sit side by side (a batch's cut, jobs demoted together), else one by one."""
         o, k = self.by_level[L], self.values[L]
         n = len(order)
         v0, v1 = (order[0].key, order[-1].key) if self.sign > 0 else (order[-1].key, order[0].key)
         i = bisect_left(k, v0)
-        if k[i + n - 1] == v1:          # side by side in their level (the batch's cut): one cut
+        if k[i + n - 1] == v1:
             del o[i:i + n], k[i:i + n]
         else:
             for r in order:
                 self._drop(r)
+
+    def _to_front(self, L: int, rs: list[Request], at_low: bool) -> None:
+        """Push `rs` to the front of level L's kept order, each in turn (the last pushed leads), as
+        `SkipJoinMLFQ.to_front` pushes jobs to the front of their queue: each takes a value past the
+        level's end that is its front, the low end where `at_low`, else the high end."""
+        d, k = self.by_level[L], self.values[L]
+        if not d:
+            self.low[L] = self.high[L] = 0
+        n = len(rs)
+        if at_low:
+            v = self.low[L]
+            self.low[L] = v - n
+            d[0:0] = rs[::-1]
+            k[0:0] = range(v - n, v)
+            for r in rs:
+                v -= 1
+                r.aux.value = r.key = v
+        else:
+            v = self.high[L]
+            self.high[L] = v + n
+            d.extend(rs)
+            k.extend(range(v + 1, v + n + 1))
+            for r in rs:
+                v += 1
+                r.aux.value = r.key = v
+
+    def _write_out(self, order: list[Request]) -> None:
+        """B's jobs `order` (one level, rank order) leave B: explicit positions, last end, runs."""
+        q = self.mlfq
+        end = self.last_end
+        self._cut(order[0].aux.level, order)
         for r in reversed(order):
             a = r.aux
             q.to_front(r)
@@ -512,7 +541,7 @@ class MlfqCohort:
         cut off together, and each level's pushes go in as one block. Every job that ran gets its
         due entry when the heap is next read (`DueHeap.settle`)."""
         q = self.mlfq
-        lv, vk, lo, hi = self.by_level, self.values, self.low, self.high
+        lv, vk = self.by_level, self.values
         ran = self.freezing.batch
         at_low = self.sign > 0          # rank order ascends with the list: the front is its start
         for L, n in self.freezing.leads:
@@ -540,26 +569,7 @@ class MlfqCohort:
         for L, rs in to.items():
             if L > q.deepest:
                 q.deepest = L
-            d, k = lv[L], vk[L]
-            if not d:
-                lo[L] = hi[L] = 0
-            n = len(rs)
-            if at_low:                  # each to the front in turn: the last pushed leads
-                v = lo[L]
-                lo[L] = v - n
-                d[0:0] = rs[::-1]
-                k[0:0] = range(v - n, v)
-                for r in rs:
-                    v -= 1
-                    r.aux.value = r.key = v
-            else:
-                v = hi[L]
-                hi[L] = v + n
-                d.extend(rs)
-                k.extend(range(v + 1, v + n + 1))
-                for r in rs:
-                    v += 1
-                    r.aux.value = r.key = v
+            self._to_front(L, rs, at_low)
         self.dues.unsettled += ran      # (their due entries are made when the heap is next read: `settle`)
         self.freezing.batch = None
         self.joined = []
@@ -593,73 +603,39 @@ class MlfqCohort:
         q = self.mlfq
         sign = self.sign
         moved: dict[int, list] = {}             # old level -> its demoted jobs, in batch order
-        lv, vk, lo, hi = self.by_level, self.values, self.low, self.high
         if down or xs:
             dem = {r.idx for r in xs} if xs else ()
             for L, es in down.items():  # B's: in their level's rank order, out of it
                 rs = moved[L] = [e[1] for e in es]
                 rs.sort(key=BY_KEY, reverse=sign < 0)
-                o, k = lv[L], vk[L]
-                n = len(rs)
-                v0, v1 = (rs[0].key, rs[-1].key) if sign > 0 else (rs[-1].key, rs[0].key)
-                i = bisect_left(k, v0)
-                if k[i + n - 1] == v1:      # side by side in their level (demoted together): one cut
-                    del o[i:i + n], k[i:i + n]
-                else:
-                    for r in rs:
-                        i = bisect_left(k, r.key)
-                        del o[i], k[i]
+                self._cut(L, rs)
             for r in x:
                 if r.idx in dem:
                     moved.setdefault(r.aux.level, []).append(r)
         else:
             dem = ()
         sign = self.sign = -sign
-        for r in x:                     # at the front of their levels, in batch order
-            if r.idx in dem:
-                continue
-            a = r.aux
-            L = a.level
-            d = lv[L]
-            if not d:
-                lo[L] = hi[L] = 0
-            if sign > 0:
-                v = lo[L] = lo[L] - 1
-                d.insert(0, r)
-                vk[L].insert(0, v)
-            else:
-                v = hi[L] = hi[L] + 1
-                d.append(r)
-                vk[L].append(v)
-            a.value = r.key = v
-            self.dues.push(r)
+        if x:                           # at the front of their levels, in batch order
+            fronts: dict[int, list] = {}
+            for r in x:
+                if r.idx not in dem:
+                    fronts.setdefault(r.aux.level, []).append(r)
+            for L, rs in fronts.items():
+                self._to_front(L, rs, sign > 0)
+            for r in x:
+                if r.idx not in dem:
+                    self.dues.push(r)
         for L, rs in moved.items():     # behind B's jobs of the next level
             L += 1
-            d, k = lv[L], vk[L]
-            if not d:
-                lo[L] = hi[L] = 0
-            n = len(rs)
-            # pushed to the front one by one in batch order: the level's rank order ends with `rs`
-            if sign > 0:
-                v = hi[L]
-                hi[L] = v + n
-                d.extend(reversed(rs))
-                k.extend(range(v + 1, v + n + 1))
-                step = 1
-            else:
-                v = lo[L]
-                lo[L] = v - n
-                d[0:0] = rs
-                k[0:0] = range(v - n, v)
-                step = -1
-            for r in reversed(rs):
-                v += step
-                a = r.aux
-                fresh = a.value is None     # a newcomer (B's demoted jobs had their entries moved in `demoted`)
-                a.demote(end)           # (from L - 1) its next run starts with the next step
-                a.value = r.key = v
-                if fresh:
-                    self.dues.push(r)
+            # pushed to the front one by one in batch order before B's jobs of the level (the batch
+            # ranks level by level), so behind them once the order flipped: the front as it was
+            rs.reverse()
+            fresh = [r for r in rs if r.aux.value is None]  # newcomers (B's had their entries moved in `demoted`)
+            for r in rs:
+                r.aux.demote(end)       # (from L - 1) its next run starts with the next step
+            self._to_front(L, rs, sign < 0)
+            for r in fresh:
+                self.dues.push(r)
             if L > q.deepest:
                 q.deepest = L
         self.joined = []
