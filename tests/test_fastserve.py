@@ -394,3 +394,52 @@ def assert_same_run(ex, a, sim, b):
     for f in ("iterations", "swapped_blocks", "recomputed_tokens", "host_full_events", "stall_recomputes"):
         assert getattr(a, f) == getattr(b, f), f
     assert [(r.aux.level, r.aux.served) for r in sim.requests] == [(r.aux.level, r.aux.served) for r in ex.requests]
+
+
+def test_the_demotion_test_and_the_due_time_agree_and_runs_close_once():
+    """`MLFQJob.exceeds` (the demotion test both modes run) holds exactly past `MLFQJob.due`, away
+    from float rounding at the boundary, never at the last level; a run that goes on is not closed,
+    and one that sat steps out is closed once, its time kept in `served`."""
+    import math
+
+    from schedport.engine.policies.mlfq_job import MLFQJob
+    quanta = [0.01 * 2 ** i for i in range(4)]
+    bounds = quanta[:-1] + [math.inf]
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        level = int(rng.integers(0, 4))
+        s = MLFQJob(level, 1, 0.0)
+        s.served = float(rng.uniform(0, quanta[level]))
+        s.run_start = float(rng.uniform(0, 5))
+        due = s.due(quanta)
+        for end in (due - 1e-9, due + 1e-9):
+            assert s.exceeds(bounds, end) == (end > due and level < 3)
+    s = MLFQJob(1, 1, 0.0)
+    s.run_from(1.0)
+    s.last_end = 1.5
+    s.run_from(1.5)                     # the next step: the run goes on
+    assert s.run_start == 1.0 and s.served == 0.0
+    assert s.due_at(quanta, 1.5) == s.due(quanta) == quanta[1] + 1.0
+    s.last_end = 2.0
+    assert s.due_at(quanta, 3.0) == s.due_from(quanta, 3.0) == quanta[1] - 1.0 + 3.0
+    s.run_from(3.0)                     # it sat a step out: [1.0, 2.0] closes, a run opens at 3.0
+    assert s.served == 1.0 and s.run_start == 3.0
+    s.close_run()
+    s.close_run()                       # (closed once)
+    assert s.served == 1.0 + (2.0 - 3.0) and math.isnan(s.run_start)
+
+
+def test_the_fast_mode_reads_fastserve_only_through_its_public_surface():
+    """FastServe's fast state (`fast/mlfq_*.py`) reaches the policy and the job state only through
+    names without a leading underscore: no `_front`, `_promote_starved`, `_check_due` from outside."""
+    import ast
+
+    import schedport.engine.fast as fast
+    root = Path(fast.__file__).parent
+    private = []
+    for name in ("mlfq_cohort.py", "mlfq_walk.py", "mlfq_due.py"):
+        for node in ast.walk(ast.parse((root / name).read_text())):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                if not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+                    private.append(f"{name}:{node.lineno} .{node.attr}")
+    assert not private, private
