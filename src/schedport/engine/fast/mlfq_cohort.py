@@ -41,8 +41,12 @@ for the fast mode (the decode cohort):
 
 A job leaving B without running (it sat out) gets its explicit position then: a fresh front
 position, which ranks it after every later push and before every older position, as its own
-push at its last step did. `SkipJoinMLFQ` uses this in fast mode only; `--exact` runs the rules
-as written, and the two agree bit for bit.
+push at its last step did (`SkipJoinMLFQ.to_front`). `SkipJoinMLFQ` uses this in fast mode only;
+`--exact` runs the rules as written, and the two agree bit for bit. The rules' arithmetic is
+written once for both: the due time, the demotion test and closing a run are `MLFQJob`'s, the front
+push and the starvation check `SkipJoinMLFQ`'s public surface. `MlfqCohort` holds the last batch's
+order level by level, and two parts: its due times (`dues`, a `DueHeap`) and the freezing steps'
+state (`freezing`, a `Freezing`).
 """
 
 from __future__ import annotations
