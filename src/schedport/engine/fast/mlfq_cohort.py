@@ -155,15 +155,17 @@ class MlfqCohort:
             self.low[L] = v - n
             d[0:0] = rs[::-1]
             k[0:0] = range(v - n, v)
-            vs = range(v - 1, v - n - 1, -1)
+            for r in rs:
+                v -= 1
+                r.aux.value = r.key = v
         else:
             v = self.high[L]
             self.high[L] = v + n
             d.extend(rs)
-            vs = range(v + 1, v + n + 1)
-            k.extend(vs)
-        for r, v in zip(rs, vs):
-            r.aux.value = r.key = v
+            k.extend(range(v + 1, v + n + 1))
+            for r in rs:
+                v += 1
+                r.aux.value = r.key = v
 
     def _write_out(self, order: list[Request]) -> None:
         """B's jobs `order` (one level, rank order) leave B: explicit positions, last end, runs."""
@@ -618,26 +620,21 @@ class MlfqCohort:
             dem = ()
         sign = self.sign = -sign
         if x:                           # at the front of their levels, in batch order
-            stay = [r for r in x if r.idx not in dem] if dem else x
             fronts: dict[int, list] = {}
-            for r in stay:
-                L = r.aux.level
-                g = fronts.get(L)
-                if g is None:
-                    fronts[L] = [r]
-                else:
-                    g.append(r)
+            for r in x:
+                if r.idx not in dem:
+                    fronts.setdefault(r.aux.level, []).append(r)
             for L, rs in fronts.items():
                 self._to_front(L, rs, sign > 0)
-            for r in stay:
-                self.dues.push(r)
+            for r in x:
+                if r.idx not in dem:
+                    self.dues.push(r)
         for L, rs in moved.items():     # behind B's jobs of the next level
             L += 1
             # pushed to the front one by one in batch order before B's jobs of the level (the batch
             # ranks level by level), so behind them once the order flipped: the front as it was
             rs.reverse()
-            # newcomers demoted (B's had their entries moved in `demoted`)
-            fresh = [r for r in rs if r.aux.value is None] if xs else ()
+            fresh = [r for r in rs if r.aux.value is None]  # newcomers (B's had their entries moved in `demoted`)
             for r in rs:
                 r.aux.demote(end)       # (from L - 1) its next run starts with the next step
             self._to_front(L, rs, sign < 0)
