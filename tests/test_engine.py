@@ -720,11 +720,11 @@ def test_fastserve_cached_ranking_matches_keys_recomputed_every_step(blocks, seq
 
         def after_step(self, plan, start, end):
             batch = sorted((r for r, _ in plan.items), key=lambda r: self.key(r, start))
-            if self._check_due():
-                self._promote_starved({r.idx for r in batch}, start)
+            if self.starvation_check_due():
+                self.promote_starved({r.idx for r in batch}, start)
             for r in batch:
-                self._run(r.aux, start, end)
-                self._to_front(r, r.aux)
+                self.run_step(r.aux, start, end)
+                self.to_front(r)
             for r in self.sim.running:
                 s = r.aux
                 if r.phase == RUNNING and s.last_end != end and not math.isnan(s.run_start):

@@ -127,7 +127,7 @@ def test_starvation_is_checked_every_starve_every_iterations_and_keeps_processin
     """`prevent_starvation` runs every `starvation_period` iterations, not at every step, and a
     promoted job keeps its processing time (`set_priority(0)` only)."""
     calls = []
-    orig = SkipJoinMLFQ._promote_starved
+    orig = SkipJoinMLFQ.promote_starved
 
     def spy(self, batch_ids, start):
         calls.append((self.sim.iterations, len(self.items)))
@@ -136,12 +136,12 @@ def test_starvation_is_checked_every_starve_every_iterations_and_keeps_processin
     cfg = engine(blocks=64, seqs=4, fastserve={"starve_every": 50, "starve_limit_s": 0.2})
     for exact in (True, False):
         calls.clear()
-        SkipJoinMLFQ._promote_starved = spy
+        SkipJoinMLFQ.promote_starved = spy
         try:
             sim = sim_for(long_prompt_overload(n=120), "fastserve", cfg, exact=exact)
             out = sim.run()
         finally:
-            SkipJoinMLFQ._promote_starved = orig
+            SkipJoinMLFQ.promote_starved = orig
         assert calls and all(it % 50 == 0 for it, _ in calls)
         assert len(calls) == out.iterations // 50
         assert sim.sched.order.promotions > 0
@@ -275,9 +275,9 @@ def test_levels_kept_in_the_cohort_decide_most_steps_and_match_exact(monkeypatch
 
 @pytest.mark.parametrize("trace", ["overload", "swing"])
 def test_every_job_of_the_last_batch_has_one_due_entry_below_its_due(monkeypatch, trace):
-    """The fast mode finds demotions from a heap of due entries (`MlfqCohort._due`). After every
+    """The fast mode finds demotions from a heap of due entries (`DueHeap.demoted`). After every
     step: each job of the last batch above the last level, unless frozen or run in a freezing step
-    since the heap was last read (`MlfqCohort._settle`), has exactly one live entry, at or below its
+    since the heap was last read (`DueHeap.settle`), has exactly one live entry, at or below its
     due (entries are kept less the freezing steps' time, `held`); a job that sits out or leaves
     keeps its entry only while that still bounds its due (a live entry is one whose stamp its job
     carries, and only odd stamps have one); no entry is kept at the last level, where nothing
@@ -286,13 +286,14 @@ def test_every_job_of_the_last_batch_has_one_due_entry_below_its_due(monkeypatch
     checked = {"steps": 0, "jobs": 0}
 
     def check(kept):
-        if kept.explicit:
+        if kept.written_out:
             return
-        q = kept.q
+        q = kept.mlfq
         last = q.levels - 1
         live = {}
-        assert sorted(kept.heap) == sorted(kept.at) and len(set(kept.heap)) == len(kept.heap)
-        for due, entries in kept.at.items():
+        dues = kept.dues
+        assert sorted(dues.times) == sorted(dues.entries) and len(set(dues.times)) == len(dues.times)
+        for due, entries in dues.entries.items():
             assert entries
             for stamp, r in entries:
                 a = r.aux
@@ -301,12 +302,12 @@ def test_every_job_of_the_last_batch_has_one_due_entry_below_its_due(monkeypatch
                     live[r.idx] = due
         for r in list(kept.sim.running) + list(q.items):
             assert (r.aux.stamp % 2 == 1) == (r.idx in live)
-        pending = {r.idx for r in kept.refix}   # ran in freezing steps: entries made when the heap is read
-        for L, jobs in enumerate(kept.lv):
+        pending = {r.idx for r in dues.unsettled}   # ran in freezing steps: entries made when the heap is read
+        for L, jobs in enumerate(kept.by_level):
             for r in jobs:
                 a = r.aux
                 if L < last and a.frozen < 0 and r.idx not in pending:
-                    assert live[r.idx] + kept.held <= q.quanta[L] - a.served + a.run_start + MARGIN
+                    assert live[r.idx] + dues.held <= q.quanta[L] - a.served + a.run_start + MARGIN
                     checked["jobs"] += 1
         checked["steps"] += 1
 
@@ -357,7 +358,7 @@ def test_a_batch_that_sits_out_for_a_long_prefill_freezes_and_matches_exact(monk
         return plan
 
     def start_runs(self, start):
-        for r in self.thawing:
+        for r in self.freezing.thawing:
             seen["thawed"] += r.aux.frozen >= 0
             seen["kept"] += r.aux.frozen == mc.FROZEN     # its due entry still in the heap
         start0(self, start)
@@ -393,3 +394,52 @@ def assert_same_run(ex, a, sim, b):
     for f in ("iterations", "swapped_blocks", "recomputed_tokens", "host_full_events", "stall_recomputes"):
         assert getattr(a, f) == getattr(b, f), f
     assert [(r.aux.level, r.aux.served) for r in sim.requests] == [(r.aux.level, r.aux.served) for r in ex.requests]
+
+
+def test_the_demotion_test_and_the_due_time_agree_and_runs_close_once():
+    """`MLFQJob.exceeds` (the demotion test both modes run) holds exactly past `MLFQJob.due`, away
+    from float rounding at the boundary, never at the last level; a run that goes on is not closed,
+    and one that sat steps out is closed once, its time kept in `served`."""
+    import math
+
+    from schedport.engine.policies.mlfq_job import MLFQJob
+    quanta = [0.01 * 2 ** i for i in range(4)]
+    bounds = quanta[:-1] + [math.inf]
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        level = int(rng.integers(0, 4))
+        s = MLFQJob(level, 1, 0.0)
+        s.served = float(rng.uniform(0, quanta[level]))
+        s.run_start = float(rng.uniform(0, 5))
+        due = s.due(quanta)
+        for end in (due - 1e-9, due + 1e-9):
+            assert s.exceeds(bounds, end) == (end > due and level < 3)
+    s = MLFQJob(1, 1, 0.0)
+    s.run_from(1.0)
+    s.last_end = 1.5
+    s.run_from(1.5)                     # the next step: the run goes on
+    assert s.run_start == 1.0 and s.served == 0.0
+    assert s.due_at(quanta, 1.5) == s.due(quanta) == quanta[1] + 1.0
+    s.last_end = 2.0
+    assert s.due_at(quanta, 3.0) == s.due_from(quanta, 3.0) == quanta[1] - 1.0 + 3.0
+    s.run_from(3.0)                     # it sat a step out: [1.0, 2.0] closes, a run opens at 3.0
+    assert s.served == 1.0 and s.run_start == 3.0
+    s.close_run()
+    s.close_run()                       # (closed once)
+    assert s.served == 1.0 + (2.0 - 3.0) and math.isnan(s.run_start)
+
+
+def test_the_fast_mode_reads_fastserve_only_through_its_public_surface():
+    """FastServe's fast state (`fast/mlfq_*.py`) reaches the policy and the job state only through
+    names without a leading underscore: no `_front`, `_promote_starved`, `_check_due` from outside."""
+    import ast
+
+    import schedport.engine.fast as fast
+    root = Path(fast.__file__).parent
+    private = []
+    for name in ("mlfq_cohort.py", "mlfq_walk.py", "mlfq_due.py"):
+        for node in ast.walk(ast.parse((root / name).read_text())):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                if not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+                    private.append(f"{name}:{node.lineno} .{node.attr}")
+    assert not private, private

@@ -41,8 +41,12 @@ for the fast mode (the decode cohort):
 
 A job leaving B without running (it sat out) gets its explicit position then: a fresh front
 position, which ranks it after every later push and before every older position, as its own
-push at its last step did. `SkipJoinMLFQ` uses this in fast mode only; `--exact` runs the rules
-as written, and the two agree bit for bit.
+push at its last step did (`SkipJoinMLFQ.to_front`). `SkipJoinMLFQ` uses this in fast mode only;
+`--exact` runs the rules as written, and the two agree bit for bit. The rules' arithmetic is
+written once for both: the due time, the demotion test and closing a run are `MLFQJob`'s, the front
+push and the starvation check `SkipJoinMLFQ`'s public surface. `MlfqCohort` holds the last batch's
+order level by level, and two parts: its due times (`dues`, a `DueHeap`) and the freezing steps'
+state (`freezing`, a `Freezing`).
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ import math
 from bisect import bisect_left
 from itertools import chain, islice
 
-from schedport.engine.fast.mlfq_due import MARGIN, DueTimes
+from schedport.engine.fast.mlfq_due import MARGIN, DueHeap
 from schedport.engine.policies.mlfq_job import FROZEN, NO_ENTRY, THAWED
 from schedport.engine.fast.mlfq_walk import ACT_PREEMPT, ACT_RUN, BY_KEY, GiveWay, Walk
 from schedport.engine.policies.policy import Plan
@@ -59,73 +63,118 @@ from schedport.engine.policies.queues import Queue
 from schedport.engine.core.simulator import RUNNING, Request
 
 
-class MlfqCohort(DueTimes):
+class Freezing:
+    """The freezing steps' part of `MlfqCohort` (`MlfqCohort._freeze`): which of B's jobs sit out
+    frozen, and what a freezing step ran, for its front pushes after the step (`_advance_frozen`)."""
+
+    __slots__ = ("frozen", "thawing", "batch", "leads", "items", "outside")
+
+    def __init__(self):
+        self.frozen: list[Request] = []     # B's jobs frozen at the last step (they sat out, the cohort stood still)
+        self.thawing: list[Request] = []    # the jobs frozen before this step: those in its batch thaw
+        self.batch: list[Request] | None = None  # a freezing step's batch, in rank order (None: not one)
+        self.leads: list = []           # and (level, how many of B's jobs lead it) in that batch
+        self.items: list[Request] = []      # and its items outside the cohort
+        self.outside: list[Request] = []    # the frozen jobs outside the cohort
+
+    def thaw_next(self) -> None:
+        """The jobs frozen at the last step thaw at this one if its batch takes them
+        (`MlfqCohort._start_runs`); a step that freezes again says which (`MlfqCohort._freeze`)."""
+        self.thawing = self.frozen
+        self.frozen = []
+
+
+class MlfqCohort:
     """The lazy MLFQ state of one fast-mode run (module docstring)."""
 
-    __slots__ = ("q", "sim", "lv", "vk", "lo", "hi", "sign", "last_end", "heap", "at", "others", "items_prev", "x",
-                 "explicit", "frz", "thawing", "ran", "ran_b", "ran_out", "frz_items", "held", "refix")
+    __slots__ = (
+        "mlfq", "sim",
+        # the last batch B, level by level: its jobs and their values (rank order: ascending sign * value)
+        "by_level", "values", "low", "high", "sign", "last_end",
+        "dues",                         # B's due times (`DueHeap`)
+        # the jobs outside B, and those this step takes into it
+        "parked", "last_items", "joined",
+        "written_out", "freezing")
 
     def __init__(self, q):
-        self.q = q
+        self.mlfq = q                   # the `SkipJoinMLFQ` whose state this keeps
         self.sim = q.sim
         n = q.levels
-        self.lv: list[list[Request]] = [[] for _ in range(n)]   # B by level, by value ascending
-        self.vk: list[list[int]] = [[] for _ in range(n)]       # their values, to find a job by bisection
-        self.lo = [0] * n
-        self.hi = [0] * n
-        self.sign = 1
-        self.last_end = -math.inf
-        self.heap: list[float] = []     # due times (less held) of B's jobs, each once (`fast.mlfq_due`)
-        self.at: dict[float, list] = {}     # the entries at each: (stamp, request)
-        self.held = 0.0                 # the freezing steps' summed durations: the heap's time is wall time less this
-        self.refix: list[Request] = []  # the jobs that ran in freezing steps since the heap was last read
-        self.others: list[Request] = []         # running jobs outside B (parked), by key
-        self.items_prev: list[Request] = []     # last step's items (B's jobs outside the cohort)
-        self.x: list[Request] = []      # jobs outside B this step's batch took, in rank order
-        self.explicit = False           # the full pass decides this step, on written-out state
-        self.frz: list[Request] = []    # B's jobs frozen at the last step (they sat out, the cohort stood still)
-        self.thawing: list[Request] = []    # the jobs frozen before this step: those in its batch thaw
-        self.ran: list[Request] | None = None   # a freezing step's batch, in rank order
-        self.ran_b: list = []           # and how many of B's jobs lead each level in it
-        self.ran_out: list[Request] = []    # and its items outside the cohort
-        self.frz_items: list[Request] = []  # the frozen jobs outside the cohort
+        self.by_level: list[list[Request]] = [[] for _ in range(n)]  # B's jobs by level, by value ascending
+        self.values: list[list[int]] = [[] for _ in range(n)]  # their values, to find a job by bisection
+        self.low = [0] * n              # each level's lowest value given (the next front push goes below)
+        self.high = [0] * n             # and highest
+        self.sign = 1                   # each level's rank order is ascending sign * value
+        self.last_end = -math.inf       # the last step's end
+        self.dues = DueHeap(q.quanta, q.bounds)     # B's jobs' due times (`fast.mlfq_due`)
+        self.parked: list[Request] = []     # running jobs outside B, by key
+        self.last_items: list[Request] = []  # last step's items (B's jobs outside the cohort)
+        self.joined: list[Request] = []     # jobs outside B this step's batch took, in rank order
+        self.written_out = False        # the full pass decides this step, on written-out state
+        self.freezing = Freezing()
         if getattr(q.cohort_changed, "__func__", None) is Queue.cohort_changed:
             self.sim.listen_cohort(None)    # nothing listens to cohort joins and leaves
 
     # ------------------------------------------------------------------ B's upkeep
     def level_order(self, L: int) -> list[Request]:
         """B's jobs of level L in rank order."""
-        o = self.lv[L]
+        o = self.by_level[L]
         return o[:] if self.sign > 0 else o[::-1]
 
     def _drop(self, r: Request) -> None:
         """Take B's job `r` out of its level (its value, in `key`, places it)."""
         L = r.aux.level
-        k = self.vk[L]
+        k = self.values[L]
         i = bisect_left(k, r.key)
         del k[i]
-        del self.lv[L][i]
+        del self.by_level[L][i]
 
-    def _write_out(self, order: list[Request]) -> None:
-        """B's jobs `order` (one level, rank order) leave B: explicit positions, last end, runs."""
-        q = self.q
-        end = self.last_end
-        L = order[0].aux.level
-        o, k = self.lv[L], self.vk[L]
+    def _cut(self, L: int, order: list[Request]) -> None:
+        """Take B's jobs `order` (level L, in its rank order) out of their level: in one cut where
+        they sit side by side (a batch's cut, jobs demoted together), else one by one."""
+        o, k = self.by_level[L], self.values[L]
         n = len(order)
         v0, v1 = (order[0].key, order[-1].key) if self.sign > 0 else (order[-1].key, order[0].key)
         i = bisect_left(k, v0)
-        if k[i + n - 1] == v1:          # side by side in their level (the batch's cut): one cut
+        if k[i + n - 1] == v1:
             del o[i:i + n], k[i:i + n]
         else:
             for r in order:
                 self._drop(r)
-        front = q._front
+
+    def _to_front(self, L: int, rs: list[Request], at_low: bool) -> None:
+        """Push `rs` to the front of level L's kept order, each in turn (the last pushed leads), as
+        `SkipJoinMLFQ.to_front` pushes jobs to the front of their queue: each takes a value past the
+        level's end that is its front, the low end where `at_low`, else the high end."""
+        d, k = self.by_level[L], self.values[L]
+        if not d:
+            self.low[L] = self.high[L] = 0
+        n = len(rs)
+        if at_low:
+            v = self.low[L]
+            self.low[L] = v - n
+            d[0:0] = rs[::-1]
+            k[0:0] = range(v - n, v)
+            for r in rs:
+                v -= 1
+                r.aux.value = r.key = v
+        else:
+            v = self.high[L]
+            self.high[L] = v + n
+            d.extend(rs)
+            k.extend(range(v + 1, v + n + 1))
+            for r in rs:
+                v += 1
+                r.aux.value = r.key = v
+
+    def _write_out(self, order: list[Request]) -> None:
+        """B's jobs `order` (one level, rank order) leave B: explicit positions, last end, runs."""
+        q = self.mlfq
+        end = self.last_end
+        self._cut(order[0].aux.level, order)
         for r in reversed(order):
             a = r.aux
-            front += 1
-            a.pos = -front
-            r.key = (L, -front, r.idx)
+            q.to_front(r)
             if a.frozen < 0:
                 a.last_end = end
                 if a.run_start == end:  # demoted at its last step: no run open yet
@@ -133,22 +182,21 @@ class MlfqCohort(DueTimes):
             else:
                 a.frozen = THAWED       # frozen: its last end and run were written when it froze
             a.value = None              # (its due entry stays: a bound below its due when it rejoins)
-        q._front = front
 
     def materialize(self) -> None:
         """Write every B job's state out, as `SkipJoinMLFQ.after_step` would have kept it, for the
         full pass; `rebuild` takes it up again after the step."""
-        for L in range(self.q.levels):
-            if self.lv[L]:
+        for L in range(self.mlfq.levels):
+            if self.by_level[L]:
                 self._write_out(self.level_order(L))
-        self._drop_all()
-        self.others = []
-        self.frz, self.thawing, self.frz_items, self.ran = [], [], [], None
-        self.explicit = True
+        self.dues.clear()
+        self.parked = []
+        self.freezing = Freezing()
+        self.written_out = True
 
     def rebuild(self, batch: list[Request], end: float) -> None:
         """After a step run on explicit state: its batch is B, in the positions it was given."""
-        self.explicit = False
+        self.written_out = False
         self.last_end = end
         self.sign = 1
         by = {}
@@ -162,24 +210,24 @@ class MlfqCohort(DueTimes):
                 a.value = r.key = i
                 if a.run_start != a.run_start:
                     a.run_start = end        # demoted: its next run starts with the next step
-                self._push_due(r)
-            self.lv[L] = rs
-            self.vk[L] = list(range(len(rs)))
-            self.lo[L], self.hi[L] = 0, len(rs) - 1
-        self.others = sorted((r for r in self.sim.running if r.aux.value is None), key=BY_KEY)
-        self.items_prev = list(batch)
-        self.x = []
+                self.dues.push(r)
+            self.by_level[L] = rs
+            self.values[L] = list(range(len(rs)))
+            self.low[L], self.high[L] = 0, len(rs) - 1
+        self.parked = sorted((r for r in self.sim.running if r.aux.value is None), key=BY_KEY)
+        self.last_items = list(batch)
+        self.joined = []
 
     def resume(self) -> None:
         """Take the lazy state up again after a step on written-out state that ran nothing (it only
         preempted): no job ran last, so B is empty and every running job is parked, out of the
         cohort the engine rebuilt."""
-        if self.explicit:
-            self.explicit = False
+        if self.written_out:
+            self.written_out = False
             self.sim.sync_all()
-            self.others = sorted(self.sim.running, key=BY_KEY)
-            self.items_prev = []
-            self.x = []
+            self.parked = sorted(self.sim.running, key=BY_KEY)
+            self.last_items = []
+            self.joined = []
 
     def left(self, r: Request) -> None:
         """A job finished (or was preempted on written-out state): it leaves B or the parked set."""
@@ -193,7 +241,7 @@ class MlfqCohort(DueTimes):
     def _unpark_all(self, rs: list[Request]) -> None:
         """The parked jobs `rs` (in rank order) leave the parked set: where they are its first ones,
         as when the walk took every parked job it reached, in one cut."""
-        o = self.others
+        o = self.parked
         n = len(rs)
         if o[:n] == rs:                 # (the same jobs: a request compares by identity)
             del o[:n]
@@ -203,7 +251,7 @@ class MlfqCohort(DueTimes):
 
     def _unpark(self, r: Request) -> None:
         """`r` leaves the parked jobs, if it is one."""
-        o = self.others
+        o = self.parked
         i = bisect_left(o, r.key, key=BY_KEY)
         if i < len(o) and o[i] is r:
             del o[i]
@@ -215,15 +263,15 @@ class MlfqCohort(DueTimes):
         if not mode.swap:
             return None
         sim = self.sim
-        self.thawing, self.frz = self.frz, []   # (`_thaw_next`)
-        waiting = self.q.ordered(now)
+        self.freezing.thaw_next()
+        waiting = self.mlfq.ordered(now)
         if not waiting:
-            for r in self.others:
+            for r in self.parked:
                 if r.sync >= 0:         # joined by a shortcut that then gave way (`plan_running_bulk`)
                     sim.cohort_leave(r)
         elif gated:
             # a context-stage job is held back while the gate is closed: only the rest can start
-            waiting = self.q.ordered_resumable(now)
+            waiting = self.mlfq.ordered_resumable(now)
         w = Walk(self, mode, waiting)
         try:
             w.run()
@@ -234,8 +282,8 @@ class MlfqCohort(DueTimes):
         if self._may_freeze(w):
             return self._freeze(sched, now, w)
         sit = w.sitters()
-        if w.sat:
-            sit = w.sat + sit
+        if w.sat_out:
+            sit = w.sat_out + sit
         plan = self._apply(sched, now, w.acts, sit, w.preempted)
         if w.host_full:
             plan.host_full = True
@@ -245,7 +293,7 @@ class MlfqCohort(DueTimes):
                 sim.host_full_events += 1
         return plan
 
-    def _readmit_need(self, r: Request, budget: int, d: int) -> int:
+    def readmit_need(self, r: Request, budget: int, d: int) -> int:
         """The blocks a job the walk preempts by swap would need to start again this step."""
         if r.sync >= 0:
             computed, generated = r.pval + d, r.generated + d - r.sync
@@ -268,7 +316,7 @@ class MlfqCohort(DueTimes):
         if sit:
             sim.cohort_leave_all([r for r in sit if r.sync >= 0], hook)
             self._park(sit)
-        x = self.x = []
+        x = self.joined = []
         join = []
         unparked = []
         for r, k, need, act, in_b in acts:
@@ -302,7 +350,7 @@ class MlfqCohort(DueTimes):
     def _park(self, rs: list[Request]) -> None:
         """Jobs just written out of B join the parked ones: their fresh front positions rank them
         before every parked job of their level, so each level's go in as one block."""
-        o = self.others
+        o = self.parked
         new = sorted(rs, key=BY_KEY)
         i, n = 0, len(new)
         while i < n:
@@ -334,7 +382,7 @@ class MlfqCohort(DueTimes):
             self.sim.preempt(r, True)
             plan.preempted += 1
         else:
-            self.q.remove(r)
+            self.mlfq.remove(r)
             sched.admit(r, now)
             self.sim.allocate(r, need)
             plan.admitted += 1
@@ -342,41 +390,35 @@ class MlfqCohort(DueTimes):
     def ran_all(self, plan: Plan) -> None:
         """A step where every running job (and every waiting one the plan admitted) runs: the jobs
         outside B (the parked ones and the admitted) join it."""
-        self._thaw_next()
-        x = self.others
+        self.freezing.thaw_next()
+        x = self.parked
         if plan.admitted:
             seen = {r.idx for r in x}
             x = x + [r for r, _ in plan.items if r.aux.value is None and r.idx not in seen]
             x.sort(key=BY_KEY)
-        self.x = x
-        self.others = []
+        self.joined = x
+        self.parked = []
 
     def over_budget(self, budget: int) -> bool:
         """Do the running jobs' needs exceed the token budget? (Then no shortcut can serve them all,
         and the walk decides without the cohort taking in the parked jobs first.)"""
         tokens = self.sim.cohort_n
-        for r in self.others:
+        for r in self.parked:
             tokens += r.prompt + r.generated - r.computed
-        for r in self.items_prev:
+        for r in self.last_items:
             if r.phase == RUNNING and r.sync < 0 and r.aux.value is not None:
                 tokens += r.prompt + r.generated - r.computed
         return tokens > budget
 
     # ------------------------------------------------------------------ freezing
-    def _thaw_next(self) -> None:
-        """The jobs frozen at the last step thaw at this one if its batch takes them (`_start_runs`);
-        a step that freezes again says which (`_freeze`)."""
-        self.thawing = self.frz
-        self.frz = []
-
     def _may_freeze(self, w: "Walk") -> bool:
         """Can the walk's sitters (B's jobs after its cut) stay in B, frozen, while the cohort stands
         still this step? Where more of B sits out than runs, the batch cut clean (no job of B
         reached was short of a block, the host not full) and the step is no starvation check."""
-        if w.cut is None or w.shorted or w.host_full or w.sat:
+        if w.cut is None or w.shorted or w.host_full or w.sat_out:
             return False
-        n_b = len(self.sim.running) - len(self.others)     # (every running job is in B or parked)
-        return 2 * w.n_sitters() > n_b and (self.sim.iterations + 1) % self.q.every
+        n_b = len(self.sim.running) - len(self.parked)  # (every running job is in B or parked)
+        return 2 * w.n_sitters() > n_b and self.mlfq.steps_to_starvation_check() != 1
 
     def _freeze(self, sched, now: float, w: "Walk") -> Plan:
         """A step where most of B sits out (a long prefill ranked first took the budget): the cohort
@@ -392,15 +434,16 @@ class MlfqCohort(DueTimes):
         sim = self.sim
         sim.host_full_prev = False
         plan = Plan()
-        lv = self.lv
+        lv = self.by_level
         L0, reached = w.cut
         # the sitters not frozen yet: in each level they rank before the frozen ones (a suffix, so
         # a level whose first job is frozen is frozen whole). B's jobs the walk preempted rank last
         # and are written out below: one frozen first is written out alike.
         end = self.last_end
-        frz = self.thawing              # the jobs frozen before this step (`_thaw_next`): some thaw in it
+        fz = self.freezing
+        frz = fz.thawing                # the jobs frozen before this step (`Freezing.thaw_next`): some thaw in it
         at_low = self.sign > 0
-        for L in range(L0, self.q.deepest + 1):     # (no job is below the deepest level reached)
+        for L in range(L0, self.mlfq.deepest + 1):  # (no job is below the deepest level reached)
             d = lv[L]
             if not d:
                 continue
@@ -418,8 +461,8 @@ class MlfqCohort(DueTimes):
                 a.last_end = end           # (one demoted at its last step has a run [end, end]: it adds 0.0)
                 # (its due entry stays: a bound below its due once it thaws, as its run restarts later)
                 frz.append(r)
-        # the frozen jobs outside the cohort (before or now): B's jobs outside it are the walk's `bitems`
-        items_out = [r for its in w.bitems.values() for r in its if r.aux.frozen >= 0] if w.bitems else []
+        # the frozen jobs outside the cohort (before or now): B's jobs outside it are the walk's `outside_by_level`
+        items_out = [r for its in w.outside_by_level.values() for r in its if r.aux.frozen >= 0]
         # the walk's decisions in its order, as `_apply` makes them (B's jobs preempted written out
         # first; a preemption frees host room an admission may take back)
         self._leave_b(w.acts, ())
@@ -440,12 +483,12 @@ class MlfqCohort(DueTimes):
         # the batch in rank order, level by level: B's jobs reached, then the jobs outside B
         items = plan.items
         ran = []
-        cut = self.ran_b = []           # (level, how many of B's lead it in the batch)
-        x = self.x = []
-        out = self.ran_out = []         # the batch's items outside the cohort, in its order
+        cut = fz.leads = []             # (level, how many of B's lead it in the batch)
+        x = self.joined = []
+        out = fz.items = []             # the batch's items outside the cohort, in its order
         j = 0
         n_out = outside_cohort = len(outside)   # the batch's items outside the cohort, counted
-        for L in range(self.q.levels):
+        for L in range(self.mlfq.levels):
             if L > L0 and j == n_out:
                 break
             if L <= L0 and lv[L]:
@@ -456,7 +499,7 @@ class MlfqCohort(DueTimes):
                 else:                   # (its first `reached` only, in rank order: no copy of the level)
                     order = lv[L][:reached] if at_low else lv[L][:-reached - 1:-1]
                 cut.append((L, len(order)))
-                if not w.bitems.get(L):     # members only: made exact, given their next blocks, items
+                if not w.outside_by_level.get(L):  # members only: made exact, given their next blocks, items
                     sim.serve_alone(order, items)
                 else:
                     alone = []
@@ -482,15 +525,15 @@ class MlfqCohort(DueTimes):
                 ran.append(r)
         if j < n_out:
             raise RuntimeError("internal: a frozen step's batch is not in level order")
-        self.ran = ran
+        fz.batch = ran
         # every frozen job sits this step; those the batch took thaw (`_start_runs`)
-        self.thawing = [r for r in ran if r.aux.frozen >= 0]
-        self.frz = frz                  # (those that thaw, or leave B, are passed over later)
+        fz.thawing = [r for r in ran if r.aux.frozen >= 0]
+        fz.frozen = frz                 # (those that thaw, or leave B, are passed over later)
         # B's sitters outside the cohort are visited by the next walk, as B's items of this step are
-        if self.thawing and items_out:
-            thawed = {r.idx for r in self.thawing}
+        if fz.thawing and items_out:
+            thawed = {r.idx for r in fz.thawing}
             items_out = [r for r in items_out if r.idx not in thawed]
-        self.frz_items = items_out
+        fz.outside = items_out
         plan.parked = len(sim.running) - sim.cohort_n - outside_cohort
         plan.decode_only = False
         return plan
@@ -500,12 +543,12 @@ class MlfqCohort(DueTimes):
         to the front of its level (the next one if demoted), ahead of the frozen jobs; the order does
         not flip. B's jobs that ran lead their levels' rank order (`_freeze`), so each level's are
         cut off together, and each level's pushes go in as one block. Every job that ran gets its
-        due entry when the heap is next read (`DueTimes._settle`)."""
-        q = self.q
-        lv, vk, lo, hi = self.lv, self.vk, self.lo, self.hi
-        ran = self.ran
+        due entry when the heap is next read (`DueHeap.settle`)."""
+        q = self.mlfq
+        lv, vk = self.by_level, self.values
+        ran = self.freezing.batch
         at_low = self.sign > 0          # rank order ascends with the list: the front is its start
-        for L, n in self.ran_b:
+        for L, n in self.freezing.leads:
             if n:
                 if at_low:
                     del lv[L][:n], vk[L][:n]
@@ -516,177 +559,113 @@ class MlfqCohort(DueTimes):
         # tested exactly (one that passes is within the heap's margin of its due, where the heap
         # would pick it), and the heap, where the frozen jobs' entries stay, is left alone.
         to: dict[int, list] = {}
-        quanta = q.quanta
-        last = q.levels - 1
+        bounds = q.bounds
         for r in ran:
             a = r.aux
+            if a.exceeds(bounds, end):
+                a.demote(end)           # its next run starts with the next step
             L = a.level
-            if L < last and a.served + (end - a.run_start) > quanta[L]:
-                a.served = 0.0
-                a.run_start = end       # its next run starts with the next step
-                L += 1
-                a.level = L
-                if L > q.deepest:
-                    q.deepest = L
             g = to.get(L)
             if g is None:
                 to[L] = [r]
             else:
                 g.append(r)
         for L, rs in to.items():
-            d, k = lv[L], vk[L]
-            if not d:
-                lo[L] = hi[L] = 0
-            n = len(rs)
-            if at_low:                  # each to the front in turn: the last pushed leads
-                v = lo[L]
-                lo[L] = v - n
-                d[0:0] = rs[::-1]
-                k[0:0] = range(v - n, v)
-                for r in rs:
-                    v -= 1
-                    r.aux.value = r.key = v
-            else:
-                v = hi[L]
-                hi[L] = v + n
-                d.extend(rs)
-                k.extend(range(v + 1, v + n + 1))
-                for r in rs:
-                    v += 1
-                    r.aux.value = r.key = v
-        self.refix += ran               # (their due entries are made when the heap is next read: `_settle`)
-        self.ran = None
-        self.x = []
+            if L > q.deepest:
+                q.deepest = L
+            self._to_front(L, rs, at_low)
+        self.dues.unsettled += ran      # (their due entries are made when the heap is next read: `settle`)
+        self.freezing.batch = None
+        self.joined = []
 
     # ------------------------------------------------------------------ after the step
     def _start_runs(self, start: float) -> None:
         """The jobs that joined the batch start a run (closing the one they left open), and the
         frozen jobs it took thaw: a new run, and a due time."""
-        for r in self.x:
-            s = r.aux
-            s3 = s.run_start
-            if s.last_end != start or s3 != s3:
-                if s3 == s3:
-                    s.served += s.last_end - s3
-                s.run_start = start
-        if self.thawing:
-            for r in self.thawing:
+        for r in self.joined:
+            r.aux.run_from(start)
+        if self.freezing.thawing:
+            for r in self.freezing.thawing:
                 s = r.aux
                 f = s.frozen
                 if f >= 0:              # (not written out; a job of B has a run open, `_freeze`)
-                    s.served += s.last_end - s.run_start
+                    s.close_run()
                     s.run_start = start
                     s.frozen = THAWED
                     if f == NO_ENTRY:
-                        self._push_due(r)
-            self.thawing = []
+                        self.dues.push(r)
+            self.freezing.thawing = []
 
     def _advance(self, end: float, demoted: tuple[dict, list]) -> None:
-        """One step's front pushes and demotions: each level's batch reversed, newcomers `x` at the
+        """One step's front pushes and demotions: each level's batch reversed, newcomers (`joined`) at the
         front, jobs demoted into a level behind its batch (in batch order: B's, then newcomers)."""
-        x = self.x
-        down, xs = demoted              # (`_due`: B's by the level they leave, as due entries; newcomers)
+        x = self.joined
+        down, xs = demoted              # (`DueHeap.demoted`: B's by the level they leave, as due entries; newcomers)
         if not x and not down:          # (then no newcomer is demoted either) the order flips, no more
             self.sign = -self.sign
             return
-        q = self.q
+        q = self.mlfq
         sign = self.sign
         moved: dict[int, list] = {}             # old level -> its demoted jobs, in batch order
-        lv, vk, lo, hi = self.lv, self.vk, self.lo, self.hi
         if down or xs:
             dem = {r.idx for r in xs} if xs else ()
             for L, es in down.items():  # B's: in their level's rank order, out of it
                 rs = moved[L] = [e[1] for e in es]
                 rs.sort(key=BY_KEY, reverse=sign < 0)
-                o, k = lv[L], vk[L]
-                n = len(rs)
-                v0, v1 = (rs[0].key, rs[-1].key) if sign > 0 else (rs[-1].key, rs[0].key)
-                i = bisect_left(k, v0)
-                if k[i + n - 1] == v1:      # side by side in their level (demoted together): one cut
-                    del o[i:i + n], k[i:i + n]
-                else:
-                    for r in rs:
-                        i = bisect_left(k, r.key)
-                        del o[i], k[i]
+                self._cut(L, rs)
             for r in x:
                 if r.idx in dem:
                     moved.setdefault(r.aux.level, []).append(r)
         else:
             dem = ()
         sign = self.sign = -sign
-        for r in x:                     # at the front of their levels, in batch order
-            if r.idx in dem:
-                continue
-            a = r.aux
-            L = a.level
-            d = lv[L]
-            if not d:
-                lo[L] = hi[L] = 0
-            if sign > 0:
-                v = lo[L] = lo[L] - 1
-                d.insert(0, r)
-                vk[L].insert(0, v)
-            else:
-                v = hi[L] = hi[L] + 1
-                d.append(r)
-                vk[L].append(v)
-            a.value = r.key = v
-            self._push_due(r)
+        if x:                           # at the front of their levels, in batch order
+            fronts: dict[int, list] = {}
+            for r in x:
+                if r.idx not in dem:
+                    fronts.setdefault(r.aux.level, []).append(r)
+            for L, rs in fronts.items():
+                self._to_front(L, rs, sign > 0)
+            for r in x:
+                if r.idx not in dem:
+                    self.dues.push(r)
         for L, rs in moved.items():     # behind B's jobs of the next level
             L += 1
-            d, k = lv[L], vk[L]
-            if not d:
-                lo[L] = hi[L] = 0
-            n = len(rs)
-            # pushed to the front one by one in batch order: the level's rank order ends with `rs`
-            if sign > 0:
-                v = hi[L]
-                hi[L] = v + n
-                d.extend(reversed(rs))
-                k.extend(range(v + 1, v + n + 1))
-                step = 1
-            else:
-                v = lo[L]
-                lo[L] = v - n
-                d[0:0] = rs
-                k[0:0] = range(v - n, v)
-                step = -1
-            for r in reversed(rs):
-                v += step
-                a = r.aux
-                fresh = a.value is None  # a newcomer (B's demoted jobs had their entries moved in `_due`)
-                a.level = L
-                a.served = 0.0
-                a.run_start = end            # its next run starts with the next step
-                a.value = r.key = v
-                if fresh:
-                    self._push_due(r)
+            # pushed to the front one by one in batch order before B's jobs of the level (the batch
+            # ranks level by level), so behind them once the order flipped: the front as it was
+            rs.reverse()
+            fresh = [r for r in rs if r.aux.value is None]  # newcomers (B's had their entries moved in `demoted`)
+            for r in rs:
+                r.aux.demote(end)       # (from L - 1) its next run starts with the next step
+            self._to_front(L, rs, sign < 0)
+            for r in fresh:
+                self.dues.push(r)
             if L > q.deepest:
                 q.deepest = L
-        self.x = []
+        self.joined = []
 
     def after_step(self, plan: Plan, start: float, end: float) -> None:
         """`SkipJoinMLFQ.after_step` on the lazy state."""
-        q = self.q
+        q = self.mlfq
         self._start_runs(start)
         # (no member leaves the cohort until the next plan)
-        if self.ran is not None:
-            self.items_prev = [r for r in self.ran_out if r.sync < 0] + self.frz_items
-            self.held += end - start    # the heap's time stands still (`_settle`)
+        if self.freezing.batch is not None:
+            self.last_items = [r for r in self.freezing.items if r.sync < 0] + self.freezing.outside
+            self.dues.held += end - start   # the heap's time stands still (`DueHeap.settle`)
             self.last_end = end
             self._advance_frozen(end)   # (never a starvation check: `_may_freeze`)
             return
-        self.items_prev = [r for r, _ in plan.items if r.sync < 0] if plan.items else []
-        demoted = self._due(end)
+        self.last_items = [r for r, _ in plan.items if r.sync < 0] if plan.items else []
+        demoted = self.dues.demoted(end, self.joined, self.last_end)
         self.last_end = end
-        if not self.sim.iterations % q.every:   # (`_check_due`)
-            q._promote_starved(self._batch_ids(), start)
-            self.others.sort(key=BY_KEY)          # promoted parked jobs have new keys
+        if q.starvation_check_due():
+            q.promote_starved(self._batch_ids(), start)
+            self.parked.sort(key=BY_KEY)    # promoted parked jobs have new keys
         self._advance(end, demoted)
 
     def _batch_ids(self) -> set:
-        ids = set(r.idx for r in self.x)
-        for d in self.lv:
+        ids = set(r.idx for r in self.joined)
+        for d in self.by_level:
             ids.update(r.idx for r in d)
         return ids
 
@@ -694,15 +673,16 @@ class MlfqCohort(DueTimes):
         """k steps of one batch, as k calls of `after_step` would keep them: newcomers start at the
         first; between the steps where a job is due (found from the heap, tested exactly at that
         step's end) only the order flips."""
-        q = self.q
+        q = self.mlfq
         ends_l = ends[:k].tolist()
         self._start_runs(float(starts[0]))
-        self._advance(ends_l[0], self._due(ends_l[0]))
+        dues = self.dues
+        self._advance(ends_l[0], dues.demoted(ends_l[0], self.joined, self.last_end))
         j = 0
-        heap = self.heap
-        held = self.held                # (no freezing step inside the run)
+        heap = dues.times
+        held = dues.held                # (no freezing step inside the run)
         while True:
-            self._top_due()
+            dues.top(self.last_end)
             if not heap:
                 break
             nxt = bisect_left(ends_l, heap[0] + held - MARGIN, j + 1)   # the first step that may see it
@@ -710,42 +690,37 @@ class MlfqCohort(DueTimes):
                 break
             if (nxt - j - 1) % 2:
                 self.sign = -self.sign
-            self._advance(ends_l[nxt], self._due(ends_l[nxt]))
+            self._advance(ends_l[nxt], dues.demoted(ends_l[nxt], self.joined, self.last_end))
             j = nxt
         if (k - 2 - j) % 2:
             self.sign = -self.sign
         end = ends_l[k - 1]
-        demoted = self._due(end)
-        if q._check_due():
-            q._promote_starved(self._batch_ids(), float(starts[k - 1]))
-            self.others.sort(key=BY_KEY)
+        demoted = dues.demoted(end, self.joined, self.last_end)
+        if q.starvation_check_due():
+            q.promote_starved(self._batch_ids(), float(starts[k - 1]))
+            self.parked.sort(key=BY_KEY)
         self._advance(end, demoted)
         self.last_end = end
-        self.items_prev = [r for r, _ in plan.items]
+        self.last_items = [r for r, _ in plan.items]
 
     def next_decision(self, plan: Plan, now: float):
         """The next starvation check, and a time before any job of the batch is due for demotion.
 
         When every running job is in the batch and nothing waits, a demotion cannot change the next
         batch (every job runs, in any order): it is made inside the run (`after_fast_forward`)."""
-        q = self.q
-        k = q.every - self.sim.iterations % q.every
-        if not self.others and not len(q):
+        q = self.mlfq
+        k = q.steps_to_starvation_check()
+        if not self.parked and not len(q):
             return k, None
-        heap = self.heap
-        self._top_due()
-        t = heap[0] + self.held if heap else math.inf
+        dues = self.dues
+        dues.top(self.last_end)
+        t = dues.times[0] + dues.held if dues.times else math.inf
         last = q.levels - 1
-        thaw = [r for r in self.thawing if r.aux.frozen >= 0] if self.thawing else ()
-        for r in chain(self.x, thaw):
+        thaw = [r for r in self.freezing.thawing if r.aux.frozen >= 0] if self.freezing.thawing else ()
+        for r in chain(self.joined, thaw):
             s = r.aux
             if s.level < last:
-                done, s3 = s.served, s.run_start
-                if s.last_end != now or s3 != s3:
-                    if s3 == s3:
-                        done = done + (s.last_end - s3)
-                    s3 = now
-                due = q.quanta[s.level] - done + s3
+                due = s.due_at(q.quanta, now)
                 if due < t:
                     t = due
         return k, (t - MARGIN if t < math.inf else None)

@@ -55,6 +55,7 @@ class SkipJoinMLFQ(SortedEachStep):
         q1 = float(params["q1_s"])
         r = float(params["ratio"])
         self.quanta = [q1 * r ** i for i in range(self.levels)]
+        self.bounds = self.quanta[:-1] + [math.inf]     # the demotion test's (`MLFQJob.exceeds`)
         self.starve = float(params["starve_limit_s"])
         self.every = int(params["starve_every"])
         self.never_run_starves = bool(params["never_run_starves"])
@@ -92,37 +93,41 @@ class SkipJoinMLFQ(SortedEachStep):
         self._state(req)
         super().push(req, now)
 
-    def _to_front(self, req, s) -> None:
+    # The surface the fast mode (`schedport.engine.fast.mlfq_cohort`) shares with these rules.
+    def to_front(self, req) -> None:
+        """Push `req` to the front of its level's queue (`pop_finished_requests`, `prevent_starvation`):
+        a position below every other one handed out."""
+        s = req.aux
         self._front += 1
         s.pos = -self._front
         req.key = (s.level, s.pos, req.idx)
 
-    @staticmethod
-    def _close(s):
-        if not math.isnan(s.run_start):
-            s.served += s.last_end - s.run_start
-            s.run_start = math.nan
+    def demote(self, s: MLFQJob, run_start: float) -> None:
+        """Move job `s` down one level (its processing time there from 0, its next run from
+        `run_start`), noting the deepest level reached."""
+        s.demote(run_start)
+        if s.level > self.deepest:
+            self.deepest = s.level
 
-    def _run(self, s, start, end) -> bool:
+    def run_step(self, s: MLFQJob, start: float, end: float) -> bool:
         """Account one step [start, end] the job ran in; demote it if its processing time now
         exceeds its level's quantum (and say so)."""
-        if s.last_end != start or math.isnan(s.run_start):
-            self._close(s)
-            s.run_start = start
+        s.run_from(start)
         s.last_end = end
-        if s.level < self.levels - 1 and s.served + (end - s.run_start) > self.quanta[s.level]:
-            s.level += 1
-            s.served = 0.0
-            s.run_start = math.nan
-            if s.level > self.deepest:
-                self.deepest = s.level
+        if s.exceeds(self.bounds, end):
+            self.demote(s, math.nan)
             return True
         return False
 
-    def _check_due(self) -> bool:
+    def starvation_check_due(self) -> bool:
+        """Is the step just run a starvation check (`prevent_starvation` every `starve_every` iterations)?"""
         return not self.sim.iterations % self.every
 
-    def _promote_starved(self, batch_ids: set, start: float) -> None:
+    def steps_to_starvation_check(self) -> int:
+        """How many steps from now the next starvation check comes (1: the next step is one)."""
+        return self.every - self.sim.iterations % self.every
+
+    def promote_starved(self, batch_ids: set, start: float) -> None:
         """`prevent_starvation`: every job outside the batch idle for `starve_limit_s`, collected
         queue by queue from the top and each pushed to the front of the top queue in turn."""
         limit = self.starve
@@ -133,34 +138,33 @@ class SkipJoinMLFQ(SortedEachStep):
         due.sort(key=_KEY_ATTR)
         for r in due:
             s = r.aux
-            self._close(s)
+            s.close_run()
             s.level = 0
-            if s.stamp & 1:                # the fast mode's due entry (`MlfqCohort`) no longer bounds its due
-                s.stamp += 1
-            self._to_front(r, s)
+            s.drop_entry()              # the fast mode's due entry (`MlfqCohort`) no longer bounds its due
+            self.to_front(r)
         self.promotions += len(due)
         self._sorted_at = None          # waiting keys changed: re-sort
         self._resumable_sorted = False
 
     def after_step(self, plan, start, end):
         kept = self.levels_kept
-        if kept is not None and not kept.explicit:
+        if kept is not None and not kept.written_out:
             kept.after_step(plan, start, end)
             return
         batch = [r for r, _ in plan.items]
         if not plan.ranked:
             batch.sort(key=_KEY_ATTR)
-        if self._check_due():
-            self._promote_starved({r.idx for r in batch}, start)
+        if self.starvation_check_due():
+            self.promote_starved({r.idx for r in batch}, start)
         # `pop_finished_requests`, in batch (rank) order
         for r in batch:
-            self._run(r.aux, start, end)
-            self._to_front(r, r.aux)
+            self.run_step(r.aux, start, end)
+            self.to_front(r)
         if kept is not None:
             kept.rebuild(batch, end)
         # a running job that sat this step out ended its open run (its KV stays resident) at its
-        # last step's end, s.last_end; the run is closed when next read (`_close`, from `_run`,
-        # `next_decision`), with the same sum an eager close would make
+        # last step's end, s.last_end; the run is closed when next read (`MLFQJob.run_from`, `due_at`),
+        # with the same sum an eager close would make
 
     def on_finish(self, req, t):
         if self.levels_kept is not None:
@@ -168,7 +172,7 @@ class SkipJoinMLFQ(SortedEachStep):
 
     def requeue(self, req, now):
         # swapped or recomputed out of the batch's way: its place in its queue is kept
-        self._close(self._state(req))
+        self._state(req).close_run()
         super().push(req, now)
         if req.generated or req.swapped:
             if self._resumable_sorted:
@@ -207,9 +211,9 @@ class SkipJoinMLFQ(SortedEachStep):
         the step that is a starvation check, which `after_fast_forward` then performs.
         """
         kept = self.levels_kept
-        if kept is not None and not kept.explicit:
+        if kept is not None and not kept.written_out:
             return kept.next_decision(plan, now)
-        k = self.every - self.sim.iterations % self.every
+        k = self.steps_to_starvation_check()
         t = math.inf
         if self.items:
             lw = min(r.aux.level for r in self.items)
@@ -218,13 +222,7 @@ class SkipJoinMLFQ(SortedEachStep):
                 s = r.aux
                 lvl = s.level
                 if lvl < self.levels - 1:
-                    if s.last_end != now or math.isnan(s.run_start):
-                        seg = now
-                        # a run it sat out closed
-                        done = s.served if math.isnan(s.run_start) else s.served + (s.last_end - s.run_start)
-                    else:
-                        seg, done = s.run_start, s.served
-                    due = seg + (quanta[lvl] - done)
+                    due = s.due_at(quanta, now)  # (a run it sat out closed)
                     for m in range(lvl + 1, lw + 1):    # empty from lw on: its next demotion counts
                         due += quanta[m]
                     if due < t:
@@ -235,30 +233,25 @@ class SkipJoinMLFQ(SortedEachStep):
         """Account k consecutive steps exactly as k calls of `after_step` would: demotions, the
         front pushes after each step, and a starvation check at the last step."""
         kept = self.levels_kept
-        if kept is not None and not kept.explicit:
+        if kept is not None and not kept.written_out:
             kept.after_fast_forward(plan, starts, ends, k)
             return
         start = float(starts[0])
         end = float(ends[k - 1])
-        last = self.levels - 1
-        quanta = self.quanta
-        bounds = None
+        bounds = self.bounds
+        steps = None                    # the run's step starts and ends, as lists, once a job is demoted
         order = sorted((r for r, _ in plan.items), key=_KEY_ATTR)
         level0 = {r.idx: r.aux.level for r in order}
         demoted: dict[int, list] = {}         # step index -> jobs demoted at its end
         for r in order:
             s = r.aux
-            if s.last_end != start or math.isnan(s.run_start):
-                self._close(s)
-                s.run_start = start
+            s.run_from(start)
             s.last_end = end
-            if s.level < last and s.served + (end - s.run_start) > quanta[s.level]:
-                if bounds is None:
-                    bounds = (starts[:k].tolist(), ends[:k].tolist())
-                for j in self._demote_within(s, bounds[0], bounds[1]):
+            if s.exceeds(bounds, end):
+                if steps is None:
+                    steps = (starts[:k].tolist(), ends[:k].tolist())
+                for j in self._demote_within(s, steps[0], steps[1]):
                     demoted.setdefault(j, []).append(r)
-                if s.level > self.deepest:
-                    self.deepest = s.level
         # the batch's order after each step: within a level, the reverse of the step's order
         # (each job was pushed to the front in turn), regrouped by level where jobs were demoted
         lvl = dict(level0)
@@ -273,10 +266,10 @@ class SkipJoinMLFQ(SortedEachStep):
             done = j + 1
         if (k - done) % 2:
             order = _reverse_within_levels(order, lvl)
-        if self._check_due():
-            self._promote_starved({r.idx for r in order}, float(starts[k - 1]))
+        if self.starvation_check_due():
+            self.promote_starved({r.idx for r in order}, float(starts[k - 1]))
         for r in reversed(order):              # fresh front positions that sort as `order`
-            self._to_front(r, r.aux)
+            self.to_front(r)
         if kept is not None:
             kept.rebuild(order, end)
 
@@ -288,28 +281,23 @@ class SkipJoinMLFQ(SortedEachStep):
         step that exceeds the quantum is found by bisection; the next level's run starts with
         the following step, as it does when stepping one iteration at a time.
         """
-        last = self.levels - 1
+        bounds = self.bounds
         k = len(ends)
         j = 0
         at = []
-        while s.level < last:
-            q, base, seg = self.quanta[s.level], s.served, s.run_start
-            if not base + (ends[k - 1] - seg) > q:
-                break
+        while s.exceeds(bounds, ends[k - 1]):
             lo, hi = j - 1, k - 1           # the test fails at lo (or lo is before the run), holds at hi
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if base + (ends[mid] - seg) > q:
+                if s.exceeds(bounds, ends[mid]):
                     hi = mid
                 else:
                     lo = mid
-            s.level += 1
-            s.served = 0.0
             at.append(hi)
             if hi == k - 1:
-                s.run_start = math.nan
+                self.demote(s, math.nan)
                 break
-            s.run_start = starts[hi + 1]
+            self.demote(s, starts[hi + 1])
             j = hi + 1
         return at
 

@@ -36,3 +36,59 @@ class MLFQJob:
         self.value = None
         self.stamp = 0
         self.frozen = THAWED
+
+    # The rules' arithmetic, each written once: the exact rules (`SkipJoinMLFQ`) and the fast mode
+    # (`schedport.engine.fast`) both call these, so the two cannot drift apart. The rules are
+    # LLMServe/FastServe's (`fastserve/scheduler.py`, class `MLFQ`): a job's processing time in its
+    # level is the summed time of the steps it ran in since it joined the level, and past the level's
+    # quantum it moves down one (`pop_finished_requests`).
+    def exceeds(self, bounds: list[float], end: float) -> bool:
+        """The demotion test of `pop_finished_requests`: is its processing time in its level at `end`
+        (its open run's time to `end` added) past the level's bound? `bounds`: `SkipJoinMLFQ.bounds`,
+        the quanta with none (infinity) at the last level, which keeps what reaches it."""
+        return self.served + (end - self.run_start) > bounds[self.level]
+
+    def due(self, quanta: list[float]) -> float:
+        """When its open run passes its level's quantum: the end of the step that demotes it is the
+        first past this time (`exceeds` is monotone in the end)."""
+        return quanta[self.level] - self.served + self.run_start
+
+    def due_from(self, quanta: list[float], start: float) -> float:
+        """Its due time (`due`) if its open run, if any, closed at its last step's end and a new one
+        opened at `start`."""
+        done = self.served
+        if self.run_start == self.run_start:
+            done = done + (self.last_end - self.run_start)
+        return quanta[self.level] - done + start
+
+    def due_at(self, quanta: list[float], now: float) -> float:
+        """Its due time if it runs in the step that starts at `now`: its open run goes on if its last
+        step ended then, else a new run opens (`run_from`)."""
+        if self.last_end != now or self.run_start != self.run_start:
+            return self.due_from(quanta, now)
+        return self.due(quanta)
+
+    def close_run(self) -> None:
+        """Close its open run, if any: the run's time, to its last step's end, joins `served`."""
+        if self.run_start == self.run_start:
+            self.served += self.last_end - self.run_start
+            self.run_start = math.nan
+
+    def run_from(self, start: float) -> None:
+        """It runs in the step that starts at `start`: its open run goes on if its last step ended
+        then; otherwise that run closes (it sat steps out) and a new one opens at `start`."""
+        if self.last_end != start or self.run_start != self.run_start:
+            self.close_run()
+            self.run_start = start
+
+    def demote(self, run_start: float) -> None:
+        """Down one level: processing time there starts at 0, its next run at `run_start` (NaN: none
+        open)."""
+        self.level += 1
+        self.served = 0.0
+        self.run_start = run_start
+
+    def drop_entry(self) -> None:
+        """Let go of its due entry in the fast mode's heap, if it has one (its stamp goes even)."""
+        if self.stamp & 1:
+            self.stamp += 1
