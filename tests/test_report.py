@@ -356,3 +356,42 @@ def test_study_page_refuses_a_file_it_did_not_write(study, tmp_path):
         r = subprocess.run([sys.executable, "-m", "schedport.cli", "report", "--results", str(d), "--study-md",
                             str(page), "--no-html"], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
+
+
+# ----------------------------------------------------------------------------- stores of every shape
+
+
+def _cli(*args):
+    import sys
+    return subprocess.run([sys.executable, "-m", "schedport.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=600)
+
+
+def _page_text(html: str) -> str:
+    import html as _h
+    t = re.sub(r"<img[^>]*>|<style.*?</style>", " ", html, flags=re.S)
+    t = re.sub(r"</?(b|span|sup|a|code|i|em)\b[^>]*>", "", t)
+    return _h.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", t)))
+
+
+def test_two_schedulers_on_two_own_sources_get_a_report_that_says_what_it_cannot_tell(tmp_path):
+    """Issue 64 #19: two schedulers that tie everywhere on two user sources leave every tau undefined;
+    analyze and report finish and the first screen says why nothing carries over or flips."""
+    runs = make_runs(sources=["mine-a", "mine-b"], schedulers=["sjf", "vllm-fcfs"], n_windows=4,
+                     regions=REGIONS6[:2], spacing=0, noise=0)
+    write_store(tmp_path, runs)
+    r = _cli("analyze", "--results", tmp_path, "--boot", 30, "--splits", 20, "--robustness-boot", 20)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    res = json.loads((tmp_path / "portability.json").read_text())
+    assert all(d["value"] is None for d in res["headline"]["cross_source"]["by_pair"])
+    r = _cli("report", "--results", tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = _page_text((tmp_path / "report.html").read_text())
+    first = text[:text.index("The study's findings")]
+    assert "Across traffic sources: cannot be told in this run" in first
+    assert "sjf = vllm-fcfs gave identical results" in first
+    assert "no scheduler pair was tested in two sources" in first and "no two sources were compared" not in first
+    # a claim this run cannot judge is not counted as robust, and the reversal claim is not judged on 0 of 0
+    assert "4 cannot be judged in this run under any protocol" in first
+    assert [c["verdict"] for c in res["study_form"]["claims"]][:4] == ["not comparable"] * 4

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from schedport.report.numbers import Nums, plain, resolve_key
+from schedport.report.robustness import claim_standing
 from schedport.report.style import escape_html as esc
 
 __all__ = ["STUDY_TITLE", "STUDY_CITATION", "WORDS", "Num", "Bold", "answer_points", "render_html",
@@ -65,6 +66,25 @@ def _ix_extreme(items: list, key, pick=min) -> Optional[int]:
     return pick(ok, key=lambda i: key(items[i])) if ok else None
 
 
+def _dups(res: dict) -> list[str]:
+    """The groups of schedulers with identical results in some source ("a = b"), sorted."""
+    dup = res.get("study_form", {}).get("duplicates") or {}
+    return sorted({" = ".join(g) for groups in dup.values() for g in groups})
+
+
+def _tie_reason(res: dict) -> str:
+    """Why a tau is undefined everywhere: duplicate schedulers, or too few of them."""
+    names = _dups(res)
+    k = len(res["parameters"]["schedulers"])
+    if names:
+        return (f"{'; '.join(names)} gave identical results, so they tie in every ranking "
+                f"(the run has {k} schedulers)")
+    if k < 3:
+        return (f"with {k} scheduler{'s' if k != 1 else ''} a ranking holds at most one pair, which tied "
+                "wherever it was measured")
+    return "at least one side ties all schedulers wherever the two were measured"
+
+
 def _sources_point(res: dict) -> list[Part]:
     pairs = res["headline"]["cross_source"]["by_pair"]
     lead = Bold("Across traffic sources")
@@ -72,6 +92,10 @@ def _sources_point(res: dict) -> list[Part]:
         return [lead, ": only one source in this run, so nothing to compare."]
     lo = _ix_extreme(pairs, lambda d: d["value"])
     hi = _ix_extreme(pairs, lambda d: d["value"], max)
+    if lo is None:
+        return [lead, ": cannot be told in this run. The Kendall tau between two sources' rankings is undefined "
+                "for every pair, region and main metric: a tau needs each side to rank the schedulers without a "
+                "full tie, and here " + _tie_reason(res) + "."]
     half = res["study_form"]["cross_source_half"]["by_pair"]
     alo = _ix_extreme(half, lambda d: d.get("adjusted"))
     ahi = _ix_extreme(half, lambda d: d.get("adjusted"), max)
@@ -100,8 +124,11 @@ def _sources_point(res: dict) -> list[Part]:
 def _regions_point(res: dict) -> list[Part]:
     cr = res["headline"].get("cross_region") or {}
     lead = Bold("Across load levels")
-    if cr.get("adjacent") is None:
+    if len(res["parameters"]["regions"]) < 2:
         return [lead, ": only one region in this run, so nothing to compare."]
+    if cr.get("adjacent") is None:
+        return [lead, ": cannot be told in this run. The Kendall tau between two regions' rankings is undefined "
+                "for every source and main metric, because " + _tie_reason(res) + "."]
     k = "headline.cross_region"
     ext = cr.get("extremes")
     out: list[Part] = [lead, ", rankings ", _word("regions", ext if ext is not None else cr["adjacent"]),
@@ -118,6 +145,11 @@ def _metrics_point(res: dict) -> list[Part]:
     bc = res["study_form"]["best_changes_with_metric"]
     k = "headline.metrics.mean_pairwise_tau"
     n_main = len(res["headline"]["main_metrics"])
+    if mt.get("value") is None:
+        return [Bold("Across metrics"), f": cannot be told in this run. The Kendall tau between two of the {n_main} "
+                "main metrics' rankings is undefined in every condition, because " + _tie_reason(res) +
+                "; the single best scheduler changes with the metric in ",
+                Num("study_form.best_changes_with_metric.share", "pct"), " of window \u00d7 region cells."]
     out: list[Part] = [Bold("Across metrics"), ", rankings ", _word("metrics", mt.get("value")),
                        f": the mean tau between the {n_main} main metrics is ", Num(f"{k}.value"),
                        " (95% interval ", Num(f"{k}.ci_low"), " to ", Num(f"{k}.ci_high"),
@@ -135,7 +167,11 @@ def _flips_point(res: dict) -> list[Part]:
     f = res["headline"].get("flips") or {}
     lead = Bold("Where rankings flip")
     if not f.get("n_comparisons"):
-        return [lead, ": no two sources were compared, so no flip across sources can be counted."]
+        if len(res["parameters"]["sources"]) < 2:
+            return [lead, ": only one source in this run, so no flip across sources can be counted."]
+        return [lead, ": no scheduler pair was tested in two sources at the same region, so no flip across "
+                "sources can be counted; " + ("here " + _tie_reason(res) if _dups(res) else
+                                              "each pair lacks complete windows in one of the sources") + "."]
     k = "headline.flips"
     if not f["n_reversals"]:
         return [lead, ": nowhere on the main metrics; none of ", Num(f"{k}.n_comparisons", "count"),
@@ -160,12 +196,25 @@ def _firm_point(res: dict) -> list[Part]:
     rob = res.get("robustness") or {}
     out: list[Part] = [lead, ": "]
     if rob.get("claims"):
-        robust = [c for c in rob["claims"] if c.get("robust")]
-        soft = [CLAIM_NAMES.get(c["id"], c["id"]) for c in rob["claims"] if not c.get("robust")]
-        out += [f"of the study's {len(rob['claims'])} verdicts, {len(robust)} "
-                f"come{'s' if len(robust) == 1 else ''} out the same under all ",
-                Num("robustness.n_protocols", "count"), " analysis protocols"]
-        out.append(f"; the other {len(soft)} ({'; '.join(soft)}) depend on analysis choices." if soft else ".")
+        verdict = {c["id"]: c["verdict"] for c in res["study_form"]["claims"]}
+        st = {c["id"]: claim_standing(c, verdict.get(c["id"], "")) for c in rob["claims"]}
+        nc = [CLAIM_NAMES.get(i, i) for i, v in st.items() if v == "not comparable"]
+        robust = [i for i, v in st.items() if v == "robust"]
+        soft = [CLAIM_NAMES.get(i, i) for i, v in st.items() if v in ("depends", "minority")]
+        minority = [CLAIM_NAMES.get(i, i) for i, v in st.items() if v == "minority"]
+        n_ok = len(robust) + len(soft)
+        out.append(f"of the study's {len(rob['claims'])} verdicts, ")
+        if nc:
+            out.append(f"{len(nc)} cannot be judged in this run under any protocol ({'; '.join(nc)}), so they "
+                       "count as neither robust nor not; of the other " if n_ok else
+                       f"{len(nc)} cannot be judged in this run under any protocol ({'; '.join(nc)}).")
+        if n_ok:
+            out += [f"{n_ok}, {len(robust)} come{'s' if len(robust) == 1 else ''} out the same under all ",
+                    Num("robustness.n_protocols", "count"), " analysis protocols"]
+            out.append(f"; the other {len(soft)} ({'; '.join(soft)}) depend on analysis choices" if soft else "")
+            if minority:
+                out.append(f", and for {'; '.join(minority)} the default protocol's verdict is the minority one")
+            out.append(".")
     else:
         out.append("the verdicts were not recomputed under other analysis protocols (--no-robustness).")
     sim = res.get("simulator") or {}
