@@ -224,6 +224,10 @@ def _firm_point(res: dict) -> list[Part]:
         out += [" Of the ", Num(f"{k}.n_reversals", "int"), " flips, ", Num(f"{k}.all", "int"), " survive all ",
                 Num("simulator.n_variants", "int"), " engine variants (the simulator moved within its known "
                 "error) and ", Num(f"{k}.under_50", "int"), " survive fewer than half of them."]
+    elif sim.get("n_variants"):
+        out += [" The study was also run on ", Num("simulator.n_variants", "int"), " engine variants, but the "
+                "default engine shows no flip across sources on the main metrics, so there is no flip for them "
+                "to confirm (their verdicts per claim are in the findings below)."]
     else:
         out.append(" Which flips survive the simulator's own error is not measured in this run "
                    "(schedport run --variants uncertainty).")
