@@ -103,13 +103,17 @@ def _sources_point(res: dict) -> list[Part]:
     a = pairs[lo]
     out: list[Part] = [lead, ", rankings carry over ",
                        _word("sources", None if alo is None else half[alo]["adjusted"]),
-                       ": Kendall tau of mean ranks between two sources ranges from ", Num(f"{k}.{lo}.value"),
+                       ": Kendall tau of mean ranks between two sources "
+                       + ("ranges from " if hi != lo else "is "), Num(f"{k}.{lo}.value"),
                        f" ({a['source_a']} vs {a['source_b']}, 95% interval ", Num(f"{k}.{lo}.ci_low"), " to ",
                        Num(f"{k}.{lo}.ci_high"), ")"]
     if hi != lo:
         b = pairs[hi]
         out += [" to ", Num(f"{k}.{hi}.value"), f" ({b['source_a']} vs {b['source_b']})"]
     out.append(" on the main metrics.")
+    if len(res["parameters"]["schedulers"]) == 2:
+        out.append(" With two schedulers a tau can only be +1 (the same winner), -1 (the other wins) or undefined "
+                   "(a tie), so the flips below say more.")
     if alo is not None:
         h = "study_form.cross_source_half.by_pair"
         out += [" Measured against how well each source agrees with itself (split-half reliability, the noise "
@@ -134,8 +138,9 @@ def _regions_point(res: dict) -> list[Part]:
     out: list[Part] = [lead, ", rankings ", _word("regions", ext if ext is not None else cr["adjacent"]),
                        ": neighbouring regions agree with mean tau ", Num(f"{k}.adjacent")]
     if ext is not None:
-        out += [", but the lightest region (", cr["region_light"], ") against the heaviest (",
-                cr["region_heavy"], ") only ", Num(f"{k}.extremes")]
+        less = ext < cr["adjacent"]
+        out += [", but the lightest region (" if less else ", and the lightest region (", cr["region_light"],
+                ") against the heaviest (", cr["region_heavy"], ") only " if less else ") ", Num(f"{k}.extremes")]
     out.append(" (main metrics, mean over sources).")
     return out
 
@@ -179,7 +184,8 @@ def _flips_point(res: dict) -> list[Part]:
     out: list[Part] = [lead, ": ", Num(f"{k}.n_reversals", "int"), " of ", Num(f"{k}.n_comparisons", "count"),
                        " cross-source comparisons on the main metrics (", Num(f"{k}.share", "pct"),
                        ") reverse significantly and by a practical margin, spread over ",
-                       Num(f"{k}.n_scheduler_pairs", "int"), " scheduler pairs. Most are at ",
+                       Num(f"{k}.n_scheduler_pairs", "int"),
+                       f" scheduler pair{'' if f['n_scheduler_pairs'] == 1 else 's'}. Most are at ",
                        f["top_region"]["key"], " (", Num(f"{k}.top_region.count", "int"), "), between ",
                        f["top_source_pair"]["key"].replace(" vs ", " and "), " (",
                        Num(f"{k}.top_source_pair.count", "int"), ") and on ",
