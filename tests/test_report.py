@@ -395,3 +395,51 @@ def test_two_schedulers_on_two_own_sources_get_a_report_that_says_what_it_cannot
     # a claim this run cannot judge is not counted as robust, and the reversal claim is not judged on 0 of 0
     assert "4 cannot be judged in this run under any protocol" in first
     assert [c["verdict"] for c in res["study_form"]["claims"]][:4] == ["not comparable"] * 4
+
+
+def test_an_estimate_at_the_edge_of_its_interval_says_why_on_the_same_line(study):
+    """Issue 64 #20: a tau printed at the lower edge of its basic bootstrap interval carries, in the same
+    sentence, that the interval corrects the estimator's bias; one well inside it does not."""
+    import copy
+
+    from schedport.report.answer import EDGE_NOTE, render_markdown
+
+    _, _, res, _ = study
+    r = copy.deepcopy(res)
+    lo = min(range(len(r["headline"]["cross_source"]["by_pair"])),
+             key=lambda i: r["headline"]["cross_source"]["by_pair"][i]["value"])
+    d = r["headline"]["cross_source"]["by_pair"][lo]
+    d.update(value=0.617, ci_low=0.615, ci_high=0.936)
+    line = render_markdown(r).splitlines()[0]
+    assert "0.617" in line and "0.615 to 0.936" + EDGE_NOTE + ")" in line
+    d.update(value=0.7, ci_low=0.6, ci_high=0.8)
+    assert EDGE_NOTE not in render_markdown(r).splitlines()[0]
+
+
+def test_a_verdict_in_the_minority_of_protocols_says_so_and_not_comparable_is_not_robust(study):
+    """Issue 64 #20: "does not hold" beside "holds under 79.9% of protocols" says the default protocol is in
+    the minority; a claim no protocol can judge is not counted as robust in the answer or the card."""
+    import copy
+
+    from schedport.report.answer import render_markdown
+
+    _, _, res, _ = study
+    r = copy.deepcopy(res)
+    rob = r["robustness"]
+    c0, c1 = r["study_form"]["claims"][0], r["study_form"]["claims"][1]
+    j0 = next(j for j, c in enumerate(rob["claims"]) if c["id"] == c0["id"])
+    j1 = next(j for j, c in enumerate(rob["claims"]) if c["id"] == c1["id"])
+    c0["verdict"] = "does not hold"
+    rob["claims"][j0].update(robust=False, share_holds=0.799, verdicts={"holds": 0.799, "does not hold": 0.201},
+                             depends_on=["scheduler_set"])
+    c1["verdict"] = "not comparable"
+    rob["claims"][j1].update(robust=True, share_holds=0.0, verdicts={"not comparable": 1.0}, depends_on=[])
+    text = _page_text(build_html(r))
+    row0 = text[text.index(c0["study"]):]
+    assert "does not hold depends on scheduler_set (holds under 79.9% of" in row0[:400]
+    assert "the default protocol, which gives \u201cdoes not hold\u201d, is in the minority" in row0[:600]
+    row1 = text[text.index(c1["study"]):]
+    assert "not comparable under any of the" in row1[:400] and "robust:" not in row1[:400]
+    md = render_markdown(r)
+    assert "1 cannot be judged in this run under any protocol" in md
+    assert "the default protocol's verdict is the minority one" in md

@@ -85,6 +85,19 @@ def _tie_reason(res: dict) -> str:
     return "at least one side ties all schedulers wherever the two were measured"
 
 
+#: Said beside a tau whose basic bootstrap interval sits above (or nearly above) its estimate.
+EDGE_NOTE = ("; a basic bootstrap interval, which corrects for the estimator's bias towards 0, so it can lie "
+             "above the estimate")
+
+
+def _edge_note(d: dict) -> str:
+    """`EDGE_NOTE` when the estimate lies in the lowest tenth of its interval or below it, else ""."""
+    v, lo, hi = d.get("value"), d.get("ci_low"), d.get("ci_high")
+    if v is None or lo is None or hi is None or hi <= lo:
+        return ""
+    return EDGE_NOTE if v < lo + 0.1 * (hi - lo) else ""
+
+
 def _sources_point(res: dict) -> list[Part]:
     pairs = res["headline"]["cross_source"]["by_pair"]
     lead = Bold("Across traffic sources")
@@ -106,7 +119,7 @@ def _sources_point(res: dict) -> list[Part]:
                        ": Kendall tau of mean ranks between two sources "
                        + ("ranges from " if hi != lo else "is "), Num(f"{k}.{lo}.value"),
                        f" ({a['source_a']} vs {a['source_b']}, 95% interval ", Num(f"{k}.{lo}.ci_low"), " to ",
-                       Num(f"{k}.{lo}.ci_high"), ")"]
+                       Num(f"{k}.{lo}.ci_high"), _edge_note(a) + ")"]
     if hi != lo:
         b = pairs[hi]
         out += [" to ", Num(f"{k}.{hi}.value"), f" ({b['source_a']} vs {b['source_b']})"]
@@ -158,7 +171,7 @@ def _metrics_point(res: dict) -> list[Part]:
     out: list[Part] = [Bold("Across metrics"), ", rankings ", _word("metrics", mt.get("value")),
                        f": the mean tau between the {n_main} main metrics is ", Num(f"{k}.value"),
                        " (95% interval ", Num(f"{k}.ci_low"), " to ", Num(f"{k}.ci_high"),
-                       "), and the single best scheduler changes with the metric in ",
+                       _edge_note(mt) + "), and the single best scheduler changes with the metric in ",
                        Num("study_form.best_changes_with_metric.share", "pct"), " of window \u00d7 region cells"]
     forced = bc.get("forced_by") or []
     if forced:
