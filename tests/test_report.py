@@ -443,3 +443,19 @@ def test_a_verdict_in_the_minority_of_protocols_says_so_and_not_comparable_is_no
     md = render_markdown(r)
     assert "1 cannot be judged in this run under any protocol" in md
     assert "the default protocol's verdict is the minority one" in md
+
+
+def test_the_docs_tell_a_new_user_what_they_need():
+    """Issue 64 #20: where the commands are after `make quick`, no promise of a PyPI install, why the
+    protocol count differs between studies, and how to size one's own windows."""
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    assert "`.venv/bin/schedport" in readme and "source .venv/bin/activate" in readme
+    assert "is all you need" not in readme
+    assert "is all you need" not in (root / "docs" / "own-scheduler.md").read_text(encoding="utf-8").replace(
+        "an installed schedport is all you need", "")
+    assert "31,104 is the product" in readme and "15,552" in readme and "7,776" in readme
+    corpus = (root / "docs" / "corpus.md").read_text(encoding="utf-8")
+    guide = corpus[corpus.index("### How many windows, and how long"):]
+    assert "at least 10 per source" in guide and "about 1,000 requests each" in guide
+    assert corpus.index("## Bring your own trace") < corpus.index("### How many windows, and how long")
