@@ -230,6 +230,9 @@ def test_the_answer_says_what_the_numbers_say(study):
     assert flips["n_reversals"] == sum(e["n_reversals"] for e in res["study_form"]["reversals"])
     assert flips["n_comparisons"] == sum(e["n_comparisons"] for e in res["study_form"]["reversals"])
     assert f"{flips['n_reversals']} of {flips['n_comparisons']:,} cross-source comparisons" in md
+    n_robust = sum(c["robust"] for c in res["robustness"]["claims"])
+    assert (f"of the study's 5 verdicts, {n_robust} come{'s' if n_robust == 1 else ''} out the same under all "
+            in md)
 
 
 def test_the_answer_words_follow_their_thresholds():

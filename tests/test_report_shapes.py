@@ -172,6 +172,10 @@ def check_page(res: dict, html: str) -> None:
     assert ("not measured in this run" in first) == (not sim.get("n_variants"))
     if sim.get("n_variants"):
         assert f"{sim['n_variants']} engine variants" in first
+    if rob.get("claims"):   # the count of verdicts reads as one sentence
+        assert re.search(r"How firm this is: of the study's \d+ verdicts, (\d+ cannot be judged in this run under "
+                         r"any protocol \([^)]*\)(\.|, so they count as neither robust nor not; of the other \d+, "
+                         r"\d+ comes? out the same))|\d+ comes? out the same", first), first
     # a claim is "not comparable" in the claims card exactly where the answer says it cannot be judged,
     # and such a claim is never called robust
     claims = res["study_form"]["claims"]

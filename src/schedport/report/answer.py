@@ -228,7 +228,8 @@ def _firm_point(res: dict) -> list[Part]:
                        "count as neither robust nor not; of the other " if n_ok else
                        f"{len(nc)} cannot be judged in this run under any protocol ({'; '.join(nc)}).")
         if n_ok:
-            out += [f"{n_ok}, {len(robust)} come{'s' if len(robust) == 1 else ''} out the same under all ",
+            out += [f"{n_ok}, " if nc else "",
+                    f"{len(robust)} come{'s' if len(robust) == 1 else ''} out the same under all ",
                     Num("robustness.n_protocols", "count"), " analysis protocols"]
             out.append(f"; the other {len(soft)} ({'; '.join(soft)}) depend on analysis choices" if soft else "")
             if minority:
