@@ -170,3 +170,34 @@ def test_fit_tool_check_passes():
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "embedded deployments.json matches a fresh fit" in r.stdout
+
+
+@needs_profiles
+@pytest.mark.parametrize("column", ["time_stats.mlp_up_proj.median", "num_tokens"])
+@pytest.mark.parametrize("value", ["abc", "-5", "nan", "inf", "0", ""])
+def test_fit_tool_check_reports_a_bad_profile_value_in_one_line(tmp_path, column, value):
+    """Issue 64 #17: a profile whose checksum is right but whose value is not a finite number > 0 is one
+    line naming file, line and column, exit 2 (not a traceback, not a silently different fit)."""
+    import hashlib
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    d = tmp_path / "prof"
+    shutil.copytree(PROFILES, d)
+    rel = "compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv"
+    (d / rel).chmod(0o644)
+    df = pd.read_csv(d / rel, dtype=str)
+    df.loc[3, column] = value
+    df.to_csv(d / rel, index=False)
+    h = hashlib.sha256((d / rel).read_bytes()).hexdigest()
+    sums = d / "SHA256SUMS"
+    sums.chmod(0o644)
+    sums.write_text("".join(f"{h}  ./{rel}\n" if ln.endswith(rel) else ln + "\n"
+                            for ln in sums.read_text().splitlines()))
+    r = subprocess.run([sys.executable, str(REPO / "tools" / "fit_deployments.py"), "--dir", str(d), "--check"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, (r.stdout[-500:], r.stderr[-2000:])
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert f"Llama-2-7b-hf/mlp.csv: line 5: column {column!r}" in r.stderr and "not a finite number > 0" in r.stderr

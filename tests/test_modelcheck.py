@@ -161,3 +161,43 @@ def test_spec_option_builds_the_conversation_only_source(tmp_path):
     assert src["fidelity"]["available"] is False  # no slices in this data dir: said, not failed
     for w in c.windows:
         assert all(x.endswith("/Conversation log") for x in c.trace(w.window_id).client_id)
+
+
+HEAD = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+
+
+def _rows(n: int, model: str = "ChatGPT", zero_reply: bool = False) -> str:
+    out = []
+    for i in range(1, n + 1):
+        a, b = i * 7 % 97 + 3, 0 if zero_reply else i * 13 % 89 + 2
+        out.append(f"{i},{model},{a},{b},{a + b},Conversation log\n")
+    return HEAD + "".join(out)
+
+
+@pytest.mark.parametrize("text, args, needle", [
+    (_rows(50, model="GPT-9"), [], "0 Conversation row(s) of ChatGPT or GPT-4 with tokens; the other rows are of GPT-9"),
+    (_rows(1), [], "1 Conversation row(s) of ChatGPT or GPT-4 with tokens; the check needs at least 30"),
+    (HEAD, [], "rows.csv: no data rows (a header only)"),
+    (_rows(50, zero_reply=True), [], "0 Conversation row(s) of ChatGPT or GPT-4 with tokens; the rest have 0 tokens"),
+    (_rows(60), ["--seed", "-1"], "--seed -1: the modeled sample's seed must be an integer >= 0"),
+])
+def test_cli_check_model_refuses_unusable_samples_in_one_line(tmp_path, text, args, needle):
+    """Issue 64 #12, #13: rows the check cannot judge (another model, one row, a header, all failed)
+    and a negative seed are one line, no verdict, no traceback."""
+    p = tmp_path / "rows.csv"
+    p.write_text(text)
+    out = tmp_path / "check.json"
+    r = subprocess.run([sys.executable, "-m", "schedport.cli", "corpus", "check-model", "--rows", p, *args,
+                        "--json", out], capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.stderr[-2000:]
+    assert needle in lines[0]
+    assert "verdict" not in r.stdout and not out.exists()
+
+
+def test_cli_check_model_gives_a_verdict_on_enough_rows(tmp_path):
+    p = tmp_path / "rows.csv"
+    p.write_text(_rows(60))
+    r = subprocess.run([sys.executable, "-m", "schedport.cli", "corpus", "check-model", "--rows", p],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "verdict: " in r.stdout, r.stderr[-2000:]

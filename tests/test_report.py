@@ -230,6 +230,9 @@ def test_the_answer_says_what_the_numbers_say(study):
     assert flips["n_reversals"] == sum(e["n_reversals"] for e in res["study_form"]["reversals"])
     assert flips["n_comparisons"] == sum(e["n_comparisons"] for e in res["study_form"]["reversals"])
     assert f"{flips['n_reversals']} of {flips['n_comparisons']:,} cross-source comparisons" in md
+    n_robust = sum(c["robust"] for c in res["robustness"]["claims"])
+    assert (f"of the study's 5 verdicts, {n_robust} come{'s' if n_robust == 1 else ''} out the same under all "
+            in md)
 
 
 def test_the_answer_words_follow_their_thresholds():
@@ -357,3 +360,106 @@ def test_study_page_refuses_a_file_it_did_not_write(study, tmp_path):
         r = subprocess.run([sys.executable, "-m", "schedport.cli", "report", "--results", str(d), "--study-md",
                             str(page), "--no-html"], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
+
+
+# ----------------------------------------------------------------------------- stores of every shape
+
+
+def _cli(*args):
+    import sys
+    return subprocess.run([sys.executable, "-m", "schedport.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=600)
+
+
+def _page_text(html: str) -> str:
+    import html as _h
+    t = re.sub(r"<img[^>]*>|<style.*?</style>", " ", html, flags=re.S)
+    t = re.sub(r"</?(b|span|sup|a|code|i|em)\b[^>]*>", "", t)
+    return _h.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", t)))
+
+
+def test_two_schedulers_on_two_own_sources_get_a_report_that_says_what_it_cannot_tell(tmp_path):
+    """Issue 64 #19: two schedulers that tie everywhere on two user sources leave every tau undefined;
+    analyze and report finish and the first screen says why nothing carries over or flips."""
+    runs = make_runs(sources=["mine-a", "mine-b"], schedulers=["sjf", "vllm-fcfs"], n_windows=4,
+                     regions=REGIONS6[:2], spacing=0, noise=0)
+    write_store(tmp_path, runs)
+    r = _cli("analyze", "--results", tmp_path, "--boot", 30, "--splits", 20, "--robustness-boot", 20)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    res = json.loads((tmp_path / "portability.json").read_text())
+    assert all(d["value"] is None for d in res["headline"]["cross_source"]["by_pair"])
+    r = _cli("report", "--results", tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = _page_text((tmp_path / "report.html").read_text())
+    first = text[:text.index("The study's findings")]
+    assert "Across traffic sources: cannot be told in this run" in first
+    assert "sjf = vllm-fcfs gave identical results" in first
+    assert "no scheduler pair was tested in two sources" in first and "no two sources were compared" not in first
+    # a claim this run cannot judge is not counted as robust, and the reversal claim is not judged on 0 of 0
+    assert "4 cannot be judged in this run under any protocol" in first
+    assert [c["verdict"] for c in res["study_form"]["claims"]][:4] == ["not comparable"] * 4
+
+
+def test_an_estimate_at_the_edge_of_its_interval_says_why_on_the_same_line(study):
+    """Issue 64 #20: a tau printed at the lower edge of its basic bootstrap interval carries, in the same
+    sentence, that the interval corrects the estimator's bias; one well inside it does not."""
+    import copy
+
+    from schedport.report.answer import EDGE_NOTE, render_markdown
+
+    _, _, res, _ = study
+    r = copy.deepcopy(res)
+    lo = min(range(len(r["headline"]["cross_source"]["by_pair"])),
+             key=lambda i: r["headline"]["cross_source"]["by_pair"][i]["value"])
+    d = r["headline"]["cross_source"]["by_pair"][lo]
+    d.update(value=0.617, ci_low=0.615, ci_high=0.936)
+    line = render_markdown(r).splitlines()[0]
+    assert "0.617" in line and "0.615 to 0.936" + EDGE_NOTE + ")" in line
+    d.update(value=0.7, ci_low=0.6, ci_high=0.8)
+    assert EDGE_NOTE not in render_markdown(r).splitlines()[0]
+
+
+def test_a_verdict_in_the_minority_of_protocols_says_so_and_not_comparable_is_not_robust(study):
+    """Issue 64 #20: "does not hold" beside "holds under 79.9% of protocols" says the default protocol is in
+    the minority; a claim no protocol can judge is not counted as robust in the answer or the card."""
+    import copy
+
+    from schedport.report.answer import render_markdown
+
+    _, _, res, _ = study
+    r = copy.deepcopy(res)
+    rob = r["robustness"]
+    c0, c1 = r["study_form"]["claims"][0], r["study_form"]["claims"][1]
+    j0 = next(j for j, c in enumerate(rob["claims"]) if c["id"] == c0["id"])
+    j1 = next(j for j, c in enumerate(rob["claims"]) if c["id"] == c1["id"])
+    c0["verdict"] = "does not hold"
+    rob["claims"][j0].update(robust=False, share_holds=0.799, verdicts={"holds": 0.799, "does not hold": 0.201},
+                             depends_on=["scheduler_set"])
+    c1["verdict"] = "not comparable"
+    rob["claims"][j1].update(robust=True, share_holds=0.0, verdicts={"not comparable": 1.0}, depends_on=[])
+    text = _page_text(build_html(r))
+    row0 = text[text.index(c0["study"]):]
+    assert "does not hold depends on scheduler_set (holds under 79.9% of" in row0[:400]
+    assert "the default protocol, which gives \u201cdoes not hold\u201d, is in the minority" in row0[:600]
+    row1 = text[text.index(c1["study"]):]
+    assert "not comparable under any of the" in row1[:400] and "robust:" not in row1[:400]
+    md = render_markdown(r)
+    assert "1 cannot be judged in this run under any protocol" in md
+    assert "the default protocol's verdict is the minority one" in md
+
+
+def test_the_docs_tell_a_new_user_what_they_need():
+    """Issue 64 #20: where the commands are after `make quick`, no promise of a PyPI install, why the
+    protocol count differs between studies, and how to size one's own windows."""
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    assert "`.venv/bin/schedport" in readme and "source .venv/bin/activate" in readme
+    assert "is all you need" not in readme
+    assert "is all you need" not in (root / "docs" / "own-scheduler.md").read_text(encoding="utf-8").replace(
+        "an installed schedport is all you need", "")
+    assert "31,104 is the product" in readme and "15,552" in readme and "7,776" in readme
+    corpus = (root / "docs" / "corpus.md").read_text(encoding="utf-8")
+    guide = corpus[corpus.index("### How many windows, and how long"):]
+    assert "at least 10 per source" in guide and "about 1,000 requests each" in guide
+    assert corpus.index("## Bring your own trace") < corpus.index("### How many windows, and how long")

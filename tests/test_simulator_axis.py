@@ -301,3 +301,27 @@ def test_a_variant_with_another_selection_is_flagged(tmp_path):
     write_store(variant_store(tmp_path, "cpu-4ms"), runs[runs.window_id != "azure-11"], man)
     sim = analyze(tmp_path, n_boot=50, n_splits=10, robustness=False)["simulator"]
     assert sim["selection_differs"] == ["cpu-4ms"] and "cpu-4ms" in sim["note"]
+
+
+def test_variants_without_reversals_are_named_on_the_first_screen(tmp_path):
+    """Issue 64 #10: after `run --variants` with no reversal the first screen says the variants ran and
+    had no flip to confirm, not that the simulator's error was not measured."""
+    from _synthstore import REGIONS6, make_runs
+    from schedport.report.answer import render_markdown
+
+    base = EngineConfig()
+    vset = load_variant_set("uncertainty")
+    configs = variant_configs(vset, base)
+    runs = make_runs(sources=SOURCES, schedulers=["edf", "sjf", "vllm-fcfs"], n_windows=4, regions=REGIONS6[:2])
+    for name, cfg in [("default", base)] + [(v.name, c) for v, c in configs]:
+        write_store(variant_store(tmp_path, name), runs,
+                    {**MANIFEST, "engine_config": cfg.to_dict(), "engine_hash": cfg.config_hash()})
+    write_set_record(tmp_path, vset, configs)
+    r = cli("analyze", "--results", tmp_path, "--boot", 30, "--splits", 20, "--no-robustness")
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads((tmp_path / "portability.json").read_text())
+    assert res["simulator"]["n_variants"] == 12 and res["headline"]["flips"]["n_reversals"] == 0
+    md = render_markdown(res)
+    assert "not measured in this run" not in md
+    assert "also run on 12 engine variants" in md and "no flip for them to confirm" in md
+    assert "not measured in this run" not in (tmp_path / "report.html").read_text()

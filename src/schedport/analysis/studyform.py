@@ -540,8 +540,8 @@ def _reversals_claim(sf: StudyForm, n_sources: int, bg: str | None, note: str) -
                                  n_comparisons=e.n_comparisons, parts=parts,
                                  verdict="holds" if ok else "does not hold"))
     nh = sum(p.verdict == "holds" for p in per)
-    if not per or n_sources < 2:
-        v3 = "not comparable"
+    if not per or n_sources < 2 or not any(p.n_comparisons for p in per):
+        v3 = "not comparable"  # no scheduler pair was compared across sources: nothing to judge
     else:
         v3 = "holds" if nh == len(per) else ("does not hold" if nh == 0 else "partly holds")
     def _tags(x: MetricVerdict) -> str:

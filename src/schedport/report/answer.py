@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from schedport.report.numbers import Nums, plain, resolve_key
+from schedport.report.robustness import claim_standing
 from schedport.report.style import escape_html as esc
 
 __all__ = ["STUDY_TITLE", "STUDY_CITATION", "WORDS", "Num", "Bold", "answer_points", "render_html",
@@ -65,6 +66,38 @@ def _ix_extreme(items: list, key, pick=min) -> Optional[int]:
     return pick(ok, key=lambda i: key(items[i])) if ok else None
 
 
+def _dups(res: dict) -> list[str]:
+    """The groups of schedulers with identical results in some source ("a = b"), sorted."""
+    dup = res.get("study_form", {}).get("duplicates") or {}
+    return sorted({" = ".join(g) for groups in dup.values() for g in groups})
+
+
+def _tie_reason(res: dict) -> str:
+    """Why a tau is undefined everywhere: duplicate schedulers, or too few of them."""
+    names = _dups(res)
+    k = len(res["parameters"]["schedulers"])
+    if names:
+        return (f"{'; '.join(names)} gave identical results, so they tie in every ranking "
+                f"(the run has {k} schedulers)")
+    if k < 3:
+        return (f"with {k} scheduler{'s' if k != 1 else ''} a ranking holds at most one pair, which tied "
+                "wherever it was measured")
+    return "at least one side ties all schedulers wherever the two were measured"
+
+
+#: Said beside a tau whose basic bootstrap interval sits above (or nearly above) its estimate.
+EDGE_NOTE = ("; a basic bootstrap interval, which corrects for the estimator's bias towards 0, so it can lie "
+             "above the estimate")
+
+
+def _edge_note(d: dict) -> str:
+    """`EDGE_NOTE` when the estimate lies in the lowest tenth of its interval or below it, else ""."""
+    v, lo, hi = d.get("value"), d.get("ci_low"), d.get("ci_high")
+    if v is None or lo is None or hi is None or hi <= lo:
+        return ""
+    return EDGE_NOTE if v < lo + 0.1 * (hi - lo) else ""
+
+
 def _sources_point(res: dict) -> list[Part]:
     pairs = res["headline"]["cross_source"]["by_pair"]
     lead = Bold("Across traffic sources")
@@ -72,6 +105,10 @@ def _sources_point(res: dict) -> list[Part]:
         return [lead, ": only one source in this run, so nothing to compare."]
     lo = _ix_extreme(pairs, lambda d: d["value"])
     hi = _ix_extreme(pairs, lambda d: d["value"], max)
+    if lo is None:
+        return [lead, ": cannot be told in this run. The Kendall tau between two sources' rankings is undefined "
+                "for every pair, region and main metric: a tau needs each side to rank the schedulers without a "
+                "full tie, and here " + _tie_reason(res) + "."]
     half = res["study_form"]["cross_source_half"]["by_pair"]
     alo = _ix_extreme(half, lambda d: d.get("adjusted"))
     ahi = _ix_extreme(half, lambda d: d.get("adjusted"), max)
@@ -79,13 +116,17 @@ def _sources_point(res: dict) -> list[Part]:
     a = pairs[lo]
     out: list[Part] = [lead, ", rankings carry over ",
                        _word("sources", None if alo is None else half[alo]["adjusted"]),
-                       ": Kendall tau of mean ranks between two sources ranges from ", Num(f"{k}.{lo}.value"),
+                       ": Kendall tau of mean ranks between two sources "
+                       + ("ranges from " if hi != lo else "is "), Num(f"{k}.{lo}.value"),
                        f" ({a['source_a']} vs {a['source_b']}, 95% interval ", Num(f"{k}.{lo}.ci_low"), " to ",
-                       Num(f"{k}.{lo}.ci_high"), ")"]
+                       Num(f"{k}.{lo}.ci_high"), _edge_note(a) + ")"]
     if hi != lo:
         b = pairs[hi]
         out += [" to ", Num(f"{k}.{hi}.value"), f" ({b['source_a']} vs {b['source_b']})"]
     out.append(" on the main metrics.")
+    if len(res["parameters"]["schedulers"]) == 2:
+        out.append(" With two schedulers a tau can only be +1 (the same winner), -1 (the other wins) or undefined "
+                   "(a tie), so the flips below say more.")
     if alo is not None:
         h = "study_form.cross_source_half.by_pair"
         out += [" Measured against how well each source agrees with itself (split-half reliability, the noise "
@@ -100,15 +141,19 @@ def _sources_point(res: dict) -> list[Part]:
 def _regions_point(res: dict) -> list[Part]:
     cr = res["headline"].get("cross_region") or {}
     lead = Bold("Across load levels")
-    if cr.get("adjacent") is None:
+    if len(res["parameters"]["regions"]) < 2:
         return [lead, ": only one region in this run, so nothing to compare."]
+    if cr.get("adjacent") is None:
+        return [lead, ": cannot be told in this run. The Kendall tau between two regions' rankings is undefined "
+                "for every source and main metric, because " + _tie_reason(res) + "."]
     k = "headline.cross_region"
     ext = cr.get("extremes")
     out: list[Part] = [lead, ", rankings ", _word("regions", ext if ext is not None else cr["adjacent"]),
                        ": neighbouring regions agree with mean tau ", Num(f"{k}.adjacent")]
     if ext is not None:
-        out += [", but the lightest region (", cr["region_light"], ") against the heaviest (",
-                cr["region_heavy"], ") only ", Num(f"{k}.extremes")]
+        less = ext < cr["adjacent"]
+        out += [", but the lightest region (" if less else ", and the lightest region (", cr["region_light"],
+                ") against the heaviest (", cr["region_heavy"], ") only " if less else ") ", Num(f"{k}.extremes")]
     out.append(" (main metrics, mean over sources).")
     return out
 
@@ -118,10 +163,15 @@ def _metrics_point(res: dict) -> list[Part]:
     bc = res["study_form"]["best_changes_with_metric"]
     k = "headline.metrics.mean_pairwise_tau"
     n_main = len(res["headline"]["main_metrics"])
+    if mt.get("value") is None:
+        return [Bold("Across metrics"), f": cannot be told in this run. The Kendall tau between two of the {n_main} "
+                "main metrics' rankings is undefined in every condition, because " + _tie_reason(res) +
+                "; the single best scheduler changes with the metric in ",
+                Num("study_form.best_changes_with_metric.share", "pct"), " of window \u00d7 region cells."]
     out: list[Part] = [Bold("Across metrics"), ", rankings ", _word("metrics", mt.get("value")),
                        f": the mean tau between the {n_main} main metrics is ", Num(f"{k}.value"),
                        " (95% interval ", Num(f"{k}.ci_low"), " to ", Num(f"{k}.ci_high"),
-                       "), and the single best scheduler changes with the metric in ",
+                       _edge_note(mt) + "), and the single best scheduler changes with the metric in ",
                        Num("study_form.best_changes_with_metric.share", "pct"), " of window \u00d7 region cells"]
     forced = bc.get("forced_by") or []
     if forced:
@@ -135,7 +185,11 @@ def _flips_point(res: dict) -> list[Part]:
     f = res["headline"].get("flips") or {}
     lead = Bold("Where rankings flip")
     if not f.get("n_comparisons"):
-        return [lead, ": no two sources were compared, so no flip across sources can be counted."]
+        if len(res["parameters"]["sources"]) < 2:
+            return [lead, ": only one source in this run, so no flip across sources can be counted."]
+        return [lead, ": no scheduler pair was tested in two sources at the same region, so no flip across "
+                "sources can be counted; " + ("here " + _tie_reason(res) if _dups(res) else
+                                              "each pair lacks complete windows in one of the sources") + "."]
     k = "headline.flips"
     if not f["n_reversals"]:
         return [lead, ": nowhere on the main metrics; none of ", Num(f"{k}.n_comparisons", "count"),
@@ -143,7 +197,8 @@ def _flips_point(res: dict) -> list[Part]:
     out: list[Part] = [lead, ": ", Num(f"{k}.n_reversals", "int"), " of ", Num(f"{k}.n_comparisons", "count"),
                        " cross-source comparisons on the main metrics (", Num(f"{k}.share", "pct"),
                        ") reverse significantly and by a practical margin, spread over ",
-                       Num(f"{k}.n_scheduler_pairs", "int"), " scheduler pairs. Most are at ",
+                       Num(f"{k}.n_scheduler_pairs", "int"),
+                       f" scheduler pair{'' if f['n_scheduler_pairs'] == 1 else 's'}. Most are at ",
                        f["top_region"]["key"], " (", Num(f"{k}.top_region.count", "int"), "), between ",
                        f["top_source_pair"]["key"].replace(" vs ", " and "), " (",
                        Num(f"{k}.top_source_pair.count", "int"), ") and on ",
@@ -160,12 +215,26 @@ def _firm_point(res: dict) -> list[Part]:
     rob = res.get("robustness") or {}
     out: list[Part] = [lead, ": "]
     if rob.get("claims"):
-        robust = [c for c in rob["claims"] if c.get("robust")]
-        soft = [CLAIM_NAMES.get(c["id"], c["id"]) for c in rob["claims"] if not c.get("robust")]
-        out += [f"of the study's {len(rob['claims'])} verdicts, {len(robust)} "
-                f"come{'s' if len(robust) == 1 else ''} out the same under all ",
-                Num("robustness.n_protocols", "count"), " analysis protocols"]
-        out.append(f"; the other {len(soft)} ({'; '.join(soft)}) depend on analysis choices." if soft else ".")
+        verdict = {c["id"]: c["verdict"] for c in res["study_form"]["claims"]}
+        st = {c["id"]: claim_standing(c, verdict.get(c["id"], "")) for c in rob["claims"]}
+        nc = [CLAIM_NAMES.get(i, i) for i, v in st.items() if v == "not comparable"]
+        robust = [i for i, v in st.items() if v == "robust"]
+        soft = [CLAIM_NAMES.get(i, i) for i, v in st.items() if v in ("depends", "minority")]
+        minority = [CLAIM_NAMES.get(i, i) for i, v in st.items() if v == "minority"]
+        n_ok = len(robust) + len(soft)
+        out.append(f"of the study's {len(rob['claims'])} verdicts, ")
+        if nc:
+            out.append(f"{len(nc)} cannot be judged in this run under any protocol ({'; '.join(nc)}), so they "
+                       "count as neither robust nor not; of the other " if n_ok else
+                       f"{len(nc)} cannot be judged in this run under any protocol ({'; '.join(nc)}).")
+        if n_ok:
+            out += [f"{n_ok}, " if nc else "",
+                    f"{len(robust)} come{'s' if len(robust) == 1 else ''} out the same under all ",
+                    Num("robustness.n_protocols", "count"), " analysis protocols"]
+            out.append(f"; the other {len(soft)} ({'; '.join(soft)}) depend on analysis choices" if soft else "")
+            if minority:
+                out.append(f", and for {'; '.join(minority)} the default protocol's verdict is the minority one")
+            out.append(".")
     else:
         out.append("the verdicts were not recomputed under other analysis protocols (--no-robustness).")
     sim = res.get("simulator") or {}
@@ -175,6 +244,10 @@ def _firm_point(res: dict) -> list[Part]:
         out += [" Of the ", Num(f"{k}.n_reversals", "int"), " flips, ", Num(f"{k}.all", "int"), " survive all ",
                 Num("simulator.n_variants", "int"), " engine variants (the simulator moved within its known "
                 "error) and ", Num(f"{k}.under_50", "int"), " survive fewer than half of them."]
+    elif sim.get("n_variants"):
+        out += [" The study was also run on ", Num("simulator.n_variants", "int"), " engine variants, but the "
+                "default engine shows no flip across sources on the main metrics, so there is no flip for them "
+                "to confirm (their verdicts per claim are in the findings below)."]
     else:
         out.append(" Which flips survive the simulator's own error is not measured in this run "
                    "(schedport run --variants uncertainty).")

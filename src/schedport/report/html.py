@@ -28,7 +28,7 @@ from schedport.report.answer import own_card, render_html as render_answer
 from schedport.report.explain import render_section
 from schedport.report.modeled import modeled_check_html
 from schedport.report.numbers import FORMATTERS as _FORMATTERS, Nums as _Nums, resolve_key  # noqa: F401  (tests read them here)
-from schedport.report.robustness import robustness_card
+from schedport.report.robustness import robustness_card, verdict_across_text
 from schedport.report.simulator import claim_survival, simulator_card
 from schedport.report.deployments import deployments_section
 from schedport.report.figures import (fig_headline_tau, fig_metric_matrix, fig_rank_trajectories,  # noqa: F401
@@ -71,10 +71,9 @@ def _claims_card(res: dict, n: _Nums) -> str:
         across = ""
         if j is not None:
             rc = rob["claims"][j]
-            word = "robust" if rc["robust"] else "depends on " + ", ".join(rc["depends_on"][:2])
-            across = (f"<br><span class='sub'>{esc(word)} "
-                      f"(holds under {n(f'robustness.claims.{j}.share_holds', 'pct')} of "
-                      f"<a href='#robustness'>{rob['n_protocols']:,} protocols</a>)</span>")
+            text = verdict_across_text(rc, c["verdict"], n(f"robustness.claims.{j}.share_holds", "pct"),
+                                       rob["n_protocols"])
+            across = f"<br><span class='sub'>{text} (<a href='#robustness'>how robust</a>)</span>"
         across += claim_survival(res, c["id"])
         rows.append(f"<tr><td class='l'>{esc(c['study'])}</td><td class='l'>{n(f'study_form.claims.{i}.here', 'str')}"
                     f"</td><td class='l {cls}'><b>{n(f'study_form.claims.{i}.verdict', 'str')}</b>{across}</td>"

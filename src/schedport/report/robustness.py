@@ -14,7 +14,40 @@ from schedport.report.figures import fig_spec_curve
 from schedport.report.style import escape_html as esc
 from schedport.report.style import img_tag
 
-__all__ = ["robustness_card"]
+__all__ = ["robustness_card", "claim_standing", "verdict_across_text"]
+
+
+def claim_standing(rc: dict, verdict: str) -> str:
+    """Where a claim's verdict under the default protocol stands among all protocols: "not
+    comparable" (no protocol can judge it in this run, so it is not counted as robust), "robust"
+    (one verdict under every protocol), "minority" (the default's holds / does not hold is the
+    rarer outcome) or "depends"."""
+    verdicts = rc.get("verdicts") or {}
+    if verdict == "not comparable" or set(verdicts) == {"not comparable"}:
+        return "not comparable"
+    if rc.get("robust"):
+        return "robust"
+    share = rc.get("share_holds")
+    if share is not None and ((verdict == "holds" and share < 0.5) or (verdict != "holds" and share > 0.5)):
+        return "minority"
+    return "depends"
+
+
+def verdict_across_text(rc: dict, verdict: str, share_html: str, n_protocols: int) -> str:
+    """The claim's standing across protocols in words, beside its verdict (HTML-escaped text
+    around `share_html`, the tagged share of protocols under which the claim holds)."""
+    st = claim_standing(rc, verdict)
+    n = f"{n_protocols:,} protocols"
+    if st == "not comparable":
+        return f"not comparable under any of the {n}: this run cannot judge it, so it counts as neither robust nor not"
+    if st == "robust":
+        return f"robust: {esc(verdict)} under all {n}"
+    dep = esc(", ".join(rc.get("depends_on", [])[:2]))
+    text = f"depends on {dep} (holds under {share_html} of {n})"
+    if st == "minority":
+        text += (f"; the default protocol, which gives &ldquo;{esc(verdict)}&rdquo;, is in the minority of "
+                 "protocols here")
+    return text
 
 
 def _protocol_text(proto: dict, default: dict) -> str:
@@ -66,7 +99,10 @@ def robustness_card(res: dict, n) -> str:
             f"<p class='sub'>Each claim recomputed under every analysis protocol: {rob['n_protocols']:,} "
             "combinations of the choices below (rank aggregation, practical ties, thresholds, test, "
             "Benjamini-Hochberg level and family, metric set, scheduler set, comparison kind), with the study "
-            f"form's rules. {esc(rob['note'])}</p><ul>" + "".join(sentences) + "</ul>"
+            "form's rules. The default study has 31,104; a store leaves out a metric or scheduler set it cannot "
+            "tell apart from another (a set without a scheduler it never ran) and, with one source, the "
+            f"cross-source comparison, so a smaller study has fewer. {esc(rob['note'])}</p><ul>"
+            + "".join(sentences) + "</ul>"
             "<div style='display:grid;grid-template-columns:repeat(auto-fit,minmax(340px,1fr));gap:6px'>"
             + figs + "</div><p class='sub'>Specification curves: one point per distinct protocol of a claim, sorted "
             "by its value, marked by its verdict; the dashed line (band) is the study's number. Below, the share "

@@ -14,6 +14,7 @@ from typing import Optional
 
 from schedport.common.formatting import fmt, pct
 from schedport.report.answer import CLAIM_NAMES, STUDY_CITATION, render_markdown
+from schedport.report.robustness import claim_standing
 from schedport.report.variantset import set_origin
 
 __all__ = ["study_markdown"]
@@ -59,9 +60,11 @@ def _claims(res: dict) -> str:
     rows = []
     for c in res["study_form"]["claims"]:
         r = rob.get(c["id"])
-        across = ("n/a" if r is None else
+        st = None if r is None else claim_standing(r, c["verdict"])
+        across = ("n/a" if r is None else "not comparable under any protocol" if st == "not comparable" else
                   f"{pct(r['share_holds'])} hold"
-                  + ("" if r["robust"] else f"; depends on {', '.join(r['depends_on'][:2])}"))
+                  + ("" if r["robust"] else f"; depends on {', '.join(r['depends_on'][:2])}")
+                  + ("; the default protocol is in the minority" if st == "minority" else ""))
         s = sim.get(c["id"])
         surv = "not run" if s is None else f"{s['n_same']} of {s['n_variants']}"
         rows.append([CLAIM_NAMES.get(c["id"], c["id"]), c["here"], f"**{c['verdict']}**", across, surv])

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from schedport.errors import DataError
+from schedport.errors import ConfigError, DataError
 
 SLICES_DIR = "burstgpt-slices"
 SLICE_FILES = ("BurstGPT_1.first400.csv", "BurstGPT_3.first400.csv")
@@ -44,6 +44,10 @@ KS_ALPHA = 0.05
 N_BOOT = 2000
 BOOT_SEED = 20240131
 MODEL_DAYS = 14
+#: Fewest kept Conversation rows of ChatGPT or GPT-4 the check gives a verdict on: with fewer, the
+#: two-sample KS 5% critical value passes 0.25 (a quarter of the whole distribution) and a share's
+#: bootstrap interval is a handful of rows wide, so no verdict would tell a model from the rows.
+MIN_ROWS = 30
 RULE = ("matches when every KS distance (input and output tokens, per model and overall) is below "
         "max(0.1, the two-sample KS 5% critical value 1.358*sqrt((n+m)/(n*m))), and every modeled "
         "input-output Spearman correlation, the GPT-4 share and the failure share lie inside the real "
@@ -215,12 +219,24 @@ def check_model(rows: list[str | Path] | None = None, *, data_dir: str | Path | 
 
     from schedport.workload.sources import burstgpt, burstgpt_model
 
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"--seed {seed}: the modeled sample's seed must be an integer >= 0")
+    if isinstance(days, bool) or not isinstance(days, int) or days < 1:
+        raise ConfigError(f"days {days}: the modeled sample needs at least 1 day")
     paths = [Path(p) for p in (rows if rows else default_rows(data_dir))]
     rec = burstgpt.read_records(paths)
     conv = rec.log_type == CONVERSATION
+    names = ", ".join(rec.files)
     if not conv.any():
-        raise DataError(f"{', '.join(rec.files)}: no Conversation log rows to check the model against")
+        raise DataError(f"{names}: no Conversation log rows to check the model against")
     kept = conv & rec.kept
+    usable = int((kept & np.isin(rec.model, MODELS)).sum())
+    if usable < MIN_ROWS:
+        others = sorted({str(m) for m in rec.model[conv]} - set(MODELS))
+        why = (f"; the other rows are of {', '.join(others[:3])}{'...' if len(others) > 3 else ''}" if others else
+               "; the rest have 0 tokens (failed)" if int(conv.sum()) > usable else "")
+        raise DataError(f"{names}: {usable} Conversation row(s) of {' or '.join(MODELS)} with tokens{why}; the "
+                        f"check needs at least {MIN_ROWS} to give a verdict (no verdict given)")
     p = burstgpt_model.DEFAULT_PARAMS if params is None else params
     sim = burstgpt_model.conversation_sample(p, seed=seed, days=days)
     sim_ok = ~sim["failed"]

@@ -107,6 +107,15 @@ def verified_csv(data_dir: Path, rel: str, sums: dict[str, str], columns: tuple[
     for col in columns:
         if col not in df.columns:
             raise ProfileError(f"{path}: missing column {col!r}")
+    for col in columns:
+        # every column the fit reads is a time, a size or a count: a finite number > 0
+        vals = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
+        bad = ~(np.isfinite(vals) & (vals > 0))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ProfileError(f"{path}: line {i + 2}: column {col!r}: {str(df[col].iloc[i])!r} is not a finite "
+                               "number > 0")
+        df[col] = vals
     return df, h
 
 

@@ -171,6 +171,8 @@ def read_records(paths: list[Path], *, sessions: bool = False) -> Records:
                 raise fail(p, "line 1", f"missing column {SESSION!r} (needed for the session "
                                         "statistics: BurstGPT_3's layout)")
     rows = Rows.concat([p.rows for p in parts])
+    if not len(rows.time):
+        raise fail(", ".join(Path(p).name for p in paths), None, "no data rows (a header only)")
     check_sorted(rows, "Timestamp")
     model_log = pd.Series(rows.client_id, dtype=object).str.split("/", n=1, expand=True)
     reason = np.array([""] + list(ALL_REASONS), dtype=object)[rows.reason.astype(np.int64)]
