@@ -33,7 +33,7 @@ def test_import_schedport_stays_cheap_and_names_the_api():
             "assert not heavy, heavy\nassert schedport.run is schedport.api.run\nprint('ok')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
-    for name in ("run", "analyze", "explain", "simulate", "validate", "calibrate", "check_policy",
+    for name in ("run", "analyze", "explain", "simulate", "validate", "calibrate", "check_policy", "conformance",
                  "convert_trace", "trace_stats"):
         assert getattr(schedport, name) is getattr(api, name) and name in schedport.__all__
     with pytest.raises(AttributeError):
@@ -260,3 +260,25 @@ def test_calibrate_against_a_real_server(tmp_path):
     from schedport.engine.core.config import load_engine_config
 
     assert load_engine_config(res.out).max_num_seqs == 8
+
+
+def test_conformance_checks_its_options_before_any_case(trace_csv, demo_corpus, tmp_path):
+    with pytest.raises(SchedportError, match="--mode: must be exact, fast or exact,fast, got 'slow'"):
+        schedport.conformance(trace=trace_csv, modes="slow")
+    with pytest.raises(SchedportError, match="--load must be a positive finite number"):
+        schedport.conformance(trace=trace_csv, load=-1.0)
+    with pytest.raises(SchedportError, match="srpt"):             # vLLM's policies cannot run it
+        schedport.conformance(trace=trace_csv, schedulers="vllm-fcfs,srpt")
+    with pytest.raises(SchedportError, match="is a directory"):
+        schedport.conformance(trace=trace_csv, out=tmp_path)
+
+
+def test_conformance_of_a_trace_against_vllm(tmp_path):
+    from _vllm import require_vllm
+
+    require_vllm()
+    p = tmp_path / "t.csv"
+    save_trace(make_example_trace(40, seed=3), p)
+    res = schedport.conformance(trace=p, schedulers="vllm-fcfs,sjf", load=1.2, modes="fast", out=tmp_path / "c.json")
+    assert isinstance(res, api.ConformanceResult) and len(res.results) == 2 and res.agrees
+    assert json.loads((tmp_path / "c.json").read_text())["vllm_version"] == res.vllm_version != "?"

@@ -9,7 +9,7 @@ from schedport.errors import ConfigError, SchedportError, TraceError  # noqa: E4
 #: The Python API (`schedport.api`), reached as `schedport.NAME` and loaded on first use. Its
 #: `report` is `schedport.api.report`: `schedport.report` is the report's subpackage.
 _API = ("run", "analyze", "explain", "simulate", "validate", "calibrate", "check_policy", "convert_trace",
-       "trace_stats")
+       "trace_stats", "conformance")
 
 __all__ = ["__version__", "SchedportError", "TraceError", "ConfigError", *_API]
 

@@ -22,6 +22,7 @@ on bad input and returns a frozen dataclass:
     `check_policy`         `PolicyCheckResult`: a policy of your own, checked fast == exact
     `convert_trace`        `TraceConversion`: a public trace turned into the canonical one
     `trace_stats`          `TraceStats`: a canonical trace's size and token statistics
+    `conformance`          `ConformanceResult`: the engine against vLLM's scheduler
     =====================  =========================================================
 
 Where a function checks an option its error names the command's flag (``--q must be in
@@ -65,7 +66,8 @@ __all__ = ["CAPACITY_DEFINITIONS", "CAPACITY_REFERENCE", "DRAIN", "MAX_ARRIVAL_S
            "run", "RunResult", "check_analysable", "analyze", "AnalysisResult", "render_report", "report",
            "ReportResult", "explain", "ExplainResult", "validate", "ValidationResult", "read_predicted",
            "calibrate", "CalibrationResult", "check_policy", "PolicyCheckResult", "convert_trace",
-           "TraceConversion", "trace_stats", "TraceStats", "analysis_outputs_cleaned"]
+           "TraceConversion", "trace_stats", "TraceStats", "conformance", "ConformanceResult",
+           "analysis_outputs_cleaned"]
 
 
 # --------------------------------------------------------------------------- the study
@@ -763,3 +765,76 @@ def calibrate(endpoint: str, out, *, model: str | None = None, repeats: int = 5,
     cal = _calibrate(endpoint, out, model=model, repeats=repeats, seed=seed, overrides=given,
                      request_timeout_s=request_timeout_s, log=log)
     return CalibrationResult(Path(out), cal.server.model, dict(cal.limits), dict(cal.sources), cal.fit, cal)
+
+
+@dataclass(frozen=True)
+class ConformanceResult:
+    """What `conformance` compared: vLLM's version, one `schedport.realengine.conformance.CaseResult`
+    per (case, mode), and whether every one was identical step for step (`agrees`)."""
+
+    vllm_version: str
+    results: tuple
+    agrees: bool
+    corpus_built: bool = False
+
+
+def conformance(corpus="corpus", *, trace=None, schedulers: str = "vllm-fcfs", load: float | None = None,
+                engine=None, cases: str | None = None, modes: str | Sequence[str] = ("exact", "fast"),
+                vllm_python=None, data_dir=None, out=None, console=None) -> ConformanceResult:
+    """Check the engine against vLLM's real v1 scheduler, step for step (`schedport conformance`;
+    `schedport.realengine.conformance`, docs/validation.md).
+
+    The standard cases on `corpus` (built from the public data in `data_dir` first when it does
+    not exist), only those whose name contains one of `cases` (comma-separated) when given; or,
+    with `trace`, that trace under each of `schedulers` (comma-separated: ones vLLM's policies
+    run) at offered load `load` (default: its own time axis). `modes` are the simulator's
+    (exact, fast). With `out` the per-case results are also written there as JSON. `console`
+    (rich's Console, optional) gets the progress lines. A difference is a result
+    (``agrees=False``), not an error.
+    """
+    import json
+
+    from schedport.engine.core.config import load_engine_config
+    from schedport.realengine.conformance import Case, run_conformance, standard_cases, vllm_policy
+    from schedport.workload import corpus as corpus_lib
+    from schedport.workload.trace import load_trace
+
+    say = _say(console)
+    names = modes.split(",") if isinstance(modes, str) else list(modes)
+    mode_list = tuple(m.strip() for m in names if m.strip())
+    if not mode_list or any(m not in ("exact", "fast") for m in mode_list):
+        raise SchedportError(f"--mode: must be exact, fast or exact,fast, got {','.join(names)!r}")
+    cfg = load_engine_config(engine)
+    out = Path(out) if out is not None else None
+    if out is not None and out.is_dir():
+        raise SchedportError(f"--out {out}: is a directory, not a file")
+    built = False
+    if trace is not None:
+        if load is not None and not (load > 0 and math.isfinite(load)):
+            raise SchedportError(f"--load must be a positive finite number, got {load}")
+        tr = scaled(load_trace(trace), cfg, load=load)[0]
+        scheds = [s.strip() for s in schedulers.split(",") if s.strip()]
+        for s in scheds:
+            vllm_policy(s)     # a one-line error for a scheduler vLLM's policies cannot run
+        todo = [Case(f"{s}/{Path(trace).name}" + (f"/rho{load}" if load else ""), tr, s, cfg) for s in scheds]
+    else:
+        corpus = Path(corpus)
+        if not corpus.exists():
+            say(f"corpus {corpus} not found: building it from the public data first")
+            corpus_lib.build_corpus(spec=None, data_dir=data_dir, out=corpus)
+            built = True
+        todo = standard_cases(corpus_lib.load_corpus(corpus), cfg)
+        if cases:
+            keys = [c.strip() for c in cases.split(",") if c.strip()]
+            todo = [c for c in todo if any(k in c.name for k in keys)]
+            if not todo:
+                raise SchedportError(f"--cases {cases!r}: no standard case matches")
+    results = run_conformance(todo, vllm_python, mode_list, progress=say)
+    version = results[0].vllm_version if results else "?"
+    if out is not None:
+        try:
+            atomic_write_text(out, json.dumps({"vllm_version": version, "results": [r.to_dict() for r in results]},
+                                              indent=1))
+        except OSError as e:
+            raise SchedportError(f"--out {out}: cannot write: {e.strerror or e}") from None
+    return ConformanceResult(version, tuple(results), all(r.agrees for r in results), built)
