@@ -282,3 +282,21 @@ def test_conformance_of_a_trace_against_vllm(tmp_path):
     res = schedport.conformance(trace=p, schedulers="vllm-fcfs,sjf", load=1.2, modes="fast", out=tmp_path / "c.json")
     assert isinstance(res, api.ConformanceResult) and len(res.results) == 2 and res.agrees
     assert json.loads((tmp_path / "c.json").read_text())["vllm_version"] == res.vllm_version != "?"
+
+
+def test_replay_against_a_stand_in_server(tmp_path):
+    from test_replay import FakeServer, clean_trace
+
+    p = tmp_path / "t.csv"
+    save_trace(clean_trace(), p)
+    server = FakeServer()
+    server.start()
+    try:
+        server.configure()
+        res = api.replay(server.url, p, tmp_path / "r", seed=7, max_lag_s=60.0)
+    finally:
+        server.close()
+    assert res.summary["n_completed"] == 16 and res.lag_ok and api.replay_failure(res, server.url) is None
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["n_completed"] == 16
+    with pytest.raises(SchedportError):         # its own input is never the output folder
+        api.replay(server.url, p, tmp_path)

@@ -17,6 +17,7 @@ on bad input and returns a frozen dataclass:
     `report`               `ReportResult`: the pages written again
     `explain`              `ExplainResult`: an explanation, or the reversals listed
     `simulate`             `SimulationResult` (`schedport.engine.runner`)
+    `replay`               `ReplayResult` (`schedport.realengine.replay`): one trace on a server
     `validate`             `ValidationResult`: validation.json's dict and its paths
     `calibrate`            `CalibrationResult`: the fitted engine config's limits and fit
     `check_policy`         `PolicyCheckResult`: a policy of your own, checked fast == exact
@@ -66,7 +67,8 @@ __all__ = ["CAPACITY_DEFINITIONS", "CAPACITY_REFERENCE", "DRAIN", "MAX_ARRIVAL_S
            "run", "RunResult", "check_analysable", "analyze", "AnalysisResult", "render_report", "report",
            "ReportResult", "explain", "ExplainResult", "validate", "ValidationResult", "read_predicted",
            "calibrate", "CalibrationResult", "check_policy", "PolicyCheckResult", "convert_trace",
-           "TraceConversion", "trace_stats", "TraceStats", "conformance", "ConformanceResult",
+           "TraceConversion", "trace_stats", "TraceStats", "conformance", "ConformanceResult", "replay",
+           "replay_failure",
            "analysis_outputs_cleaned"]
 
 
@@ -635,6 +637,45 @@ def check_policy(spec, engine=None) -> PolicyCheckResult:
 
 
 # --------------------------------------------------------------------------- a real server
+
+
+def replay(endpoint: str, trace, out_dir=None, *, engine=None, scheduler: str = "vllm-fcfs", load: float | None = None,
+           seed: int = 0, model: str | None = None, request_timeout_s: float = 600.0, max_lag_s: float = 0.05,
+           retries: int = 2, log: Callable[[str], None] = lambda s: None,
+           on_progress: Callable[[int, int], None] | None = None):
+    """Replay the canonical trace `trace` against the streaming server at `endpoint`, open loop,
+    under `scheduler` (as vLLM priorities), scaled to offered load `load` against `engine` (the
+    server's calibrated config): `schedport replay`; `schedport.realengine.replay.replay`. With
+    `out_dir` (claimed before the trace is read) the same files as `simulate` are written there.
+    Returns the `ReplayResult` (`requests`, `summary`, `lag_ok`, `server`); `replay_failure`
+    says in one line when its measurements are of failures rather than of the server."""
+    from schedport.realengine.replay import replay as _replay
+    from schedport.workload.trace import load_trace
+
+    if out_dir is not None:
+        claim_dir(out_dir, {"run"}, inputs=[trace, engine if isinstance(engine, (str, Path)) else None])
+        output_dir(out_dir, create=False)
+    res = _replay(load_trace(trace), endpoint, engine=engine, scheduler=scheduler, load=load, seed=seed, model=model,
+                  request_timeout_s=request_timeout_s, max_lag_s=max_lag_s, retries=retries, log=log,
+                  on_progress=on_progress)
+    if out_dir is not None:
+        res.save(out_dir)
+    return res
+
+
+def replay_failure(result, endpoint: str) -> str | None:
+    """One line when a replay's `result` measures failures, not the server (no request completed,
+    or more than half failed: errors and timeouts), naming the first failed request; else None.
+    `schedport replay` ends with this as its error, after writing the files."""
+    s = result.summary
+    failed = s["n_requests"] - s["n_completed"] - s["n_rejected"]
+    if not (s["n_completed"] == 0 or failed > s["n_requests"] / 2):
+        return None
+    t = result.requests
+    bad = t[~t.status.isin(["completed", "rejected"])]
+    first = f" (first: request {int(bad.index[0])}, {bad.status.iloc[0]}: {bad.detail.iloc[0]})" if len(bad) else ""
+    return (f"{endpoint}: {s['n_completed']} of {s['n_requests']} requests completed and {failed} "
+            f"failed{first}; the files are written, but they measure failures, not the server")
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from schedport.errors import SchedportError
-from schedport.common.guard import check_file_target, claim_dir
-from schedport.common.outputs import cause, output_dir, output_file
+from schedport.common.guard import check_file_target
+from schedport.common.outputs import cause, output_file
 from schedport.cli.params import out_path_parser  # re-exported: the command modules import it from here
 
 try:  # typer >= 0.2x vendors click; its exceptions are not click's
@@ -191,17 +191,12 @@ def replay(
                                 help="Replays of a run whose send lag broke the bound before failing."),
 ) -> None:
     """Replay a trace against a real streaming server, open loop; write the same files as simulate."""
-    from schedport.realengine.replay import replay as run_replay
-    from schedport.workload.trace import load_trace
+    from schedport import api
 
-    claim_dir(out_dir, {"run"}, inputs=[trace, engine])
-    output_dir(out_dir, create=False)
-    tr = load_trace(trace)
     t0 = time.perf_counter()
-    res = run_replay(tr, endpoint, engine=engine, scheduler=scheduler, load=load, seed=seed, model=model,
+    res = api.replay(endpoint, trace, out_dir, engine=engine, scheduler=scheduler, load=load, seed=seed, model=model,
                      request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries, log=out.print,
                      on_progress=_CountProgress("replay"))
-    res.save(out_dir)
     s = res.summary
     out.print(f"{scheduler} on {res.server.model}: {s['n_completed']}/{s['n_requests']} completed, "
               f"{s['n_rejected']} rejected, {s['n_error']} errors, {s['n_timeout']} timeouts, "
@@ -209,13 +204,9 @@ def replay(
               f"TPOT p50 {_f(s['tpot_p50_s'])} s; send lag p99 {s['send_lag_p99_s'] * 1e3:.1f} ms  "
               f"[{time.perf_counter() - t0:.1f} s wall]")
     out.print(f"wrote {out_dir / 'requests.parquet'} and {out_dir / 'summary.json'}")
-    failed = s["n_requests"] - s["n_completed"] - s["n_rejected"]
-    if s["n_completed"] == 0 or failed > s["n_requests"] / 2:
-        t = res.requests
-        bad = t[~t.status.isin(["completed", "rejected"])]
-        first = f" (first: request {int(bad.index[0])}, {bad.status.iloc[0]}: {bad.detail.iloc[0]})" if len(bad) else ""
-        raise SchedportError(f"{endpoint}: {s['n_completed']} of {s['n_requests']} requests completed and {failed} "
-                             f"failed{first}; the files are written, but they measure failures, not the server")
+    failed = api.replay_failure(res, endpoint)
+    if failed:
+        raise SchedportError(failed)
     if not res.lag_ok:
         raise SchedportError(f"the client fell behind the schedule: send lag p99 "
                              f"{s['send_lag_p99_s'] * 1e3:.1f} ms > --max-lag {max_lag * 1e3:.0f} ms; "
