@@ -304,7 +304,7 @@ def test_best_changes_with_metric_share():
 def test_output_schema_and_strict_json(tmp_path):
     runs = make_runs(schedulers=SCHEDS5, n_windows=5)
     write_store(tmp_path, runs)
-    res = analyze(tmp_path, n_boot=1000, seed=7)  # the one test at the reporting B
+    res = analyze(tmp_path, n_boot=1000, seed=7).portability  # the one test at the reporting B
     text = (tmp_path / "portability.json").read_text()
 
     def _refuse(name):
@@ -436,7 +436,7 @@ def test_corpus_manifest_for_workload(tmp_path):
                                                      "mean_rate_rps": 2.0, "index_of_dispersion": 1.5 + w}}
             for s in SOURCES3 for w in range(3)]
     (corpus / "manifest.json").write_text(json.dumps({"corpus_sha256": MANIFEST["corpus_sha256"], "windows": wins}))
-    res = analyze(d, tmp_path / "out", n_boot=50, corpus_dir=corpus)
+    res = analyze(d, tmp_path / "out", n_boot=50, corpus_dir=corpus).portability
     wl = res["workload"]
     assert wl["available"] and len(wl["windows"]) == 9
     assert {"input_mean", "output_p99", "rate_mean_rps", "dispersion", "input_p50"} <= set(wl["stats"])

@@ -114,7 +114,7 @@ def test_the_report_flags_a_region_that_is_not_one_regime(tmp_path):
     runs["backlog_at_last_arrival"] = np.where(runs["region"] == "severe",
                                                np.where(runs["source"] == "azure", 0.33, 0.10), 0.15)
     store = write_store(tmp_path / "res", runs)
-    res = analyze(store, n_boot=20, n_splits=10)
+    res = analyze(store, n_boot=20, n_splits=10).portability
     assert [f["region"] for f in res["regimes"]["flagged"]] == ["severe"]
     html = (store / "report.html").read_text()
     first_screen = html[:html.index("<h2")]

@@ -345,7 +345,7 @@ def test_duplicates_and_explain_treat_a_user_policy_as_any_other(tmp_path):
 
     run_sweep(corpus, tmp_path / "st", schedulers=f"vllm-fcfs,sjf,srpt,{pol}:MySjf", regions="moderate,overload",
               workers=1, progress=False)
-    res = analyze(tmp_path / "st", corpus_dir=corpus, n_boot=50)
+    res = analyze(tmp_path / "st", corpus_dir=corpus, n_boot=50).portability
     dups = json.dumps(res["duplicates"])
     assert "MySjf" in dups and "sjf" in dups
     assert res["provenance"]["user_policies"]["MySjf"]["kind"] == "file"

@@ -87,7 +87,7 @@ def test_sweep_under_latency_regions(corpus, tmp_path):
     with pytest.raises(SchedportError, match="region-def"):
         run_sweep(corpus, out, schedulers="vllm-fcfs,sjf", regions="moderate,overload", workers=1, progress=False)
     # the analysis records the definition
-    pj = analyze(out, n_boot=20, n_splits=10)
+    pj = analyze(out, n_boot=20, n_splits=10).portability
     assert pj["parameters"]["region_def"] == "slo:standard:0.9"
     assert "latency-anchored" in pj["parameters"]["region_def_description"]
 
@@ -98,7 +98,7 @@ def test_headlines_compared_across_region_definitions(tmp_path):
     b = write_store(tmp_path / "slo", make_runs(n_windows=5, seed=1),
                     manifest={**MANIFEST, "selectors": {"region_def": "slo:standard:0.9"}})
     analyze(b, n_boot=50, n_splits=20)
-    res = analyze(a, n_boot=50, n_splits=20, compare=b)
+    res = analyze(a, n_boot=50, n_splits=20, compare=b).portability
     rc = res["region_comparison"]
     # the synthetic store records no definition, as stores made before any other did: drain
     assert rc["this"]["region_def"] == "drain" and rc["other"]["region_def"] == "slo:standard:0.9"

@@ -41,7 +41,7 @@ def study(tmp_path_factory):
     runs = runs[~((runs.source == "azure") & (runs.window_id == 2) & (runs.region == "light")
                   & (runs.scheduler == "hrrn"))].reset_index(drop=True)
     write_store(d, runs)
-    res = analyze(d, n_boot=200, seed=3)
+    res = analyze(d, n_boot=200, seed=3).portability
     html = (d / "report.html").read_text(encoding="utf-8")
     return d, runs, res, html
 

@@ -223,7 +223,7 @@ def test_planted_duplicate_scheduler_is_caught_and_counted_once(tmp_path):
     res0 = _compute(base)
     runs = _with_clone(base, "edf", "aaa-clone")
     write_store(tmp_path, runs)
-    res = analyze(tmp_path, n_boot=200, n_splits=100)
+    res = analyze(tmp_path, n_boot=200, n_splits=100).portability
     assert res["duplicates"]["by_source"] == {s: [["aaa-clone", "edf"]] for s in ("azure", "bailian",
                                                                                  "burstgpt-modeled")}
     assert res["study_form"]["duplicates"] == res["duplicates"]["by_source"]
@@ -360,7 +360,7 @@ def test_the_study_form_is_a_typed_result_that_to_json_writes_as_the_block(plant
 def test_subset_run_says_so_in_its_title(tmp_path):
     runs = make_runs(schedulers=SCHEDS6[:4], n_windows=4)
     write_store(tmp_path, runs, manifest={**MANIFEST, "selectors": {"quick": True}})
-    res = analyze(tmp_path, n_boot=50, n_splits=50)
+    res = analyze(tmp_path, n_boot=50, n_splits=50).portability
     assert res["subset"]["is_subset"] and "the --quick selection" in res["subset"]["reasons"]
     html = (tmp_path / "report.html").read_text()
     assert "Subset run" in html[:html.index('id="headline"')]

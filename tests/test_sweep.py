@@ -310,7 +310,7 @@ def _app():
 def test_run_command(corpus, tmp_path, monkeypatch):
     calls = []
     # a stand-in for the analysis, which needs more windows than this selection has
-    monkeypatch.setattr(cli_study, "check_analysable", lambda sel: None)
+    monkeypatch.setattr(cli_study.api, "check_analysable", lambda sel: None)
     monkeypatch.setattr(cli_study.api, "analyze", lambda r, o, **kw: calls.append((r, o)))
     out = tmp_path / "results"
     args = ["run", "--corpus", str(corpus), "--out", str(out), "--schedulers", "sjf", "--regions", "light",

@@ -9,7 +9,6 @@ Help is rendered plainly (flags shown as flags, not as `<bool>` options).
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from pathlib import Path
@@ -19,9 +18,8 @@ import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from schedport.errors import SchedportError
-from schedport.common.guard import (check_not_inside_store, check_same_corpus, claim_dir, claim_file, claim_names,
-                                    dir_kind, starts_with)
-from schedport.common.outputs import cause, output_dir, output_file
+from schedport.common.guard import claim_file
+from schedport.common.outputs import cause, output_file
 from schedport.cli.params import out_path_parser  # re-exported: the command modules import it from here
 
 try:  # typer >= 0.2x vendors click; its exceptions are not click's
@@ -96,45 +94,13 @@ def _register() -> None:
 
     app.add_typer(corpus_app, name="corpus", help="Build, verify and list the frozen window corpus.")
     app.command("run", short_help="Run the study's simulations, resumable, then analyse them.")(run_command)
-    app.command("analyze", short_help="Map where scheduler rankings hold and where they flip.")(
-        _checked_analyze(analyze_command))
+    app.command("analyze", short_help="Map where scheduler rankings hold and where they flip.")(analyze_command)
     app.command("conformance", short_help="Check the engine against vLLM's real scheduler, step for step.")(
         conformance_command)
     app.command("explain", short_help="Explain why a ranking flips, one traffic feature at a time.")(
         explain_command)
     app.command("report", short_help="Rewrite report.html and the study page from portability.json.")(
         report_command)
-
-
-def _checked_analyze(command):
-    """`analyze` with its output directory checked before the analysis and its temporary
-    files removed when writing fails (same options and help as the wrapped command)."""
-    import functools
-
-    @functools.wraps(command)
-    def analyze(*args, **kwargs):
-        from schedport.api import analysis_outputs_cleaned
-
-        results, out_dir = kwargs.get("results"), kwargs.get("out")
-        if out_dir is not None:
-            same = results is not None and Path(results).exists() and Path(out_dir).exists() \
-                and Path(out_dir).resolve() == Path(results).resolve()
-            if not same:
-                # a folder of its own: new, empty, an earlier analysis, or one without schedport's files
-                kind = claim_dir(out_dir, {"analysis"}, inputs=[kwargs.get("corpus"), kwargs.get("validation")])
-                if kind == "other":
-                    claim_names(out_dir, ["report.html"])
-                check_not_inside_store(out_dir, results)
-            output_dir(out_dir, create=False)
-        elif results is not None and Path(results).is_dir():
-            if dir_kind(results) not in ("results", "empty", "other"):
-                # analysis writes beside the store's parts: refuse a corpus or another kind here
-                claim_dir(results, {"results"}, option="--results")
-            output_dir(results)
-        with analysis_outputs_cleaned(out_dir if out_dir is not None else results):
-            return command(*args, **kwargs)
-
-    return analyze
 
 
 class _Console:
@@ -183,19 +149,12 @@ def simulate(
              "'slo[:PROFILE[:TARGET]]'."),
 ) -> None:
     """Simulate one trace under one scheduler; write per-request results and the run summary."""
-    from schedport.engine.runner import simulate as run_sim
+    from schedport import api
 
-    if horizon is not None and not (horizon > 0 and math.isfinite(horizon)):
-        raise SchedportError(f"--horizon must be a positive, finite number of seconds, got {horizon}")
-    claim_dir(out_dir, {"run"}, inputs=[trace, engine])
-    output_dir(out_dir, create=False)
     _say_reading(trace)
     t0 = time.perf_counter()
-    if region_def is not None and load is None:
-        raise SchedportError("--region-def says what --load is relative to; give --load too")
-    res = run_sim(trace, scheduler, engine=engine, load=load, seed=seed, exact=exact, horizon_s=horizon,
-                  progress=_StepProgress("simulate"), region_def=region_def)
-    res.save(out_dir)
+    res = api.simulate(trace, scheduler, engine=engine, load=load, seed=seed, exact=exact, horizon_s=horizon,
+                       progress=_StepProgress("simulate"), region_def=region_def, out_dir=out_dir)
     s = res.summary
     wall = time.perf_counter() - t0
     out.print(f"{scheduler}: {s['n_completed']}/{s['n_requests']} completed, {s['n_rejected']} rejected, "
@@ -203,11 +162,9 @@ def simulate(
               f"TPOT p50 {_f(s['tpot_p50_s'])} s, {s['iterations']} iterations, "
               f"{s['preemptions']} preemptions  [{wall:.2f} s wall]")
     out.print(f"wrote {out_dir / 'requests.parquet'} and {out_dir / 'summary.json'}")
-    if s["n_requests"] and s["n_rejected"] == s["n_requests"]:
-        reasons = res.requests.reject_reason.dropna()
-        why = f" (first: {reasons.iloc[0]})" if len(reasons) else ""
-        raise SchedportError(f"{trace}: all {s['n_requests']} requests were rejected at arrival{why}; the files are "
-                             f"written, but nothing was served (check the lengths against [engine] max_model_len)")
+    why = api.unserved(res, trace)
+    if why:
+        raise SchedportError(why)
 
 
 @app.command(short_help="Replay a trace against a real streaming server, open loop.")
@@ -234,17 +191,12 @@ def replay(
                                 help="Replays of a run whose send lag broke the bound before failing."),
 ) -> None:
     """Replay a trace against a real streaming server, open loop; write the same files as simulate."""
-    from schedport.realengine.replay import replay as run_replay
-    from schedport.workload.trace import load_trace
+    from schedport import api
 
-    claim_dir(out_dir, {"run"}, inputs=[trace, engine])
-    output_dir(out_dir, create=False)
-    tr = load_trace(trace)
     t0 = time.perf_counter()
-    res = run_replay(tr, endpoint, engine=engine, scheduler=scheduler, load=load, seed=seed, model=model,
+    res = api.replay(endpoint, trace, out_dir, engine=engine, scheduler=scheduler, load=load, seed=seed, model=model,
                      request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries, log=out.print,
                      on_progress=_CountProgress("replay"))
-    res.save(out_dir)
     s = res.summary
     out.print(f"{scheduler} on {res.server.model}: {s['n_completed']}/{s['n_requests']} completed, "
               f"{s['n_rejected']} rejected, {s['n_error']} errors, {s['n_timeout']} timeouts, "
@@ -252,13 +204,9 @@ def replay(
               f"TPOT p50 {_f(s['tpot_p50_s'])} s; send lag p99 {s['send_lag_p99_s'] * 1e3:.1f} ms  "
               f"[{time.perf_counter() - t0:.1f} s wall]")
     out.print(f"wrote {out_dir / 'requests.parquet'} and {out_dir / 'summary.json'}")
-    failed = s["n_requests"] - s["n_completed"] - s["n_rejected"]
-    if s["n_completed"] == 0 or failed > s["n_requests"] / 2:
-        t = res.requests
-        bad = t[~t.status.isin(["completed", "rejected"])]
-        first = f" (first: request {int(bad.index[0])}, {bad.status.iloc[0]}: {bad.detail.iloc[0]})" if len(bad) else ""
-        raise SchedportError(f"{endpoint}: {s['n_completed']} of {s['n_requests']} requests completed and {failed} "
-                             f"failed{first}; the files are written, but they measure failures, not the server")
+    failed = api.replay_failure(res, endpoint)
+    if failed:
+        raise SchedportError(failed)
     if not res.lag_ok:
         raise SchedportError(f"the client fell behind the schedule: send lag p99 "
                              f"{s['send_lag_p99_s'] * 1e3:.1f} ms > --max-lag {max_lag * 1e3:.0f} ms; "
@@ -286,21 +234,14 @@ def calibrate(
                                                "fails (the model list: at most 30)."),
 ) -> None:
     """Probe a running server and fit the simulator's linear latency model and engine limits to it."""
-    from schedport.realengine.calibrate import calibrate as run_cal
+    from schedport import api
 
-    given = dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                 max_model_len=max_model_len, block_size=block_size, num_gpu_blocks=num_gpu_blocks)
-    for key, v in given.items():
-        if v is not None and v < 1:
-            raise SchedportError(f"--{key.replace('_', '-')} must be a positive integer, got {v}")
-    claim_file(out_path, made_by=starts_with("# Engine config calibrated by `schedport calibrate`"),
-               command="schedport calibrate")
-    output_file(out_path)
     t0 = time.perf_counter()
-    cal = run_cal(endpoint, out_path, model=model, repeats=repeats, seed=seed, overrides=given,
-                  request_timeout_s=request_timeout, log=out.print)
+    cal = api.calibrate(endpoint, out_path, model=model, repeats=repeats, seed=seed, request_timeout_s=request_timeout,
+                        log=out.print, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                        max_model_len=max_model_len, block_size=block_size, num_gpu_blocks=num_gpu_blocks)
     f = cal.fit
-    out.print(f"limits: " + ", ".join(f"{k}={v}" for k, v in cal.limits.items()))
+    out.print("limits: " + ", ".join(f"{k}={v}" for k, v in cal.limits.items()))
     out.print("latency: " + ", ".join(f"{k}={v:.3g}" for k, v in f.coef.items())
               + f"; R^2 {f.r2:.4f}, median |error| {100 * f.median_abs_rel_err:.1f}%, "
                 f"max {100 * f.max_abs_rel_err:.1f}%  [{time.perf_counter() - t0:.0f} s]")
@@ -349,57 +290,27 @@ def validate(
                                              "must complete; below it the validation fails."),
 ) -> None:
     """Simulate and replay the same runs on a real server; report errors and which rankings hold."""
-    from schedport.study.regions import parse_regions
-    from schedport.workload.trace import load_trace
-    from schedport.realengine.validate import NamedTrace, completion_error, corpus_traces, head, predicted_check
-    from schedport.realengine.validate import validate as run_validation
+    from schedport import api
     from schedport.analysis.validation_stats import summary_table_lines
 
-    if (trace is None) == (corpus is None):
-        raise SchedportError("give either --trace FILE (repeatable) or --corpus DIR, not both or neither")
-    claim_dir(out_dir, {"validation"}, inputs=[engine, corpus, *(trace or [])])
-    output_dir(out_dir, create=False)
     check = None
     if predicted is not None:
-        from schedport.analysis.reader import read_portability
-
-        pres = read_portability(predicted)
-        if corpus is not None:   # what it predicts was measured on that corpus's windows
-            check_same_corpus(pres, corpus, predicted)
-        check = predicted_check(pres, str(predicted))
-        schedulers, regions = ",".join(check["schedulers"]), ",".join(f"{k}={v}" for k, v in check["regions"].items())
+        check = api.read_predicted(predicted, corpus)
         for what, x in (("reversal", check["reversal"]), ("stable ranking", check["stable_ranking"])):
             if x:
                 out.print(f"predicted {what}: {x['scheduler_pair']} on {x['metric']} at {x['region']}, survives "
                           f"{x['n_survived']} of {x['n_variants']} engine variants", markup=False, soft_wrap=True)
         if check["note"]:
             out.print(check["note"], markup=False, soft_wrap=True)
-    if corpus is not None:
-        named = corpus_traces(corpus, windows, check["sources"] if check else None)
-    else:
-        named = [NamedTrace(p.stem, load_trace(p)) for p in trace]
-    named = [NamedTrace(t.name, head(t.trace, max_requests)) for t in named]
-    scheds = [s.strip() for s in schedulers.split(",") if s.strip()]
-    probe = None
-    if speed_probe:
-        from functools import partial
-
-        from schedport.realengine.calibrate import speed_index
-        from schedport.engine.core.config import load_engine_config
-
-        probe = partial(speed_index, endpoint, load_engine_config(engine), model=model)
-    res = run_validation(endpoint, named, out_dir, engine=engine, schedulers=scheds,
-                         regions=parse_regions(regions), seed=seed, model=model, threshold=threshold,
-                         request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries,
-                         repeats=repeats, speed_probe=probe, min_completed=min_completed, log=out.print,
-                         predicted=check)
-    failed = completion_error(res, endpoint)
-    if failed:   # the rankings of timeouts are not the server's: no table, a non-zero exit
-        raise SchedportError(failed)
-    for line in summary_table_lines(res):
+    res = api.validate(endpoint, engine, out_dir, traces=trace, corpus=corpus, windows=windows,
+                       max_requests=max_requests, schedulers=schedulers, regions=regions, seed=seed, model=model,
+                       threshold=threshold, request_timeout_s=request_timeout, max_lag_s=max_lag, retries=retries,
+                       repeats=repeats, speed_probe=speed_probe, predicted=check, min_completed=min_completed,
+                       log=out.print)
+    for line in summary_table_lines(res.validation):
         typer.echo(line)
-    out.print(f"wrote {out_dir / 'validation.json'} and {out_dir / 'validation.html'}")
-    if not res["lag_ok"]:
+    out.print(f"wrote {res.validation_json} and {res.validation_html}")
+    if not res.lag_ok:
         raise SchedportError("the client fell behind the schedule in at least one replay (see client_lag_ok "
                              "in validation.json); those runs do not replay the trace faithfully")
 
@@ -458,18 +369,16 @@ def schedulers(
     engine: Optional[Path] = typer.Option(None, "--engine", metavar="FILE", help="Engine config TOML for the check."),
 ) -> None:
     """List the scheduling policies, one line each (built-in, then installed); or check your own."""
-    from schedport.engine.policies.plugins import get_scheduler, installed_policies, load_entry_point, source_of
+    from schedport.engine.policies.plugins import installed_policies, load_entry_point
     from schedport.engine.policies.schedulers import REGISTRY
 
     if check:
-        from schedport.engine.policycheck import check_policy
+        from schedport import api
 
         for spec in check:
-            pol = get_scheduler(spec)
-            src = source_of(pol)
-            origin = "built-in" if src is None else f"{src.kind} {src.spec}, sha256 {src.sha256[:12]}"
-            typer.echo(f"{pol.name}  {pol.summary}  [{origin}]")
-            typer.echo(check_policy(pol, engine=engine).summary())
+            res = api.check_policy(spec, engine=engine)
+            typer.echo(f"{res.name}  {res.summary}  [{res.origin}]")
+            typer.echo(res.check.summary())
         return
     eps = installed_policies()
     width = max(len(n) for n in [*REGISTRY, *eps])
@@ -500,17 +409,12 @@ def example(
     if n > MAX_EXAMPLE_REQUESTS:
         raise SchedportError(f"--requests must be at most {MAX_EXAMPLE_REQUESTS:,} (about 3 GB of trace in memory), "
                              f"got {n:,}")
-    claim_file(out_path, made_by=_trace_file, command="schedport example")
+    from schedport.api import is_trace_file
+
+    claim_file(out_path, made_by=is_trace_file, command="schedport example")
     output_file(out_path)
     save_trace(make_example_trace(n, seed), out_path)
     out.print(f"wrote {n} requests to {out_path}")
-
-
-def _trace_file(path) -> bool:
-    """A canonical trace that `example` or `trace convert` may replace (`claim_file`'s test)."""
-    from schedport.workload.trace import is_canonical_trace_file
-
-    return is_canonical_trace_file(path)
 
 
 @trace_app.command("convert", short_help="Turn a public trace file into the canonical trace.", cls=_Command)
@@ -529,24 +433,14 @@ def trace_convert(
                                      help="servegen: multiply every client's rate."),
 ) -> None:
     """Turn a public trace file into the canonical trace, reporting what was dropped and why."""
-    from schedport.workload import sources
-    from schedport.workload.trace import save_trace
+    from schedport import api
 
-    claim_file(out_path, made_by=_trace_file, command="schedport trace convert", inputs=inputs)
-    output_file(out_path)
-    sel = {k: v for k, v in dict(start_s=start, duration_s=duration, rows=rows).items() if v is not None}
-    if fmt == "servegen":
-        if slot is None:
-            raise SchedportError("--from servegen needs --slot SECONDS (the 600 s window to generate)")
-        sel = {"slot_start_s": slot, "seed": seed, "rate_scale": rate_scale}
     for p in inputs:
         _say_reading(p)
-    res = sources.read(fmt, list(inputs), **sel)
-    if len(res.trace) == 0:
-        raise SchedportError(f"{inputs[0]}: the selection holds no usable request")
-    save_trace(res.trace, out_path)
+    res = api.convert_trace(list(inputs), fmt, out_path, start_s=start, duration_s=duration, rows=rows, slot_s=slot,
+                            seed=seed, rate_scale=rate_scale)
     dropped = ", ".join(f"{k}={v}" for k, v in res.dropped.items() if v) or "none"
-    out.print(f"wrote {len(res.trace)} requests to {out_path}; dropped: {dropped}")
+    out.print(f"wrote {res.n_requests} requests to {out_path}; dropped: {dropped}")
     if res.skipped:
         names = [s.split(":")[0] for s in res.skipped]
         out.print(f"skipped {len(names)}: {', '.join(names)} (see `sources.read(...).skipped` for why)")
@@ -555,16 +449,13 @@ def trace_convert(
 @trace_app.command("check", cls=_Command)
 def trace_check(path: Path = typer.Argument(..., metavar="FILE", help="Canonical trace to validate.")) -> None:
     """Validate a canonical trace and print its statistics."""
-    import numpy as np
-
-    from schedport.workload.trace import load_trace
+    from schedport import api
 
     _say_reading(path)
-    t = load_trace(path)
-    rate = (len(t) - 1) / t.span_s if t.span_s > 0 else float("nan")
-    out.print(f"{path}: {len(t)} requests over {t.span_s:.1f} s ({rate:.2f} req/s); "
-              f"input mean {t.input_tokens.mean():.0f} p99 {np.percentile(t.input_tokens, 99):.0f}; "
-              f"output mean {t.output_tokens.mean():.0f} p99 {np.percentile(t.output_tokens, 99):.0f}")
+    t = api.trace_stats(path)
+    out.print(f"{path}: {t.n_requests} requests over {t.span_s:.1f} s ({t.rate_rps:.2f} req/s); "
+              f"input mean {t.input_mean:.0f} p99 {t.input_p99:.0f}; "
+              f"output mean {t.output_mean:.0f} p99 {t.output_p99:.0f}")
 
 
 def _fail(msg: str, code: int = 2) -> None:

@@ -1,8 +1,9 @@
 """`schedport analyze`: analyse a results store into ``portability.json`` and ``report.html``.
 
-The command checks every option first (`check_analyze_options`), runs the analysis and renders
-the report through `schedport.api.analyze` (with ``--explain``, the explained reversals go into
-both), and prints the headline in a few lines (`summary_lines`).
+The command parses its options, runs the analysis and renders the report through
+`schedport.api.analyze` (which checks every option and the output folder first; with
+``--explain``, the explained reversals go into both), and prints the headline in a few lines
+(`summary_lines`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import typer
 from schedport.analysis.defaults import ABS_THRESHOLD, N_BOOT, PRACTICAL_THRESHOLD, Q, SPLITS
 from schedport.cli.params import out_path_parser
 from schedport.common.formatting import fmt, pct
-from schedport.errors import SchedportError
 
 
 def analyze_command(
@@ -66,53 +66,24 @@ def analyze_command(
     from schedport import api   # numpy, pandas, scipy (~3 s): loaded on use, not at every command's start
     from schedport.analysis.explain import explanation_lines
 
-    check_analyze_options(results=results, q=q, n_boot=n_boot, seed=seed, n_splits=n_splits, threshold=threshold,
-                          abs_threshold=abs_threshold, metrics=metrics, explain=explain)
-    if robustness_boot < 1:
-        raise SchedportError(f"--robustness-boot must be at least 1, got {robustness_boot}")
-    mlist = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
+    mlist = [m.strip() for m in metrics.split(",") if m.strip()] if metrics is not None else None
     res = api.analyze(results, out, practical_threshold=threshold, q=q, n_boot=n_boot, seed=seed, metrics=mlist,
                       corpus_dir=corpus, expect_corpus=expect_corpus, validation=validation,
                       abs_threshold=abs_threshold, n_splits=n_splits, compare=compare, explain=explain,
                       robustness=robustness, robustness_boot=robustness_boot)
-    odir = out if out is not None else results
+    pj = res.portability
     if explain:
-        for line in explanation_lines(res):
+        for line in explanation_lines(pj):
             typer.echo(line)
-    for line in summary_lines(res):
+    for line in summary_lines(pj):
         typer.echo(line)
-    wl = res.get("workload") or {}
+    wl = pj.get("workload") or {}
     if not wl.get("available"):
         typer.echo(f"workload figure left out of the report: {wl.get('note', 'no corpus')}")
-    typer.echo(f"wrote {odir / 'portability.json'}")
+    typer.echo(f"wrote {res.portability_json}")
     if validation is not None:
         typer.echo(f"report includes the validation section from {validation}")
-    typer.echo(f"report: {odir / 'report.html'}")
-
-
-def check_analyze_options(*, results, q, n_boot, seed, n_splits, threshold, abs_threshold, metrics, explain) -> None:
-    """Every `analyze` option checked before any work, each error naming its flag."""
-    from schedport.analysis.explain import check_results_dir, parse_selection   # numpy, pandas: on use
-
-    check_results_dir(results)
-    if not (0 < q < 1):
-        raise SchedportError(f"--q must be in (0, 1), got {q}")
-    if n_boot < 1:
-        raise SchedportError(f"--boot must be at least 1, got {n_boot}")
-    if seed < 0:
-        raise SchedportError(f"--seed must be >= 0, got {seed}")
-    if n_splits < 1:
-        raise SchedportError(f"--splits must be at least 1, got {n_splits}")
-    if not (threshold >= 0):
-        raise SchedportError(f"--threshold must be >= 0, got {threshold}")
-    if not (0 <= abs_threshold < 1):
-        raise SchedportError(f"--abs-threshold must be in [0, 1), got {abs_threshold}")
-    if metrics is not None and not metrics.strip(",").strip():
-        raise SchedportError("--metrics: empty; give metric names, or leave the option out for all")
-    if explain is not None:
-        if not explain.strip():
-            raise SchedportError("--explain: empty; give K or reversal numbers N1,N2,...")
-        parse_selection(explain, 10 ** 9)  # the form now; the numbers against the reversals found, later
+    typer.echo(f"report: {res.report_html}")
 
 
 def summary_lines(res: dict) -> list[str]:
@@ -215,19 +186,10 @@ def report_command(
 ) -> None:
     """Write the report and the study's figures page from a store's portability.json, recomputing nothing."""
     from schedport import api
-    from schedport.common.guard import claim_file, starts_with
-    from schedport.common.outputs import output_file
 
-    if study_md is not None:   # a page this command wrote, or a new one; never inside a store or a corpus
-        claim_file(study_md, made_by=starts_with(*STUDY_PAGE_START), command="schedport report --study-md",
-                   inputs=[results], option="--study-md")
-        output_file(study_md, option="--study-md")
     command = f"schedport report --results {results}" + (f" --study-md {study_md}" if study_md is not None else "")
     out = api.report(results, html=html, study_md=study_md, command=command)
-    for kind in ("study_md", "html"):
-        if out[kind] is not None:
-            typer.echo(f"{'study page' if kind == 'study_md' else 'report'}: {out[kind]}")
-
-
-#: How a study page that `schedport report --study-md` wrote begins (report/studymd.py).
-STUDY_PAGE_START = ("# The study's figures\n", "<!-- Written by `schedport report")
+    if out.study_md is not None:
+        typer.echo(f"study page: {out.study_md}")
+    if out.html is not None:
+        typer.echo(f"report: {out.html}")

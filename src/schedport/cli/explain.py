@@ -1,23 +1,19 @@
 """`schedport explain`: why does a ranking flip? (typer lives only in schedport.cli)
 
-The command checks its options, calls `schedport.analysis.explain` (which returns the
-explanation and prints nothing) and says what it found: the JSON, or the verdict sentence and the
-run counts when it wrote a file.
+The command parses its options, calls `schedport.api.explain` (which checks them, runs
+`schedport.analysis.explain`, writes the file and prints nothing) and says what it found: the
+JSON, or the verdict sentence and the run counts when it wrote a file; with ``--list``, the
+reversals and their numbers.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from schedport.errors import SchedportError
-from schedport.common.atomic import atomic_write_text
-from schedport.common.guard import claim_dir, claim_file, dir_lock, json_with_keys
-from schedport.common.outputs import io_error, output_file
 from schedport.cli.params import out_path_parser
 
 # `schedport.analysis.explain` (numpy, pandas, scipy) is imported in the command, so that `schedport
@@ -69,25 +65,19 @@ def explain_command(
 ) -> None:
     """Explain why a ranking flips: run the pair on hybrid windows that each take one traffic feature from the
     other source, and name the feature whose transplant reproduces the flip."""
-    from schedport.analysis.explain import check_results_dir, explain, ranked_reversals, read_portability
+    from schedport import api
 
-    check_results_dir(results)
-    if out is not None and out.exists() and out.is_dir():
-        raise SchedportError(f"--out: {out} is a directory; give a file name (FILE.json)")
-    if seed < 0:
-        raise SchedportError(f"--seed must be >= 0, got {seed}")
-    if n_boot < 1:
-        raise SchedportError(f"--boot must be at least 1, got {n_boot}")
-    if features is not None and not features.strip():
-        raise SchedportError("--features: empty; give feature names, or leave the option out for all")
-    if out is not None:
-        claim_file(out, made_by=json_with_keys("verdict", "run_info"), command="schedport explain --out",
-                   inputs=[results, corpus])
-        output_file(out)
-    if cache is not None:
-        claim_dir(cache, {"explain"}, option="--cache", allow_other=False, inputs=[corpus], own=results)
+    flist = [f.strip() for f in features.split(",") if f.strip()] if features is not None else None
+    try:
+        res = api.explain(results, reversal=reversal, pair=pair, metric=metric, region=region, sources=sources,
+                          out=out, list_only=list_only, corpus_dir=corpus, cache_dir=cache, features=flist,
+                          executor=executor, workers=workers, ray_address=ray_address, n_boot=n_boot, seed=seed)
+    except KeyboardInterrupt:
+        typer.echo("interrupted: every finished run is kept in the explain cache; rerun the same command to "
+                   "resume", err=True)
+        raise
     if list_only:
-        revs = ranked_reversals(read_portability(results, hint=" first", store=results))
+        revs = res.reversals
         if revs and "survival" in revs[0]:
             typer.echo(f"robust first: numbered by how many of the {revs[0]['n_variants']} engine variants each "
                        f"reversal survives, then by strength")
@@ -98,27 +88,10 @@ def explain_command(
         if not revs:
             typer.echo(f"{results}: the study form finds no cross-source reversal, so there is nothing to explain")
         return
-    flist = [f.strip() for f in features.split(",") if f.strip()] if features else None
-    # the default cache is the store's own folder (RESULTS/explain): the store's lock while it is written
-    hold = (dir_lock(results, "another schedport command (a run, or an analysis) is writing this results store "
-                              "right now; wait for it to finish") if cache is None else contextlib.nullcontext())
-    try:
-        with hold:
-            d = explain(results, reversal=reversal, pair=pair, metric=metric, region=region, sources=sources,
-                        corpus_dir=corpus, cache_dir=cache, features=flist, executor=executor, workers=workers,
-                        ray_address=ray_address, n_boot=n_boot, seed=seed)
-    except KeyboardInterrupt:
-        typer.echo("interrupted: every finished run is kept in the explain cache; rerun the same command to "
-                   "resume", err=True)
-        raise
-    text = json.dumps(d, indent=1, allow_nan=False)
+    d = res.explanation
     if out is None:
-        typer.echo(text)
+        typer.echo(json.dumps(d, indent=1, allow_nan=False))
     else:
-        try:
-            atomic_write_text(out, text + "\n")
-        except OSError as e:
-            raise io_error(out, e) from None
         typer.echo(d["verdict"]["sentence"])
         ri = d["run_info"]
         refused = ri.get("refused_cached_runs", 0)

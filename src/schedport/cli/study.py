@@ -1,25 +1,21 @@
-"""`schedport run`: the sweep (`schedport.study.sweep.run_sweep`), then, unless ``--no-analyze``,
-the analysis and the report of the store it wrote (`schedport.api.analyze`).
+"""`schedport run`: the study (`schedport.api.run`: the sweep, then, unless ``--no-analyze``, the
+analysis and the report of the store it wrote), its options parsed and what it did printed.
 
-Before any work the command claims its output directory, checks the engine config's scheduler
-tables and, when the analysis is to follow, that the selection is one the analysis can use
-(`check_analysable`); a missing corpus is built from the public data first.
+`schedport.api.run` makes every check before any work (the output directory, the engine
+config's scheduler tables, a selection the analysis can use: `schedport.api.check_analysable`),
+builds a missing corpus from the public data and chooses the sweep (the plain one, or one per
+engine variant).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from schedport.analysis.defaults import MIN_WINDOWS
 from schedport.cli.params import out_path_parser
-from schedport.common.guard import claim_dir, dir_lock
-from schedport.common.outputs import output_dir
-from schedport.errors import SchedportError
 
 # The sweep, the engine, the analysis (`schedport.api`) and rich are imported on use, so that
 # `schedport --help` starts at once; these defaults are `schedport.study.sweep`'s DEFAULT_CORPUS
@@ -119,115 +115,55 @@ def run_command(
 def _run_command(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
                  workers, executor, ray_address, keep_requests, region_def="sustainable", do_analyze=True,
                  variants=None) -> None:
-    # a store (resumed) or a new folder; never a corpus, an analysis, a cache or a run output
-    claim_dir(out, {"results"}, inputs=[corpus, engine, data_dir])
-    output_dir(out, create=False)  # before a corpus build or any simulation
-    # the store's lock from here to the report, the variants' sweeps and the analysis included: no
-    # other command writes the store (or moves it aside with --force) between them
-    with dir_lock(out, "another schedport command (a run, or an analysis) is writing this results store right "
-                       "now; wait for it to finish or use another --out"):
-        _run_locked(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
-                    workers, executor, ray_address, keep_requests, region_def, do_analyze, variants)
-
-
-def _run_locked(schedulers, sources, regions, windows, seeds, corpus, engine, data_dir, quick, out, force,
-                workers, executor, ray_address, keep_requests, region_def, do_analyze, variants) -> None:
     from rich.console import Console
 
     from schedport import api
-    from schedport.engine.core.config import load_engine_config
-    from schedport.engine.policies.plugins import check_scheduler_tables, resolve_schedulers
-    from schedport.study.progress import fmt_wall
-    from schedport.study.sweep import load_corpus, run_sweep, select
-    from schedport.study.variants import load_variant_set, run_variant_sweeps, variant_configs, variants_dir
-    from schedport.workload import corpus as corpus_lib
 
     con = Console()
-    # every [scheduler.*] table against the policies it names, before a corpus build or any worker
-    named = [n.strip() for n in (schedulers or "").split(",") if n.strip()]
-    check_scheduler_tables(load_engine_config(engine), resolve_schedulers(named) if len(set(named)) == len(named)
-                           else [])
-    vset = None
-    if variants is not None:   # every variant's engine config, before a corpus build or any cell
-        vset = load_variant_set(variants)
-        variant_configs(vset, load_engine_config(engine))
-    if not corpus.exists():
-        output_dir(corpus, "--corpus", create=False)
-        con.print(f"no corpus at {corpus}/: building it from the public data first", markup=False,
-                  soft_wrap=True)
-        corpus_lib.build_corpus(spec=None, data_dir=data_dir, out=corpus,
-                                progress=lambda msg: con.print(str(msg), markup=False, soft_wrap=True))
-    if vset is None:      # a corpus spec may name the engine variants of its study (`variants = "..."`)
-        spec_variants = (load_corpus(corpus).manifest.get("study") or {}).get("variants")
-        if spec_variants is not None:
-            vset = load_variant_set(spec_variants)
-            variant_configs(vset, load_engine_config(engine))
-            con.print(f"variants: {vset.name} (named by the corpus spec; --variants overrides it)", markup=False,
-                      soft_wrap=True)
-    if do_analyze:
-        check_analysable(select(load_corpus(corpus), schedulers=schedulers, sources=sources, regions=regions,
-                                windows=windows, seeds=seeds, quick=quick))
-    opts = dict(schedulers=schedulers, sources=sources, regions=regions, windows=windows, seeds=seeds, quick=quick,
-                executor=executor, workers=workers, ray_address=ray_address, keep_requests=keep_requests, force=force,
-                region_def=region_def)
-    if vset is not None:
-        t0 = time.perf_counter()
-        results = run_variant_sweeps(corpus, out, vset, engine=engine, console=con, **opts)
-        ran = sum(r.cells_run for r in results)
-        con.print(f"variants: {len(results)} engines ({vset.name} v{vset.version} and the default), {ran} runs "
-                  f"({sum(r.cells_skipped for r in results)} already done) in {fmt_wall(time.perf_counter() - t0)}; "
-                  f"the variants' stores are in {variants_dir(out)}", markup=False, soft_wrap=True)
-        res = results[0]
-    else:
-        res = run_sweep(corpus, out, engine=engine, **opts)
-    for note in dict.fromkeys(r.workers_note for r in (results if vset is not None else [res]) if r.workers_note):
-        con.print(note, markup=False, soft_wrap=True)
-    if res.moved_aside is not None:
-        con.print(f"moved the previous contents of {out} aside to {res.moved_aside}", markup=False,
-                  soft_wrap=True)
-    if res.cells_run == 0:
-        con.print(f"nothing to run: all {res.cells_total} cells are already in {out / 'runs'} "
-                  f"(0 simulations, {res.wall_s:.1f} s)", markup=False,
-                  soft_wrap=True)
-    else:
-        rate = res.cells_run / res.wall_s if res.wall_s > 0 else math.nan
-        con.print(f"{res.cells_run} runs ({res.cells_skipped} already done, {res.cells_total} in the selection) "
-                  f"in {fmt_wall(res.wall_s)} wall ({rate:.1f} runs/s, {res.workers} {res.executor} workers); "
-                  f"results in {out / 'runs'}", markup=False, soft_wrap=True)
+    say = lambda msg: con.print(msg, markup=False, soft_wrap=True)  # noqa: E731
+    res = api.run(corpus, out, schedulers=schedulers, sources=sources, regions=regions, windows=windows, seeds=seeds,
+                  engine=engine, data_dir=data_dir, quick=quick, force=force, workers=workers, executor=executor,
+                  ray_address=ray_address, keep_requests=keep_requests, region_def=region_def, variants=variants,
+                  analysis=do_analyze, console=con, on_swept=lambda r: _print_sweep(r, say))
     if not do_analyze:
-        con.print(f"analysis skipped (--no-analyze); run `schedport analyze --results {out}` when ready",
-                  markup=False, soft_wrap=True)
+        say(f"analysis skipped (--no-analyze); run `schedport analyze --results {out}` when ready")
         return
-    with api.analysis_outputs_cleaned(out):
-        ares = api.analyze(out, out, corpus_dir=corpus)
-    sel = (ares or {}).get("selection") or {}
+    ares = res.analysis.portability if res.analysis is not None else {}
+    sel = ares.get("selection") or {}
     if sel:
-        con.print(f"analysis over {len(sel['schedulers'])} schedulers x {sum(sel['windows_per_source'].values())} "
-                  f"windows x {len(sel['regions'])} regions of the store (sources: {', '.join(sel['sources'])})",
-                  markup=False, soft_wrap=True)
-    missing = (ares or {}).get("missing_cells") or []
+        say(f"analysis over {len(sel['schedulers'])} schedulers x {sum(sel['windows_per_source'].values())} "
+            f"windows x {len(sel['regions'])} regions of the store (sources: {', '.join(sel['sources'])})")
+    missing = ares.get("missing_cells") or []
     if missing:
-        con.print(f"analysis: {len(missing)} cell(s) of incomplete blocks (a scheduler, window or region run for "
-                  f"only part of the selection) were left out; the report's notes list them, and a rerun of the "
-                  f"whole selection fills them in", markup=False, soft_wrap=True)
+        say(f"analysis: {len(missing)} cell(s) of incomplete blocks (a scheduler, window or region run for "
+            f"only part of the selection) were left out; the report's notes list them, and a rerun of the "
+            f"whole selection fills them in")
     for name in ("portability.json", "report.html"):
         if (out / name).exists():
-            con.print(f"{'analysis' if name.endswith('json') else 'report'}: {out / name}", markup=False,
-                      soft_wrap=True)
+            say(f"{'analysis' if name.endswith('json') else 'report'}: {out / name}")
 
 
-def check_analysable(sel) -> None:
-    """Refuse up front a selection the analysis that ends `schedport run` cannot use, instead of
-    running every cell first: it ranks at least two schedulers, and its statistics are over
-    windows, so some source needs `schedport.analysis.defaults.MIN_WINDOWS` windows (`sel`: a
-    `schedport.study.sweep.Selection`)."""
-    if len(sel.schedulers) < 2:
-        raise SchedportError(f"--schedulers: the analysis that ends `run` ranks schedulers, so it needs at "
-                             f"least 2 (got {', '.join(sel.schedulers)})")
-    per_source: dict[str, int] = {}
-    for w in sel.windows:
-        per_source[w.source] = per_source.get(w.source, 0) + 1
-    if not per_source or max(per_source.values()) < MIN_WINDOWS:
-        raise SchedportError(f"--windows: the analysis that ends `run` needs at least {MIN_WINDOWS} windows of one "
-                             f"source (its statistics are over windows); this selection has "
-                             f"{max(per_source.values(), default=0)} per source")
+def _print_sweep(res, say) -> None:
+    """The lines `run` prints when its sweep ends (a `schedport.api.RunResult` without its analysis)."""
+    from schedport.study.progress import fmt_wall
+    from schedport.study.variants import variants_dir
+
+    if res.variant_set is not None:
+        vs, sweeps = res.variant_set, res.variant_sweeps
+        ran = sum(r.cells_run for r in sweeps)
+        say(f"variants: {len(sweeps)} engines ({vs.name} v{vs.version} and the default), {ran} runs "
+            f"({sum(r.cells_skipped for r in sweeps)} already done) in "
+            f"{fmt_wall(res.wall_s)}; the variants' stores are in {variants_dir(res.out)}")
+    sw, out = res.sweep, res.out
+    for note in dict.fromkeys(r.workers_note for r in (res.variant_sweeps or (sw,)) if r.workers_note):
+        say(note)
+    if sw.moved_aside is not None:
+        say(f"moved the previous contents of {out} aside to {sw.moved_aside}")
+    if sw.cells_run == 0:
+        say(f"nothing to run: all {sw.cells_total} cells are already in {out / 'runs'} "
+            f"(0 simulations, {sw.wall_s:.1f} s)")
+    else:
+        rate = sw.cells_run / sw.wall_s if sw.wall_s > 0 else math.nan
+        say(f"{sw.cells_run} runs ({sw.cells_skipped} already done, {sw.cells_total} in the selection) "
+            f"in {fmt_wall(sw.wall_s)} wall ({rate:.1f} runs/s, {sw.workers} {sw.executor} workers); "
+            f"results in {out / 'runs'}")
