@@ -55,7 +55,6 @@ from schedport.engine.fast.mlfq_due import MARGIN, DueTimes
 from schedport.engine.policies.mlfq_job import FROZEN, NO_ENTRY, THAWED
 from schedport.engine.fast.mlfq_walk import ACT_PREEMPT, ACT_RUN, BY_KEY, GiveWay, Walk
 from schedport.engine.policies.policy import Plan
-from schedport.engine.policies.queues import Queue
 from schedport.engine.core.simulator import RUNNING, Request
 
 
@@ -89,7 +88,7 @@ class MlfqCohort(DueTimes):
         self.ran_b: list = []           # and how many of B's jobs lead each level in it
         self.ran_out: list[Request] = []    # and its items outside the cohort
         self.frz_items: list[Request] = []  # the frozen jobs outside the cohort
-        if getattr(q.cohort_changed, "__func__", None) is Queue.cohort_changed:
+        if getattr(q, "cohort_changed", None) is None:
             self.sim.listen_cohort(None)    # nothing listens to cohort joins and leaves
 
     # ------------------------------------------------------------------ B's upkeep
