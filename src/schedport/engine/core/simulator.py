@@ -330,7 +330,7 @@ class Simulator:
                 self.now = reqs[i].arrival
                 continue
             plan = sched.plan(now)
-            if self.runs_nothing(plan):
+            if not plan.items and self.runs_nothing(plan):
                 if plan.preempted:
                     self._preempted_only()
                     if self.events != spin_at:

@@ -76,7 +76,7 @@ class Continuous(BatchingMode):
         sim = self.sim
         cache = sim.cache
         running = sim.running
-        budget = self.budget - self.planned_tokens(plan)
+        budget = self.budget - sim.plan_tokens(plan)
         order = sched.order
         bs = cache.block_size
         full = self.reserve_full
