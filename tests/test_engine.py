@@ -773,3 +773,32 @@ def test_a_finished_run_is_freed_without_the_cyclic_collector(name):
     sim = make_simulator(t, get_policy(name), cfg, make_latency_model(cfg))
     sim.run()
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("base,order", [("Continuous", "ShortestRemaining"), ("Continuous", "Fifo"),
+                                        ("StallFree", "Fifo")])
+def test_a_batching_mode_with_a_plan_of_its_own_runs_fast_as_exact(base, order):
+    """The fast planner forms the built-in modes' batches in bulk; a mode of one's own that
+    overrides `plan` is asked itself, on exact requests, and its runs are exact's bits."""
+    import schedport.engine.policies.batching as batching
+    import schedport.engine.policies.schedulers as schedulers
+    from schedport.engine.fast.planner import FastPlanner
+    calls = []
+
+    class Own(getattr(batching, base)):
+        def plan(self, sched, now):
+            calls.append(self.sim.exact)
+            return super().plan(sched, now)
+    policy = schedulers.Policy("own-mode", "a mode of its own", Own, getattr(schedulers, order),
+                               params={"preemption": "swap"} if order == "ShortestRemaining" else {})
+    cfg = small_engine(blocks=200, seqs=16, budget=128)
+    t = busy_trace(200, seed=5, rate=60.0)
+    lat = make_latency_model(cfg)
+    out = make_simulator(t, policy, cfg, lat, exact=True).run()
+    sim = make_simulator(t, policy, cfg, lat, exact=False)
+    fast = sim.run()
+    assert isinstance(sim.sched.planner, FastPlanner) and False in calls     # the fast run asked the mode
+    assert np.array_equal(fast.first_token_s, out.first_token_s, equal_nan=True)
+    assert np.array_equal(fast.finish_s, out.finish_s, equal_nan=True)
+    assert np.array_equal(fast.preemptions, out.preemptions)
+    assert fast.iterations == out.iterations

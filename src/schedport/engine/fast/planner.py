@@ -28,19 +28,16 @@ class FastPlanner:
         self.sim = sim
         self.mode = mode
         self.tracker: RankTracker | None = None   # a preemptive order's kept rank order, once made
-        if isinstance(mode, Continuous):
-            self.plan = self._plan_continuous
-        elif isinstance(mode, StallFree):
-            self.plan = self._plan_stall_free
-        elif isinstance(mode, Selective):
-            self.plan = self._plan_selective
-        elif isinstance(mode, Static):
-            self.plan = self._plan_static
-        else:
-            self.plan = self._plan_own
+        self.plan = self._plan_own
+        for cls, bulk_form in ((Continuous, self._plan_continuous), (StallFree, self._plan_stall_free),
+                               (Selective, self._plan_selective), (Static, self._plan_static)):
+            if isinstance(mode, cls) and type(mode).plan is cls.plan:
+                self.plan = bulk_form
+                break
 
     def _plan_own(self, sched, now: float) -> Plan:
-        """A batching mode without a bulk form: every member made exact, the mode decides."""
+        """A batching mode without a bulk form (one of a user's own, with a `plan` of its own):
+        every member made exact, the mode decides."""
         self.sim.sync_all()
         return self.mode.plan(sched, now)
 
