@@ -5,10 +5,13 @@ being named in the step's items, so a policy that counts what each request is se
 those tokens. VTC's counters and ltr's starvation guard are therefore kept here, in subclasses
 that count the members' tokens lazily from the cohort clock and are told of joins and leaves
 (`cohort_changed`); the policies themselves (`schedport.engine.policies.vtc`, `.ltr`) know one
-clock and one set of hooks. `adopt_fast_form` gives a bound policy's order its fast form.
+clock and one set of hooks. `with_fast_form` gives a policy declaration its order's fast form,
+before the fast simulator binds it.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from schedport.engine.policies.ltr import PredictedRank
 from schedport.engine.policies.vtc import VirtualTokenCounter
@@ -19,9 +22,10 @@ class CohortVirtualTokenCounter(VirtualTokenCounter):
     client's `tout` is true at clock `csync[c]`, and its `ncoh[c]` members have each taken one
     token per cohort step since."""
 
-    def _adopt(self) -> None:
-        self.ncoh: dict[str, int] = {c: 0 for c in self.base}     # decode-cohort members of the client
-        self.csync: dict[str, int] = {c: 0 for c in self.base}    # cohort clock at the last sync of tout
+    def __init__(self, sim, params):
+        super().__init__(sim, params)
+        self.ncoh: dict[str, int] = {}            # decode-cohort members of the client
+        self.csync: dict[str, int] = {}           # cohort clock at the last sync of tout
 
     def _ensure(self, c):
         if c not in self.base:
@@ -56,7 +60,8 @@ class CohortPredictedRank(PredictedRank):
     every cohort step, so the cohort clock at which it joined (`base`) turns "last scheduled" and
     "boost steps left" into true values whenever they are read or it leaves (`_rebase`)."""
 
-    def _adopt(self) -> None:
+    def __init__(self, sim, params):
+        super().__init__(sim, params)
         self.base: dict[int, int] = {}      # cohort member idx -> cohort clock its state is true at
         self.boosted_members: set[int] = set()
         self.cohort_it = 0                  # engine iteration count after the last cohort step
@@ -129,10 +134,10 @@ class CohortPredictedRank(PredictedRank):
 FAST_FORMS = {VirtualTokenCounter: CohortVirtualTokenCounter, PredictedRank: CohortPredictedRank}
 
 
-def adopt_fast_form(order) -> None:
-    """Give `order` (a bound policy's queue, before any request reached it) its fast form, if its
-    class has one: the same object, now counting the cohort's members (`FAST_FORMS`)."""
-    form = FAST_FORMS.get(type(order))
-    if form is not None:
-        order.__class__ = form
-        order._adopt()
+def with_fast_form(policy):
+    """`policy` (a `Policy` declaration) with its order's fast form in its place, where the order
+    is a class with one (`FAST_FORMS`); else `policy` itself. The declaration is otherwise the
+    same: name, parameters and the rest."""
+    order = policy.order
+    form = FAST_FORMS.get(order) if isinstance(order, type) else None
+    return policy if form is None else dataclasses.replace(policy, order=form)

@@ -30,7 +30,7 @@ import numpy as np
 
 from schedport.engine.core.simulator import Simulator, StepRecord
 from schedport.engine.fast.cohort import CohortRequest, DecodeCohort
-from schedport.engine.fast.forms import adopt_fast_form
+from schedport.engine.fast.forms import with_fast_form
 from schedport.engine.fast.planner import FastPlanner
 from schedport.engine.policies.policy import Plan
 
@@ -44,8 +44,9 @@ class FastSimulator(DecodeCohort, Simulator):
     request_class = CohortRequest
     rank_order = None       # a preemptive order's kept rank order (`RankTracker`), once the planner makes it
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, trace, policy, *args, **kwargs):
+        # VTC and ltr run in their fast forms, which count the cohort's tokens (`fast.forms`)
+        super().__init__(trace, with_fast_form(policy), *args, **kwargs)
         # running requests that decode one token per step are advanced together by bumping
         # `decode_clock` instead of touching each one; a member's true computed/generated counts
         # are its fields plus (decode_clock - sync). `sync_all` makes every field true before any
@@ -53,7 +54,6 @@ class FastSimulator(DecodeCohort, Simulator):
         sched = self.sched
         self.bulk = not sched.order.per_request_steps     # decode steps advance the cohort in bulk
         if self.bulk:
-            adopt_fast_form(sched.order)
             sched.planner = FastPlanner(self, sched.mode)
         self.decode_clock = 0
         self.cohort_n = 0
@@ -245,7 +245,7 @@ class FastSimulator(DecodeCohort, Simulator):
         """`BoundPolicy.stable`; and keys that climb as they are served (`served_key_step` > 0) of
         a preemptive order: only the kept rank order bounds a run."""
         order = self.sched.order
-        if (self.rank_order is None and len(order) and (order.served_key_step or 0) > 0 and order.preemptive
+        if (self.rank_order is None and (order.served_key_step or 0) > 0 and order.preemptive and len(order)
                 and not plan.admitted and not plan.preempted):
             return False
         return self.sched.stable(plan)
