@@ -247,3 +247,84 @@ def test_policies_and_the_fast_helpers_use_the_simulators_interface(tmp_path):
     assert planted("\n\ndef _peek(sim):\n    return sim.decode_clock\n") == []     # reading is the interface
     assert planted("\n\ndef _tick(sim):\n    sim.decode_clock += 1\n")
     assert planted("\n\ndef _poke(self):\n    self.sim._cohort_hook = None\n")
+
+
+#: The fast mode's words: what a policy would have to know to keep state in the decode cohort or
+#: to plan for it. `grep -rE 'bulk|sync_all|rank_keeper|lazy_state|cohort_'` over policies/ finds
+#: none of them, in code or in prose.
+FAST_WORDS = r"bulk|sync_all|rank_keeper|lazy_state|cohort_|settle_sitters|_ranked_kept|rank_order"
+#: Identifiers of the fast mode's state that a policy could read off a request or the simulator.
+FAST_NAMES = {"sync", "pval", "done_clock", "heap_at", "decode_clock", "tracker"}
+#: The fields the decode cohort keeps on a request: the fast mode's own `CohortRequest`, never the core's.
+COHORT_SLOTS = {"sync", "pval", "done_clock", "heap_at"}
+
+
+def _fast_words_in(path: Path) -> list[str]:
+    """The fast mode's words (`FAST_WORDS`) anywhere in one module's text, and its state's names
+    (`FAST_NAMES`) as identifiers (attributes, names, definitions)."""
+    import re
+    text = path.read_text()
+    found = [f"{path.name}:{text.count(chr(10), 0, m.start()) + 1} {m.group()}"
+             for m in re.finditer(FAST_WORDS, text)]
+    for node in ast.walk(ast.parse(text)):
+        name = (node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name)
+                else node.name if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else None)
+        if name in FAST_NAMES:
+            found.append(f"{path.name}:{node.lineno} {name}")
+    return found
+
+
+def test_the_policies_do_not_speak_the_fast_modes_language(tmp_path):
+    # A policy knows one clock and one set of hooks: the decode cohort, its clock, its bulk passes
+    # and its keepers live in engine/fast, which plans for the policies and keeps their state.
+    found = [t for p in sorted((SRC / "engine" / "policies").glob("*.py")) for t in _fast_words_in(p)]
+    assert found == []
+
+    def planted(code: str) -> list[str]:
+        f = tmp_path / "planted.py"
+        f.write_text((SRC / "engine" / "policies" / "batching.py").read_text() + code)
+        return _fast_words_in(f)
+    assert planted("") == []
+    assert planted("\n\ndef _plan(sim):\n    return sim.bulk\n")
+    assert planted("\n\ndef _keep(order):\n    order.cohort_state = {}\n")
+    assert planted("\n\ndef _lag(req):\n    return req.sync\n")
+    assert planted("\n\ndef _clock(sim):\n    return sim.decode_clock\n")
+    assert planted("\n# the members are synced with sync_all first\n")
+
+
+def _cohort_slots(path: Path) -> set[str]:
+    """The decode cohort's fields (`COHORT_SLOTS`, or any named cohort_*) among the `__slots__` of
+    class `Request` in one module."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == "Request":
+            for stmt in node.body:
+                if isinstance(stmt, ast.Assign) and any(getattr(t, "id", "") == "__slots__" for t in stmt.targets):
+                    names = {c.value for c in ast.walk(stmt.value) if isinstance(c, ast.Constant)}
+                    return {n for n in names if n in COHORT_SLOTS or str(n).startswith("cohort")}
+    raise AssertionError(f"no Request.__slots__ in {path}")
+
+
+def test_the_core_request_carries_no_cohort_field(tmp_path):
+    # The cohort's fields are the fast mode's (`fast.cohort.CohortRequest`): the core's request is
+    # what scheduling needs, and a planted cohort slot is refused.
+    from schedport.engine.core.simulator import Request
+    from schedport.engine.fast.cohort import CohortRequest
+    core = SRC / "engine" / "core" / "simulator.py"
+    assert _cohort_slots(core) == set()
+    assert not COHORT_SLOTS & set(Request.__slots__) and COHORT_SLOTS <= set(CohortRequest.__slots__)
+    planted = tmp_path / "simulator.py"
+    planted.write_text(core.read_text().replace('"swapped",\n', '"swapped", "heap_at",\n', 1))
+    assert _cohort_slots(planted) == {"heap_at"}
+    planted.write_text(core.read_text().replace('"swapped",\n', '"swapped", "cohort_pos",\n', 1))
+    assert _cohort_slots(planted) == {"cohort_pos"}
+
+
+def test_the_core_simulator_declares_no_cohort_interface():
+    # No stubs of the fast mode on the core loop: its planner, keepers and clock are the fast
+    # simulator's alone.
+    from schedport.engine.core.simulator import Simulator
+    from schedport.engine.fast.simulator import FastSimulator
+    fast_only = {"bulk", "cohort_n", "decode_clock", "sync", "sync_all", "cohort_leave", "plan_running_bulk",
+                 "settle_sitters", "rank_keeper", "lazy_state", "listen_cohort"}
+    assert not fast_only & set(dir(Simulator))
+    assert fast_only - {"rank_keeper", "lazy_state", "bulk", "cohort_n", "decode_clock"} <= set(dir(FastSimulator))

@@ -376,15 +376,15 @@ def test_ltr_guard_kept_lazily_for_the_decode_cohort_matches_exact(monkeypatch, 
     """In fast mode a decoding ltr request advances with the cohort and its guard state
     (last scheduled step, boost steps left) is kept lazily; promotions, boosts running out
     inside cohort steps, and members sitting steps out still give exact's bits."""
-    from schedport.engine.policies.schedulers import PredictedRank
+    from schedport.engine.fast.forms import CohortPredictedRank
     boosted_joins = []
-    orig = PredictedRank.cohort_changed
+    orig = CohortPredictedRank.cohort_changed
 
     def spy(self, req, delta):
         if delta > 0 and req.idx in self.boost:
             boosted_joins.append(req.idx)
         return orig(self, req, delta)
-    monkeypatch.setattr(PredictedRank, "cohort_changed", spy)
+    monkeypatch.setattr(CohortPredictedRank, "cohort_changed", spy)
     ltr = {"scheduler": {"ltr": {"starvation_threshold": threshold, "starvation_quantum": quantum}}}
     cfg = small_engine(blocks=blocks, seqs=seqs, budget=budget, extra=ltr)
     t = busy_trace(250, seed=threshold, rate=rate)
@@ -404,11 +404,11 @@ def test_ranked_pass_sit_outs_either_side_of_the_cohort_match_exact(monkeypatch,
     first took the budget), the cohort stands still and the few that run take their token as
     items. Both forms give exact's bits. (The kept rank order, `RankTracker`, is switched off
     here so that the full pass decides every step; it is tested on its own below.)"""
-    from schedport.engine.policies.batching import Continuous
+    from schedport.engine.fast.planner import FastPlanner
     from schedport.engine.fast.ranking import RankTracker
     monkeypatch.setattr(RankTracker, "plan", lambda self, sched, now: None)
     seen = {"leave": 0, "stand_still": 0}
-    orig = Continuous._plan_ranked
+    orig = FastPlanner._plan_ranked
 
     def spy(self, sched, now):
         plan = orig(self, sched, now)
@@ -417,7 +417,7 @@ def test_ranked_pass_sit_outs_either_side_of_the_cohort_match_exact(monkeypatch,
         if self.sim.bulk and not plan.cohort and self.sim.cohort_n:
             seen["stand_still"] += 1
         return plan
-    monkeypatch.setattr(Continuous, "_plan_ranked", spy)
+    monkeypatch.setattr(FastPlanner, "_plan_ranked", spy)
     cfg = small_engine(blocks=400, seqs=32, budget=64)
     t = busy_trace(250, seed=7, rate=30.0)
     _, out = run(t, name, cfg, exact=True)
@@ -476,7 +476,7 @@ def test_kept_rank_order_decides_most_steps_and_matches_exact(monkeypatch, name,
     t = busy_trace(300, seed=11, rate=60.0)
     _, out = run(t, name, cfg, exact=True)
     sim, fast = run(t, name, cfg, exact=False)
-    assert sim.sched.mode.tracker is not None
+    assert sim.rank_order is not None
     assert seen["walk"] > seen["full"] or host_gib is not None   # a full host is left to the full pass
     if budget == 64:
         assert seen["parked"] and seen["back"]
@@ -553,7 +553,7 @@ def test_done_heap_keeps_bounds_below_done_clocks_and_finishes_on_time(monkeypat
     _, out = run(t, name, cfg, exact=True)
     seen.update(push=0, early=0, parks=0, alone=0, joins=0)     # count the fast run only
     sim, fast = run(t, name, cfg, exact=False)
-    assert sim.sched.mode.tracker is not None
+    assert sim.rank_order is not None
     assert seen["parks"] and seen["alone"] and seen["early"]
     assert seen["push"] < seen["joins"] + seen["alone"]     # one each, were nothing kept
     assert np.array_equal(fast.first_token_s, out.first_token_s, equal_nan=True)
@@ -569,9 +569,9 @@ def test_kept_rank_order_is_off_where_keys_move_otherwise():
     t = busy_trace(200, seed=3, rate=60.0)
     for name in ("ltr", "sjf", "vllm-fcfs"):
         sim, _ = run(t, name, cfg, exact=False)
-        assert sim.sched.mode.tracker is None, name
+        assert sim.rank_order is None, name
     sim, _ = run(t, "srpt", cfg, exact=False)
-    assert sim.sched.mode.tracker is not None
+    assert sim.rank_order is not None
 
 
 def test_preemptive_policies_swap_and_keep_progress():
@@ -773,3 +773,32 @@ def test_a_finished_run_is_freed_without_the_cyclic_collector(name):
     sim = make_simulator(t, get_policy(name), cfg, make_latency_model(cfg))
     sim.run()
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("base,order", [("Continuous", "ShortestRemaining"), ("Continuous", "Fifo"),
+                                        ("StallFree", "Fifo")])
+def test_a_batching_mode_with_a_plan_of_its_own_runs_fast_as_exact(base, order):
+    """The fast planner forms the built-in modes' batches in bulk; a mode of one's own that
+    overrides `plan` is asked itself, on exact requests, and its runs are exact's bits."""
+    import schedport.engine.policies.batching as batching
+    import schedport.engine.policies.schedulers as schedulers
+    from schedport.engine.fast.planner import FastPlanner
+    calls = []
+
+    class Own(getattr(batching, base)):
+        def plan(self, sched, now):
+            calls.append(self.sim.exact)
+            return super().plan(sched, now)
+    policy = schedulers.Policy("own-mode", "a mode of its own", Own, getattr(schedulers, order),
+                               params={"preemption": "swap"} if order == "ShortestRemaining" else {})
+    cfg = small_engine(blocks=200, seqs=16, budget=128)
+    t = busy_trace(200, seed=5, rate=60.0)
+    lat = make_latency_model(cfg)
+    out = make_simulator(t, policy, cfg, lat, exact=True).run()
+    sim = make_simulator(t, policy, cfg, lat, exact=False)
+    fast = sim.run()
+    assert isinstance(sim.sched.planner, FastPlanner) and False in calls     # the fast run asked the mode
+    assert np.array_equal(fast.first_token_s, out.first_token_s, equal_nan=True)
+    assert np.array_equal(fast.finish_s, out.finish_s, equal_nan=True)
+    assert np.array_equal(fast.preemptions, out.preemptions)
+    assert fast.iterations == out.iterations

@@ -67,7 +67,7 @@ def test_least_attained_service_is_one_short_declaration_and_fast_equals_exact(b
     t = _trace(300, seed=blocks, rate=60.0)
     _, exact = _run(t, LAS, cfg, exact=True)
     sim, fast = _run(t, LAS, cfg, exact=False)
-    assert sim.bulk and sim.sched.mode.tracker is not None      # the engine kept its rank order
+    assert sim.bulk and sim.rank_order is not None      # the engine kept its rank order
     if seqs == 16:                                               # (with 8 seats LAS round-robins
         assert fast.steps_fast_forwarded > 0                     # every step: nothing to skip)
     assert np.array_equal(fast.first_token_s, exact.first_token_s, equal_nan=True)

@@ -19,9 +19,9 @@ step; tokens are emitted at the step's end. Semantics follow vLLM (see docs/engi
 This is the exact engine, the oracle: it steps every iteration, request by request. The fast
 mode (`schedport.engine.fast.simulator`), the default, gives bit-identical per-request results
 with a decode cohort and fast-forwards through runs of identical decode-only steps; it extends
-this loop at `_skip_ahead`, `_serve` and `_served`, and fills in the decode cohort's interface
-that `Simulator` declares for policies (`decode_clock`, `sync`, `sync_all`, the bulk passes and
-the keepers), which here describes an engine without a cohort.
+this loop at its extension points (`_skip_ahead`, `_serve`, `_served`, the request class and the
+events a request leaves the running set by) and plans through its own planner. Neither this loop
+nor the policies know of the cohort.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class Request:
     __slots__ = (
         "idx", "arrival", "prompt", "output", "client", "generated", "computed", "blocks",
         "phase", "decoding", "first_token", "finish", "preemptions", "admit_seq", "status",
-        "reject_reason", "key", "aux", "sync", "pval", "done_clock", "heap_at", "swapped",
+        "reject_reason", "key", "aux", "swapped",
     )
 
     def __init__(self, idx: int, arrival: float, prompt: int, output: int, client: str | None):
@@ -89,10 +89,6 @@ class Request:
         self.reject_reason = ""
         self.key = None           # policy-maintained sort key
         self.aux = None           # policy-private state
-        self.sync = -1            # decode-cohort clock at which computed/generated were last true (-1: not in cohort)
-        self.pval = 0             # computed - sync while in the cohort (invariant under syncing)
-        self.done_clock = -1      # cohort clock at which it emits its last token
-        self.heap_at = -1         # clock of its earliest entry in the cohort's done heap (-1: none kept)
         self.swapped = 0          # KV blocks held in host memory while swapped out
 
     @property
@@ -168,18 +164,11 @@ class Simulator:
     The policy's runtime object is created with `policy.bind(self)` and is called for every
     decision; the simulator only advances time, moves requests between queues and keeps the
     books (see `run`). The fast mode (`schedport.engine.fast.simulator.FastSimulator`) extends it
-    at three points of the loop — `_skip_ahead`, `_serve` and `_served` — and fills in the decode
-    cohort's interface below, which here describes an engine without one.
+    at the points of the loop marked as such.
     """
 
     exact = True            # steps every iteration request by request (the fast mode sets False)
-    # -- the decode cohort as policies see it (`schedport.engine.fast.cohort`). Here there is
-    #    none: no step advances requests in bulk, and every request's counts are always true.
-    bulk = False            # do decode steps advance a cohort of members in bulk?
-    cohort_n = 0            # members of the cohort
-    #: The cohort's clock: bulk decode steps taken. A member's true `computed` and `generated` are
-    #: its fields plus ``decode_clock - req.sync``. Policies read it; only the simulator moves it.
-    decode_clock = 0
+    request_class = Request     # the requests' class (the fast mode's carries its own fields)
 
     def __init__(self, trace: Trace, policy, config: EngineConfig, latency: LatencyModel, *,
                  seed: int = 0, horizon_s: float | None = None,
@@ -201,7 +190,7 @@ class Simulator:
         outs = trace.output_tokens.tolist()
         cl = clients.tolist() if clients is not None else [None] * len(arr)
         with collector_paused():
-            self.requests = list(map(Request, range(len(arr)), arr, ins, outs, cl))
+            self.requests = list(map(self.request_class, range(len(arr)), arr, ins, outs, cl))
         self.running: list[Request] = []
         self.now = 0.0
         self.iterations = 0
@@ -237,34 +226,14 @@ class Simulator:
         self.requests = []
         self.running = []
 
-    # ----------------------------------------------------------------- the decode cohort's interface
-    def sync(self, req: Request) -> None:
-        """Make `req`'s `computed`/`generated` true now (a no-op here: they always are)."""
+    # ----------------------------------------------------------------- what a plan does
+    def plan_tokens(self, plan) -> int:
+        """Tokens `plan` computes this step."""
+        return sum(k for _, k in plan.items)
 
-    def sync_all(self) -> None:
-        """`sync` every running request, before a decision that reads them one by one."""
-
-    def cohort_leave(self, req: Request) -> None:
-        """Make `req`'s fields true and stop advancing it with the cohort (never called here)."""
-
-    def plan_running_bulk(self, budget: int, in_order: bool = True):
-        """The running pass of an in-order batching with the cohort's members counted in bulk, or
-        None when the request-by-request pass must decide (always None here)."""
-        return None
-
-    def settle_sitters(self, plan, members_run: list, members_sit: list, kept: bool) -> None:
-        """Take the members a ranked batch leaves out (`members_sit`) out of this step's bulk
-        decode, or stand the cohort still (no cohort here: nothing to do)."""
-
-    def rank_keeper(self, order, mode):
-        """A keeper of `order`'s rank order between steps for the ranked batching `mode`, or None
-        when every step ranks afresh (always None here)."""
-        return None
-
-    def lazy_state(self, order):
-        """The keeper of the state `order` declares it can keep lazily in the cohort
-        (`Queue.lazy_state`), or None when the order updates its own state every step."""
-        return None
+    def runs_nothing(self, plan) -> bool:
+        """Does `plan` run no request this step?"""
+        return not plan.items
 
     # ----------------------------------------------------------------- bookkeeping used by policies
     def admit(self, req: Request) -> None:
@@ -299,8 +268,6 @@ class Simulator:
         has room): its KV blocks move to host memory, costing a PCIe transfer now and another
         when it resumes, and its progress is kept.
         """
-        if req.sync >= 0:
-            self.cohort_leave(req)
         if swap and self.host_used + req.blocks <= self.host_blocks and req.blocks:
             self.cache.free += req.blocks
             self.host_used += req.blocks
@@ -363,7 +330,7 @@ class Simulator:
                 self.now = reqs[i].arrival
                 continue
             plan = sched.plan(now)
-            if not plan.items and not (plan.cohort and self.cohort_n):
+            if not plan.items and self.runs_nothing(plan):
                 if plan.preempted:
                     self._preempted_only()
                     if self.events != spin_at:
@@ -415,9 +382,7 @@ class Simulator:
         chunks, n_dec, kv, finished, firsts = self._serve(plan)
         if self.observer is not None:
             # the whole batch in running order (vLLM's order: running requests, then admissions)
-            ks = {r.idx: k for r, k in plan.items}
-            batch = [(r.idx, ks.get(r.idx, 1)) for r in self.running
-                     if r.idx in ks or (plan.cohort and r.sync >= 0)]
+            batch = self._observed_batch(plan)
         dt = self.latency.iteration_time(chunks, n_dec, kv)
         if self.swap_bytes_pending:
             t_swap = self.swap_bytes_pending / self.pcie_bytes_per_s
@@ -439,6 +404,11 @@ class Simulator:
         if self.observer is not None:
             self.observer(StepRecord(start, end, 1, sum(k for _, k in batch), len(self.running) + len(finished),
                                      self.cache.used, batch, [end]))
+
+    def _observed_batch(self, plan) -> list:
+        """The whole batch in running order, [(request idx, tokens)], for the observer."""
+        ks = {r.idx: k for r, k in plan.items}
+        return [(r.idx, ks[r.idx]) for r in self.running if r.idx in ks]
 
     def _serve(self, plan) -> tuple[list, int, int, list, list]:
         """Advance each planned request by its tokens: the step's shape (prefill chunks, decodes and
@@ -474,8 +444,6 @@ class Simulator:
         """The step's tokens are out (first tokens stamped): the fast mode moves its cohort here."""
 
     def _finish(self, req: Request, t: float) -> None:
-        if req.sync >= 0:
-            self.cohort_leave(req)
         req.finish = t
         req.phase = DONE
         req.status = "completed"
@@ -486,7 +454,6 @@ class Simulator:
 
     # ----------------------------------------------------------------- results
     def _output(self) -> SimOutput:
-        self.sync_all()
         status = []
         for r in self.requests:
             if r.phase != DONE:

@@ -14,7 +14,22 @@ from __future__ import annotations
 
 import heapq
 
+from schedport.engine.core.simulator import Request
+
 _ALONE_SLACK = 16   # clocks: how far below its done clock a member served alone is entered
+
+
+class CohortRequest(Request):
+    """A request with the fields the decode cohort keeps on it (the fast mode's requests)."""
+
+    __slots__ = ("sync", "pval", "done_clock", "heap_at")
+
+    def __init__(self, idx: int, arrival: float, prompt: int, output: int, client: str | None):
+        super().__init__(idx, arrival, prompt, output, client)
+        self.sync = -1            # cohort clock at which computed/generated were last true (-1: not in cohort)
+        self.pval = 0             # computed - sync while in the cohort (invariant under syncing)
+        self.done_clock = -1      # cohort clock at which it emits its last token
+        self.heap_at = -1         # clock of its earliest entry in the cohort's done heap (-1: none kept)
 
 
 class DecodeCohort:

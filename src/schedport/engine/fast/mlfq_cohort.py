@@ -59,7 +59,6 @@ from schedport.engine.fast.mlfq_due import MARGIN, DueHeap
 from schedport.engine.policies.mlfq_job import FROZEN, NO_ENTRY, THAWED
 from schedport.engine.fast.mlfq_walk import ACT_PREEMPT, ACT_RUN, BY_KEY, GiveWay, Walk
 from schedport.engine.policies.policy import Plan
-from schedport.engine.policies.queues import Queue
 from schedport.engine.core.simulator import RUNNING, Request
 
 
@@ -112,7 +111,7 @@ class MlfqCohort:
         self.joined: list[Request] = []     # jobs outside B this step's batch took, in rank order
         self.written_out = False        # the full pass decides this step, on written-out state
         self.freezing = Freezing()
-        if getattr(q.cohort_changed, "__func__", None) is Queue.cohort_changed:
+        if getattr(q, "cohort_changed", None) is None:
             self.sim.listen_cohort(None)    # nothing listens to cohort joins and leaves
 
     # ------------------------------------------------------------------ B's upkeep

@@ -28,7 +28,6 @@ import math
 from bisect import bisect_left, insort
 
 from schedport.engine.policies.policy import Plan
-from schedport.engine.policies.queues import Queue
 from schedport.engine.core.simulator import RUNNING, Request
 
 
@@ -53,11 +52,14 @@ class RankTracker:
         self._alone: list | None = None   # member entries the last walk served alone, as a prefix
         self._moved: set[int] = set()     # the requests of those entries, once moved
         # the order's own cohort hook, told of the joins and leaves the walk makes itself
-        self._order_hook = None
-        if getattr(order.cohort_changed, "__func__", None) is Queue.cohort_changed:
-            sim.listen_cohort(self.cohort_changed)      # the order keeps no cohort state: skip it
+        self._order_hook = hook = getattr(order, "cohort_changed", None)
+        if hook is None:
+            sim.listen_cohort(self.cohort_changed)      # the order keeps no cohort state
         else:
-            self._order_hook = order.cohort_changed
+            def both(req, delta, mine=self.cohort_changed):
+                mine(req, delta)
+                hook(req, delta)
+            sim.listen_cohort(both)
         for r in sim.running:
             sim.sync(r)                 # a member's fields lag the cohort clock until synced
             self._add(r)

@@ -1,6 +1,6 @@
 """The fast engine: the exact engine's runs, bit for bit, with a decode cohort and fast-forwards.
 
-`FastSimulator` extends the exact `Simulator` (`schedport.engine.core.simulator`) at its three
+`FastSimulator` extends the exact `Simulator` (`schedport.engine.core.simulator`) at its
 extension points. It keeps the running requests that decode one token per step in a *decode
 cohort* advanced by a clock bump rather than one by one (`schedport.engine.fast.cohort`; their
 counts are made true on demand, `sync`): `_serve` and `_served`. And it fast-forwards through runs
@@ -12,11 +12,14 @@ and prices them all at once with the latency model's vectorised decode path. Pol
 order can change at any moment are only fast-forwarded when no waiting request could be
 admitted whatever the order (`stable`).
 
-It also hands policies the keepers the fast mode has for them (`rank_keeper`: a preemptive
-order's rank order kept between steps, `schedport.engine.fast.ranking`; `lazy_state`: FastServe's
-levels kept in the cohort, `schedport.engine.fast.mlfq_cohort`), so that no policy imports the
-fast mode. The property tests (tests/test_engine.py, tests/test_fastserve.py) hold every policy's
-runs here to the exact engine's.
+The batching modes form their batches request by request; the fast planner
+(`schedport.engine.fast.planner`) wraps the policy's mode and forms the same batches with the
+cohort counted in bulk, keeping a preemptive order's rank order between steps
+(`schedport.engine.fast.ranking`) or FastServe's levels in the cohort
+(`schedport.engine.fast.mlfq_cohort`); the policies with cohort state of their own run in their
+fast forms (`schedport.engine.fast.forms`); the requests carry the cohort's fields
+(`CohortRequest`). No policy knows of the cohort. The property tests (tests/test_engine.py,
+tests/test_fastserve.py) hold every policy's runs here to the exact engine's.
 """
 
 from __future__ import annotations
@@ -26,36 +29,39 @@ import math
 import numpy as np
 
 from schedport.engine.core.simulator import Simulator, StepRecord
-from schedport.engine.fast.cohort import DecodeCohort
-from schedport.engine.fast.mlfq_cohort import MlfqCohort
-from schedport.engine.fast.ranking import RankTracker
+from schedport.engine.fast.cohort import CohortRequest, DecodeCohort
+from schedport.engine.fast.forms import with_fast_form
+from schedport.engine.fast.planner import FastPlanner
 from schedport.engine.policies.policy import Plan
 
 _SCALAR_STEPS = 24      # fast-forwards of up to this many steps are timed with Python floats
-
-#: The lazy keepers a policy can ask for by name (`Queue.lazy_state`).
-LAZY_STATE = {"mlfq-levels": MlfqCohort}
 
 
 class FastSimulator(DecodeCohort, Simulator):
     """The exact engine's runs with a decode cohort and fast-forwards (module docstring)."""
 
     exact = False
+    request_class = CohortRequest
+    rank_order = None       # a preemptive order's kept rank order (`RankTracker`), once the planner makes it
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, trace, policy, *args, **kwargs):
+        # VTC and ltr run in their fast forms, which count the cohort's tokens (`fast.forms`)
+        super().__init__(trace, with_fast_form(policy), *args, **kwargs)
         # running requests that decode one token per step are advanced together by bumping
         # `decode_clock` instead of touching each one; a member's true computed/generated counts
         # are its fields plus (decode_clock - sync). `sync_all` makes every field true before any
         # per-request decision.
-        self.bulk = self.sched.supports_bulk()
+        sched = self.sched
+        self.bulk = not sched.order.per_request_steps     # decode steps advance the cohort in bulk
+        if self.bulk:
+            sched.planner = FastPlanner(self, sched.mode)
         self.decode_clock = 0
         self.cohort_n = 0
         self.cohort_pval = 0      # sum of members' pval
         self.cohort_buckets = [0] * self.config.block_size   # members by pval mod block_size
         self.cohort_heap: list = []     # (clock, idx, req): each member's done clock or a bound below it
         self._alloc_decode = self.sched.mode.allocates_decode_blocks
-        self._cohort_hook = self.sched.cohort_changed
+        self._cohort_hook = getattr(sched.order, "cohort_changed", None)
         self._joined: list = []         # this step's requests that caught up and decode from now on
         self._outside: list = []        # this step's items outside the cohort while it stood still
         self._moved = 0                 # the change in members' summed offsets served alone
@@ -77,21 +83,64 @@ class FastSimulator(DecodeCohort, Simulator):
         """Who is told of joins and leaves now (`listen_cohort`)."""
         return self._cohort_hook
 
-    def rank_keeper(self, order, mode):
-        """`Simulator.rank_keeper`: the kept rank order (`RankTracker`) of a preemptive order whose
-        keys move only as it serves (`served_key_step`); asked for only when decodes go in bulk."""
-        return RankTracker(self, order, mode)
+    def plan_tokens(self, plan) -> int:
+        """`Simulator.plan_tokens`, the cohort's decodes included."""
+        return sum(k for _, k in plan.items) + (self.cohort_n if plan.cohort else 0)
 
-    def lazy_state(self, order):
-        """`Simulator.lazy_state`: the keeper named by the order's `lazy_state`, made once and kept
-        on the order (`levels_kept`); asked for only when decodes go in bulk."""
-        if order.levels_kept is None:
-            order.levels_kept = LAZY_STATE[order.lazy_state](order)
-        return order.levels_kept
+    def runs_nothing(self, plan) -> bool:
+        """`Simulator.runs_nothing`: no items, and no cohort step with members in it."""
+        return not plan.items and not (plan.cohort and self.cohort_n)
+
+    # ----------------------------------------------------------------- the engine's events, told to the kept rank order
+    def admit(self, req) -> None:
+        """`Simulator.admit`, and the kept rank order takes the request in."""
+        Simulator.admit(self, req)
+        if self.rank_order is not None:
+            self.rank_order.admitted(req)
+
+    def preempt(self, req, swap: bool = False) -> None:
+        """`Simulator.preempt` of a request made exact and out of the cohort (and the kept rank order)."""
+        if req.sync >= 0:
+            self.cohort_leave(req)
+        if self.rank_order is not None:
+            self.rank_order.left(req)
+        Simulator.preempt(self, req, swap)
+
+    def _finish(self, req, t: float) -> None:
+        if req.sync >= 0:
+            self.cohort_leave(req)
+        if self.rank_order is not None:
+            self.rank_order.left(req)
+        Simulator._finish(self, req, t)
+
+    def _next_decision(self, plan):
+        """The policy's next decision point (`BoundPolicy.next_decision`), bounded by when the kept
+        rank order's ranking can turn."""
+        k, t = self.sched.next_decision(plan, self.now)
+        if self.rank_order is not None:
+            k2 = self.rank_order.next_decision(self.now)
+            if k2 is not None:
+                k = k2 if k is None else min(k, k2)
+        return k, t
+
+    def _after_fast_forward(self, plan, starts, ends, k: int) -> None:
+        if self.rank_order is not None:
+            self.rank_order.served_run(plan)
+        self.sched.after_fast_forward(plan, starts, ends, k)
+
+    def _observed_batch(self, plan) -> list:
+        """`Simulator._observed_batch`, the cohort's members included."""
+        ks = {r.idx: k for r, k in plan.items}
+        return [(r.idx, ks.get(r.idx, 1)) for r in self.running
+                if r.idx in ks or (plan.cohort and r.sync >= 0)]
+
+    def _output(self):
+        self.sync_all()
+        return Simulator._output(self)
 
     # ----------------------------------------------------------------- the bulk forms of a batching pass
     def plan_running_bulk(self, budget: int, in_order: bool = True) -> Plan | None:
-        """`Simulator.plan_running_bulk`: the running pass with the members counted, not touched one by one.
+        """The running pass with the members counted, not touched one by one.
 
         If the running requests' needs exceed the budget, the in-order pass is replayed on counts:
         cohort members reached after the budget runs out sit the step out (they leave the cohort
@@ -152,7 +201,7 @@ class FastSimulator(DecodeCohort, Simulator):
         return plan
 
     def settle_sitters(self, plan: Plan, members_run: list, members_sit: list, kept: bool) -> None:
-        """`Simulator.settle_sitters`: decode-cohort members a ranked batch leaves out
+        """Decode-cohort members a ranked batch leaves out
         (`members_sit`) leave the cohort for this step, or, when most sit out, the cohort stands
         still and the members that run (`members_run`: (items position, request, tokens)) take
         their token as items.
@@ -188,9 +237,18 @@ class FastSimulator(DecodeCohort, Simulator):
     def _skip_ahead(self, plan) -> bool:
         if ((self.cohort_n + plan.parked == len(self.running) if plan.cohort
              else len(plan.items) == len(self.running))
-                and self.sched.stable(plan)):
+                and self._stable(plan)):
             return self._fast_forward(plan)
         return False
+
+    def _stable(self, plan) -> bool:
+        """`BoundPolicy.stable`; and keys that climb as they are served (`served_key_step` > 0) of
+        a preemptive order: only the kept rank order bounds a run."""
+        order = self.sched.order
+        if (self.rank_order is None and (order.served_key_step or 0) > 0 and order.preemptive and len(order)
+                and not plan.admitted and not plan.preempted):
+            return False
+        return self.sched.stable(plan)
 
     def _serve(self, plan) -> tuple[list, int, int, list, list]:
         """`Simulator._serve` with the cohort: a bulk step counts the members as a whole; a step
@@ -280,6 +338,8 @@ class FastSimulator(DecodeCohort, Simulator):
                         self.cohort_join(req)
             else:
                 self.rebuild_cohort()
+        if self.rank_order is not None:
+            self.rank_order.served(plan)    # the requests served move (before the policy's `after_step`)
 
     # ----------------------------------------------------------------- fast-forward
     def _time_steps(self, n: int, kv: np.ndarray):
@@ -336,7 +396,7 @@ class FastSimulator(DecodeCohort, Simulator):
         """Run K identical decode-only steps at once; False if fewer than 2 are possible."""
         if plan.cohort:
             return self._fast_forward_cohort(plan)
-        k_pol, t_pol = self.sched.next_decision(plan, self.now)
+        k_pol, t_pol = self._next_decision(plan)
         limit_t = self._limit_time(t_pol)
         if self._too_close(limit_t):
             return False
@@ -392,7 +452,7 @@ class FastSimulator(DecodeCohort, Simulator):
                     r.blocks = need
         self.iterations += k
         self.steps_fast_forwarded += k
-        self.sched.after_fast_forward(plan, starts[:k], ends[:k], k)
+        self._after_fast_forward(plan, starts[:k], ends[:k], k)
         if self.observer is not None:
             batch = [(r.idx, 1) for r in running]
         for r in finished:
@@ -419,7 +479,7 @@ class FastSimulator(DecodeCohort, Simulator):
         limit_t = self._limit_time(None)
         if self._too_close(limit_t):
             return False
-        k_pol, t_pol = self.sched.next_decision(plan, self.now)
+        k_pol, t_pol = self._next_decision(plan)
         if t_pol is not None and t_pol < limit_t:
             limit_t = t_pol
             if self._too_close(limit_t):
@@ -466,7 +526,7 @@ class FastSimulator(DecodeCohort, Simulator):
         self.steps_fast_forwarded += k
         finished: list = []
         self._pop_cohort_done(finished)
-        self.sched.after_fast_forward(plan, starts[:k], ends[:k], k)
+        self._after_fast_forward(plan, starts[:k], ends[:k], k)
         for r in finished:
             self._finish(r, end)
         self.now = end

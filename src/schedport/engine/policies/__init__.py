@@ -5,7 +5,9 @@ The contract is in `policy` (an `Ordering`: a key and how it moves; the `Plan` o
 `batching`; key orderings in `orderings`; policies with state of their own in `vtc`, `ltr` and
 `mlfq` (FastServe's readable reference, its job record in `mlfq_job`); admission gates in
 `gates`; the 13 declarations and their registry in `schedulers`; a user's own policies are
-loaded by `plugins` and checked at run time by `policyguard`. Policies never import the fast mode.
+loaded by `plugins` and checked at run time by `policyguard`. Policies never import the fast mode
+nor name its state: they know one clock and one set of hooks, and the batching modes form their
+batches request by request (the fast mode plans through them, `schedport.engine.fast.planner`).
 """
 
 from schedport.engine.policies.batching import Continuous, Selective, StallFree, Static

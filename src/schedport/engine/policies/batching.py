@@ -61,20 +61,22 @@ class Continuous(BatchingMode):
         if sched.order.preemptive:
             return self._plan_ranked(sched, now)
         sim = self.sim
-        cache = sim.cache
-        running = sim.running
-        budget = self.budget
-        if sim.bulk:
-            plan = sim.plan_running_bulk(budget)
-        else:
-            plan = self._plan_running_unconstrained(running, cache, budget)
+        plan = self.plan_running_unconstrained(sim.running, sim.cache, self.budget)
         if plan is None:
-            sim.sync_all()
-            plan = self._plan_running_in_order(sched, now)
+            plan = self.plan_running_in_order(sched, now)
             if plan.preempted:
                 plan.decode_only = False
                 return plan
-        budget -= self.planned_tokens(plan)
+        return self.fill_waiting(sched, now, plan)
+
+    def fill_waiting(self, sched, now: float, plan: Plan) -> Plan:
+        """vLLM v1's waiting pass: admit waiting requests in the ordering's order into what the
+        running pass (`plan`) left of the budget, `max_num_seqs` and the free blocks, stopping at
+        the first that does not fit."""
+        sim = self.sim
+        cache = sim.cache
+        running = sim.running
+        budget = self.budget - sim.plan_tokens(plan)
         order = sched.order
         bs = cache.block_size
         full = self.reserve_full
@@ -95,8 +97,8 @@ class Continuous(BatchingMode):
         return plan
 
     @staticmethod
-    def _plan_running_unconstrained(running, cache, budget) -> Plan | None:
-        """The common case, decided in bulk: every running request gets all it needs.
+    def plan_running_unconstrained(running, cache, budget) -> Plan | None:
+        """The common case, decided at once: every running request gets all it needs.
 
         When the running requests' total token need fits the budget and their new blocks fit
         the free pool, the in-order pass would give each its full need with no preemption,
@@ -132,7 +134,7 @@ class Continuous(BatchingMode):
             plan.items = [(r, 1) for r in running]
         return plan
 
-    def _plan_running_in_order(self, sched, now: float) -> Plan:
+    def plan_running_in_order(self, sched, now: float) -> Plan:
         """vLLM v1's running pass, request by request, preempting when blocks run out."""
         sim = self.sim
         cache = sim.cache
@@ -170,7 +172,19 @@ class Continuous(BatchingMode):
         return plan
 
     def _plan_ranked(self, sched, now: float) -> Plan:
-        """Preemptive orderings: rank running and waiting together and fill the batch in rank order.
+        """Preemptive orderings: rank running and waiting together and fill the batch in rank order
+        (`ranked_fill`), unless a common case decides without ranking (`_ranked_shortcut`)."""
+        sim = self.sim
+        gated = self.host_gated()
+        host_was_full, sim.host_full_prev = sim.host_full_prev, False
+        plan = self._ranked_shortcut(sched, now, gated)
+        if plan is not None:
+            return plan
+        return self.ranked_fill(sched, now, gated, host_was_full, Plan())
+
+    def ranked_fill(self, sched, now: float, gated: bool, host_was_full: bool, plan: Plan,
+                    shared=None) -> Plan:
+        """vllm-ltr's ranked fill into `plan`: requests taken in rank order, running and waiting together.
 
         This is vllm-ltr's global ordering (Fu et al., NeurIPS 2024; hao-ai-lab/vllm-ltr,
         vllm/core/scheduler.py, `Scheduler._general_schedule` and `reserve_free_blocks`): requests
@@ -182,29 +196,25 @@ class Continuous(BatchingMode):
         out "from the lowest priority request"): by swap when the policy's `preemption = "swap"`
         and the host swap space (`[engine] swap_space_gib`) has room, else by recompute. So more
         than `max_num_seqs` requests may hold KV at once, as in the reference.
+
+        `shared` (None: every running request is an item of its own) takes the running requests
+        that an engine serves as a group rather than as items: `shared.ran(position, request,
+        tokens)` says whether it took a running request given its tokens, `shared.sat(request)`
+        hears of a running request left out for want of host swap space, and `shared.settle(plan,
+        pending)` is told, once the batch is formed, which running requests were not reached.
         """
         sim = self.sim
         cache = sim.cache
         bs = cache.block_size
         order = sched.order
-        gated = self.host_gated()
-        host_was_full, sim.host_full_prev = sim.host_full_prev, False
-        levels = sim.lazy_state(order) if sim.bulk and order.lazy_state else None
-        plan = self._ranked_kept(sched, now, gated, host_was_full, levels)
-        if plan is not None:
-            return plan
         key = order.key
         swap = self.swap
-        plan = Plan()
-        plan.cohort = sim.bulk and levels is None   # members decode in bulk unless preempted or left without budget
         budget = self.budget
         wm = self.watermark_blocks
         cached = getattr(order, "cached_key", False)
         pending, stream, ranked = self._ranked_stream(order, key, now, cached)
         selected = 0
         admitting = True
-        members_run = []                            # cohort members given their token, in items order
-        members_sit = []                            # cohort members left out of the batch (budget or cap)
         items = plan.items
         cap = self.max_num_seqs
         for req in stream:
@@ -233,14 +243,12 @@ class Continuous(BatchingMode):
                                 plan.preempted += 1
                             else:
                                 plan.host_full = True   # the host cannot take it: it sits out, holding its KV
-                                if req.sync >= 0:
-                                    members_sit.append(req)
+                                if shared is not None:
+                                    shared.sat(req)
                             continue
                     cache.free -= need
                     req.blocks += need
-                if req.sync >= 0:
-                    members_run.append((len(items), req, k))
-                else:
+                if shared is None or not shared.ran(len(items), req, k):
                     items.append((req, k))
                     if not req.decoding:
                         plan.decode_only = False
@@ -264,74 +272,41 @@ class Continuous(BatchingMode):
                 budget -= k
                 if cached:
                     ranked.append(req)
-        if plan.cohort:
-            members_sit.extend(r for r in pending if r.sync >= 0)
-        if members_sit:
-            sim.settle_sitters(plan, members_run, members_sit, self.tracker is not None)
+        if shared is not None:
+            shared.settle(plan, pending)
         if cached:
             # (a job preempted in this pass and started again later in it is in `ranked` twice)
             self._rank_hint = list(dict.fromkeys(ranked)) if plan.preempted else ranked
         if plan.host_full:
             self._host_full_step(plan, host_was_full, key, now, cached)
         plan.ranked = True                          # items are in rank order
-        if levels is not None:
-            plan.parked = len(sim.running) - len(items)     # only the batch's decoders rejoin the cohort
         if plan.preempted or plan.admitted or plan.host_full:
             # (a step that found the host full is not repeated unchanged: which job is worst-ranked
             # among those holding KV may differ in the next one, as FastServe's front pushes reorder)
             plan.decode_only = False
         return plan
 
-    def _ranked_kept(self, sched, now: float, gated: bool, host_was_full: bool, levels) -> Plan | None:
-        """The batch without ranking every request: a shortcut, the kept rank order (`RankTracker`)
-        or FastServe's levels kept in the cohort (`levels`); None: the full pass decides."""
-        sim = self.sim
-        order = sched.order
-        tracker = self.tracker
-        if tracker is None and sim.bulk and order.served_key_step is not None and not self.host_gate:
-            tracker = self.tracker = sim.rank_keeper(order, self)
-        if levels is not None:
-            levels.resume()
-        skip = levels is not None and not len(order) and levels.over_budget(self.budget)
-        plan = None if skip else self._ranked_shortcut(sched, now, gated)
-        if plan is not None:
-            if levels is not None:
-                levels.ran_all(plan)
-            return plan
-        if tracker is not None and not gated:
-            return tracker.plan(sched, now)
-        if levels is not None:
-            plan = levels.walk(self, sched, now, gated, host_was_full)
-            if plan is None:
-                levels.materialize()            # the full pass decides, outside the cohort
-                sim.sync_all()
-            return plan
-        return None
-
     def _ranked_shortcut(self, sched, now: float, gated: bool) -> Plan | None:
         """The ranked pass's common cases, decided without ranking: nothing waits and every running
-        request gets its full need (rank order is moot), or everything fits (`_plan_everyone`).
+        request gets its full need (rank order is moot), or everything fits (`plan_everyone`).
         None when the ranking has to decide."""
         sim = self.sim
         order = sched.order
         if not len(order) and len(sim.running) <= self.max_num_seqs:
             # nothing waiting: if every running request gets its full need, rank order is moot
-            if sim.bulk:
-                return sim.plan_running_bulk(self.budget, in_order=False)
-            return self._plan_running_unconstrained(sim.running, sim.cache, self.budget)
+            return self.plan_running_unconstrained(sim.running, sim.cache, self.budget)
         if len(sim.running) + len(order) <= self.max_num_seqs and not gated:
-            return self._plan_everyone(sched, now)
+            return self.plan_everyone(sched, now, 0, 0, sim.running, self._plan_all_running)
         return None
+
+    def _plan_all_running(self) -> Plan | None:
+        """Every running request given its full need (`plan_running_unconstrained`)."""
+        return self.plan_running_unconstrained(self.sim.running, self.sim.cache, self.budget)
 
     def _ranked_stream(self, order, key, now: float, cached: bool) -> tuple[deque, object, list | None]:
         """The running requests not yet reached (best first), running and waiting requests in one
         rank order, and for an ordering that keeps its keys in `req.key` the running requests'
         rank order, which the next step starts from."""
-        sim = self.sim
-        if sim.bulk:
-            # keys and the pass read running requests' progress: make it true, keeping the cohort
-            for r in sim.running:
-                sim.sync(r)
         keyed, ranked = self._rank_running(key, now, cached)
         if not cached:
             return deque(map(_SECOND, keyed)), _merge_ranked(keyed, list(order.ordered(now)), key, now), None
@@ -374,7 +349,7 @@ class Continuous(BatchingMode):
         sim.host_full_prev = True
         if not host_was_full:
             sim.host_full_events += 1
-        if not plan.items and not (plan.cohort and sim.cohort_n) and not plan.preempted and sim.running:
+        if sim.runs_nothing(plan) and not plan.preempted and sim.running:
             # every job that could run needs a block the full host cannot free: the last resort
             # that breaks the stall is the engine's recompute of the worst-ranked holder, counted
             victim = max(sim.running, key=lambda r: key(r, now))
@@ -410,17 +385,17 @@ class Continuous(BatchingMode):
             sim.preempt(pending.pop(), self.swap)
             plan.preempted += 1
 
-    def _plan_everyone(self, sched, now: float) -> Plan | None:
+    def plan_everyone(self, sched, now: float, tokens: int, blocks: int, running, plan_running) -> Plan | None:
         """Ranked mode when everything fits: every running request gets its full need and every
-        waiting request starts (in rank order), with no preemption. None if anything binds."""
+        waiting request starts (in rank order), with no preemption. None if anything binds.
+
+        `tokens` and `blocks` are what running requests counted as a group take this step, and
+        `running` the others; `plan_running()` is the running pass that gives each its need."""
         sim = self.sim
         cache = sim.cache
         bs = cache.block_size
         order = sched.order
         waiting = list(order.ordered(now))
-        tokens = blocks = 0
-        if sim.cohort_n:
-            tokens, blocks = sim.cohort_n, sim.cohort_crossings(sim.decode_clock)
         budget, room = self.budget, cache.free - self.watermark_blocks
         # (both sums only grow: the first request past the budget or the free blocks settles it)
         for r in waiting:
@@ -428,17 +403,13 @@ class Continuous(BatchingMode):
             blocks += -(-(r.prompt + r.generated) // bs)
             if tokens > budget or blocks > room:
                 return None
-        for r in sim.running:
-            if r.sync < 0:
-                k = r.prompt + r.generated - r.computed
-                tokens += k
-                blocks += -(-(r.computed + k) // bs) - r.blocks
-                if tokens > budget or blocks > room:
-                    return None
-        if sim.bulk:
-            plan = sim.plan_running_bulk(self.budget, in_order=False)
-        else:
-            plan = self._plan_running_unconstrained(sim.running, cache, self.budget)
+        for r in running:
+            k = r.prompt + r.generated - r.computed
+            tokens += k
+            blocks += -(-(r.computed + k) // bs) - r.blocks
+            if tokens > budget or blocks > room:
+                return None
+        plan = plan_running()
         for r in waiting:
             k = r.prompt + r.generated - r.computed
             need = -(-(r.computed + k) // bs)
@@ -508,14 +479,6 @@ class StallFree(BatchingMode):
         running = sim.running
         plan = Plan()
         budget = self.budget
-        if sim.bulk:
-            cross = sim.cohort_crossings(sim.decode_clock)
-            if sim.cohort_n <= budget and cross <= cache.free:
-                cache.free -= cross
-                plan.cohort = True
-                budget -= sim.cohort_n
-                return self._plan_prefills(sched, now, plan, budget)
-            sim.sync_all()
         for req in list(running):
             if not req.decoding or req.phase != RUNNING or budget <= 0:
                 continue
@@ -534,12 +497,12 @@ class StallFree(BatchingMode):
                 sim.allocate(req, need)
             plan.add(req, 1)
             budget -= 1
-        plan = self._plan_prefills(sched, now, plan, budget)
+        plan = self.plan_prefills(sched, now, plan, budget)
         if plan.preempted:
             plan.decode_only = False
         return plan
 
-    def _plan_prefills(self, sched, now, plan: Plan, budget: int) -> Plan:
+    def plan_prefills(self, sched, now, plan: Plan, budget: int) -> Plan:
         """Second and third passes: ongoing prefills, then new requests, within what budget is left."""
         sim = self.sim
         cache = sim.cache
@@ -608,13 +571,16 @@ class Selective(BatchingMode):
 
     def plan(self, sched, now):
         sim = self.sim
-        cache = sim.cache
         plan = Plan(allocates_decode_blocks=False)
-        if sim.bulk:
-            plan.cohort = True          # every running request is decoding (prompts go in whole)
-        else:
-            for req in sim.running:
-                plan.add(req, req.num_tokens - req.computed)
+        for req in sim.running:
+            plan.add(req, req.num_tokens - req.computed)
+        return self.fill_waiting(sched, now, plan)
+
+    def fill_waiting(self, sched, now, plan: Plan) -> Plan:
+        """New requests join in arrival order, whole prompts, while the cap, the step's prompt
+        budget and their reservations allow."""
+        sim = self.sim
+        cache = sim.cache
         budget = self.budget
         order = sched.order
         while len(sim.running) < self.max_num_seqs and len(order):
@@ -680,11 +646,8 @@ class Static(BatchingMode):
         sim = self.sim
         plan = Plan(allocates_decode_blocks=False)
         if sim.running:
-            if sim.bulk:
-                plan.cohort = True
-            else:
-                for req in sim.running:
-                    plan.add(req, 1)
+            for req in sim.running:
+                plan.add(req, 1)
             return plan
         order = sched.order
         cache = sim.cache

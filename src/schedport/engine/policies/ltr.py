@@ -28,11 +28,6 @@ class PredictedRank(SortedEachStep):
     default; with `starvation_threshold` > 0 (its fairness runs, `fair-*.sh`:
     `opt-xxx-starv200-period10`) a request not scheduled for that many consecutive steps is
     promoted to class -1 for `starvation_quantum` scheduled steps.
-
-    In fast mode a decoding request that runs with the engine's decode cohort is scheduled at
-    every cohort step, so its guard state is kept lazily: the cohort clock at which it joined
-    (`base`) turns "last scheduled" and "boost steps left" into true values whenever they are
-    read or the request leaves the cohort (`_rebase`).
     """
 
     preemptive = True
@@ -50,13 +45,10 @@ class PredictedRank(SortedEachStep):
         self.scores = scores.tolist()
         self.last: dict[int, int] = {}      # idx -> engine iteration count when last scheduled / queued
         self.boost: dict[int, int] = {}     # idx -> scheduled steps left in the top class
-        self.base: dict[int, int] = {}      # cohort member idx -> cohort clock its state is true at
-        self.boosted_members: set[int] = set()
-        self.cohort_it = 0                  # engine iteration count after the last cohort step
         if self.threshold <= 0:
             # no guard: the ranking is the scores alone and there is no per-step state to keep;
             # every key is fixed, made once here (the class is 0 for all: left out, same order)
-            for hook in ("push", "cohort_changed", "after_step", "after_fast_forward", "next_decision"):
+            for hook in ("push", "after_step", "after_fast_forward", "next_decision"):
                 setattr(self, hook, getattr(super(), hook))
             arrival = sim.trace.arrival_s.tolist()
             self._keys = [(sc, arrival[i], i) for i, sc in enumerate(self.scores)]
@@ -75,39 +67,7 @@ class PredictedRank(SortedEachStep):
 
     _next_promo = 0                     # no promotion can happen before this engine iteration
 
-    # -- the lazy state of cohort members
-    def cohort_changed(self, req, delta):
-        idx = req.idx
-        if delta > 0:
-            self.base[idx] = self.sim.decode_clock
-            if idx in self.boost:
-                self.boosted_members.add(idx)
-        else:
-            self._rebase(idx)
-            del self.base[idx]
-            self.boosted_members.discard(idx)
-
-    def _rebase(self, idx: int) -> None:
-        """Make a cohort member's `last` and `boost` true at the current cohort clock."""
-        d = self.sim.decode_clock
-        ran = d - self.base[idx]
-        if ran:
-            self.last[idx] = self.cohort_it
-            b = self.boost.get(idx)
-            if b is not None:
-                if b <= ran:
-                    del self.boost[idx]
-                else:
-                    self.boost[idx] = b - ran
-            self.base[idx] = d
-
     def prepare(self, now):
-        if self.boosted_members:
-            # a member's boost that ran out in cohort steps ends before the ranking is read
-            for idx in list(self.boosted_members):
-                self._rebase(idx)
-                if idx not in self.boost:
-                    self.boosted_members.discard(idx)
         if self.threshold <= 0:
             return
         it = self.sim.iterations
@@ -126,18 +86,13 @@ class PredictedRank(SortedEachStep):
             due = last[idx] + thr
             if nxt is None or due < nxt:
                 nxt = due
-        base, d, cit = self.base, self.sim.decode_clock, self.cohort_it
         for r in self.sim.running:
             idx = r.idx
             if idx in boost:
                 continue
-            b = base.get(idx)
-            # a member that ran in a cohort step since it joined was last scheduled in the latest one
-            t = cit if b is not None and d > b else last[idx]
+            t = self._last_scheduled(idx)
             if it - t >= thr:
-                if b is not None:
-                    self._rebase(idx)
-                    self.boosted_members.add(idx)
+                self._promoting(idx)
                 boost[idx] = self.quantum
                 last[idx] = t = it
             due = t + thr
@@ -145,10 +100,15 @@ class PredictedRank(SortedEachStep):
                 nxt = due
         self._next_promo = it + thr if nxt is None else nxt
 
+    def _last_scheduled(self, idx: int) -> int:
+        """The engine iteration count at which running request `idx` was last scheduled."""
+        return self.last[idx]
+
+    def _promoting(self, idx: int) -> None:
+        """Running request `idx` is about to be promoted to the top class."""
+
     def _scheduled(self, plan, k):
         it = self.sim.iterations
-        if plan.cohort:
-            self.cohort_it = it
         for r, _ in plan.items:
             self.last[r.idx] = it
             b = self.boost.get(r.idx)
@@ -169,6 +129,11 @@ class PredictedRank(SortedEachStep):
         self.boost.pop(req.idx, None)
 
     def next_decision(self, plan, now):
+        k = self._steps_to_decision(plan)
+        return (None if k is None else max(k, 1)), None
+
+    def _steps_to_decision(self, plan) -> int | None:
+        """A lower bound on the steps the same batch may run before a promotion or a boost's end."""
         k = None
         if self.threshold > 0 and self.items:
             k = self._next_promo - self.sim.iterations   # a lower bound on steps before a promotion
@@ -176,13 +141,7 @@ class PredictedRank(SortedEachStep):
             b = self.boost.get(r.idx)
             if b is not None:
                 k = b if k is None else min(k, b)
-        d = self.sim.decode_clock
-        for idx in self.boosted_members:
-            b = self.boost.get(idx)
-            if b is not None:
-                b -= d - self.base[idx]
-                k = b if k is None else min(k, b)
-        return (None if k is None else max(k, 1)), None
+        return k
 
 
 LTR_REFERENCE_LOG_SD = 1.804

@@ -45,7 +45,6 @@ class SkipJoinMLFQ(SortedEachStep):
     """
 
     preemptive = True
-    lazy_state = "mlfq-levels"          # the fast mode may keep the levels in the cohort (`MlfqCohort`)
     static_keys = True                  # a waiting key changes only at a starvation check
     cached_key = True                   # req.key = (level, position, idx), set wherever they change
 
@@ -65,7 +64,7 @@ class SkipJoinMLFQ(SortedEachStep):
         self._back = 0                  # and by pushes to the back
         self.promotions = 0             # starvation promotions, for the run summary
         self.deepest = 0                # the lowest level any job reached
-        self.levels_kept = None         # fast mode: the state kept in the decode cohort (`sim.lazy_state`)
+        self.levels_kept = None         # fast mode: the state kept in the decode cohort (`MlfqCohort`)
         self.resumable: list = []       # waiting jobs past their context stage (`ordered_resumable`)
         self._resumable_sorted = True
 

@@ -155,7 +155,6 @@ class BatchingMode:
     default_watermark = 0.0
     allocates_decode_blocks = True
     reserve_full = False    # a waiting request starts only when its whole known prompt's blocks are free
-    tracker = None          # the kept rank order of a preemptive policy (`Simulator.rank_keeper`)
 
     def __init__(self, sim, params: dict):
         cfg = sim.config
@@ -196,8 +195,8 @@ class BatchingMode:
         """`req` emitted its last token at `t` (a mode that delivers tokens late says so here)."""
 
     def planned_tokens(self, plan: Plan) -> int:
-        """Tokens the plan computes this step (cohort decodes included)."""
-        return sum(k for _, k in plan.items) + (self.sim.cohort_n if plan.cohort else 0)
+        """Tokens the plan computes this step (`Simulator.plan_tokens`)."""
+        return self.sim.plan_tokens(plan)
 
     def any_admissible(self, sched, plan: Plan) -> bool:
         """Could some waiting request be admitted now, in any order? (for dynamic orderings)"""

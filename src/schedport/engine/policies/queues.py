@@ -40,25 +40,22 @@ class Hooks:
     Told by the engine: `on_admit`, `on_finish`, `prepare` (before each step's batch is formed)
     and `after_step`. Telling the engine: `next_decision`, the point at which the policy next needs
     to act (SimPy's way: a process says when it next wakes), up to which the engine may run the
-    same decode-only batch without asking. For the fast mode only, with a policy whose state
-    moves as its requests decode: `cohort_changed`, `after_fast_forward`, `refine_fast_forward`
-    and three declarations (`per_request_steps`, `served_key_step`, `lazy_state`).
+    same decode-only batch without asking. For an engine that runs several identical steps at
+    once: `after_fast_forward`, `refine_fast_forward` and two declarations (`per_request_steps`,
+    `served_key_step`).
 
-    In fast mode the engine advances decoding requests as a cohort, so a running request's
-    `computed`/`generated` fields may lag until it is synced. Waiting requests are always exact,
-    and a preemptive ordering's keys for running requests are computed after every running
-    request is synced. A policy that reads running requests' progress anywhere else (in its hooks)
-    sets `per_request_steps = True`, which keeps every request exact at every step.
+    An engine may serve decoding requests without naming each in a step's items, so a running
+    request's `computed`/`generated` fields are true where the policy is asked about it (its key,
+    the batching passes) but may lag in its other hooks. A policy that reads running requests'
+    progress anywhere else sets `per_request_steps = True`, which keeps every request exact at
+    every step.
     """
 
-    per_request_steps = False  # True: needs every decode step reported per request (no bulk cohort)
+    per_request_steps = False  # True: needs every decode step reported per request in `plan.items`
     #: How a preemptive order's keys move, if the engine may keep its rank order between steps:
     #: a served request's leading key changes by this much per token served (srpt: -1; a fixed
     #: key: 0) and no key changes otherwise. None: keys may change any time; ranked afresh each step.
     served_key_step: int | None = None
-    #: The name of a keeper the fast mode has for this policy's state (`Simulator.lazy_state`), which
-    #: then keeps it lazily in the decode cohort; None: the policy updates its own state every step.
-    lazy_state: str | None = None
 
     def on_admit(self, req: Request, now: float) -> None:
         """`req` left the waiting queue for the running set."""
@@ -76,9 +73,6 @@ class Hooks:
         """When the policy next needs to act, if the same decode-only batch ran on: after at most
         this many steps, or at the first step that starts at or after this time (None: no bound)."""
         return None, None
-
-    def cohort_changed(self, req: Request, delta: int) -> None:
-        """A request joined (+1) or left (-1) the engine's decode cohort (fast mode only)."""
 
     def after_fast_forward(self, plan: Plan, starts: np.ndarray, ends: np.ndarray, k: int) -> None:
         """The engine ran `plan`'s decode-only batch `k` times at once (`starts`, `ends` per step)."""

@@ -118,10 +118,7 @@ class BoundPolicy:
         self.ordering = policy.order(sim, params)      # the policy's own ranking (an Ordering or a Queue)
         self.order = queue_for(self.ordering, sim, params)
         self.gate = policy.admission(sim, params)
-
-    def supports_bulk(self) -> bool:
-        """May the engine advance decoding requests in bulk (no per-request decode hooks needed)?"""
-        return not self.order.per_request_steps
+        self.planner = self.mode        # who forms each step's batch (an engine may plan through its own)
 
     # -- queue hooks used by the engine
     def has_waiting(self) -> bool:
@@ -134,40 +131,26 @@ class BoundPolicy:
         self.order.push(req, now)
 
     def requeue_preempted(self, req: Request, now: float) -> None:
-        if self.mode.tracker is not None:
-            self.mode.tracker.left(req)
         self.order.requeue(req, now)
-
-    def cohort_changed(self, req: Request, delta: int) -> None:
-        """A running request joined (+1) or left (-1) the engine's decode cohort (fast mode)."""
-        if self.mode.tracker is not None:
-            self.mode.tracker.cohort_changed(req, delta)
-        self.order.cohort_changed(req, delta)
 
     def on_reject(self, req: Request) -> None:
         pass
 
     def on_finish(self, req: Request, t: float) -> None:
-        if self.mode.tracker is not None:
-            self.mode.tracker.left(req)
         self.order.on_finish(req, t)
         self.mode.on_finish(req, t)
 
     def admit(self, req: Request, now: float) -> None:
         self.sim.admit(req)
         self.order.on_admit(req, now)
-        if self.mode.tracker is not None:
-            self.mode.tracker.admitted(req)
 
     # -- the step
     def plan(self, now: float) -> Plan:
         self.order.prepare(now)
         self.gate.filter(self, now)
-        return self.mode.plan(self, now)
+        return self.planner.plan(self, now)
 
     def after_step(self, plan: Plan, start: float, end: float) -> None:
-        if self.mode.tracker is not None:
-            self.mode.tracker.served(plan)
         self.order.after_step(plan, start, end)
 
     # -- fast-forward hooks
@@ -177,8 +160,6 @@ class BoundPolicy:
             return False
         if not len(self.order):
             return True
-        if (self.order.served_key_step or 0) > 0 and self.order.preemptive and self.mode.tracker is None:
-            return False    # keys that climb as they are served: only the kept rank order bounds a run
         if self.order.dynamic:
             return not self.mode.any_admissible(self, plan)
         return True
@@ -186,8 +167,6 @@ class BoundPolicy:
     def next_decision(self, plan: Plan, now: float):
         k1, t1 = self.order.next_decision(plan, now)
         k2, t2 = self.gate.next_decision(self, plan, now)
-        if self.mode.tracker is not None:
-            k1 = _min_opt(k1, self.mode.tracker.next_decision(now))
         return _min_opt(k1, k2), _min_opt(t1, t2)
 
     def refine_fast_forward(self, plan, starts, ends, k):
@@ -195,8 +174,6 @@ class BoundPolicy:
         return self.gate.refine(self, plan, starts[:k], ends[:k], k)
 
     def after_fast_forward(self, plan, starts, ends, k):
-        if self.mode.tracker is not None:
-            self.mode.tracker.served_run(plan)
         self.order.after_fast_forward(plan, starts, ends, k)
 
 

@@ -1,8 +1,7 @@
 """vtc: the Virtual Token Counter's fair queue (`VirtualTokenCounter`).
 
 Its state is more than a key — a counter per client that every token served moves — so it is an
-engine queue (`schedport.engine.policies.queues.Queue`) that keeps the counters of decode-cohort members
-lazily, rather than an `Ordering`.
+engine queue (`schedport.engine.policies.queues.Queue`) rather than an `Ordering`.
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ class VirtualTokenCounter(Queue):
     own client. Preemption (the engine's recompute) charges no refund.
 
     A counter is kept as lift offset + w_p x input tokens + w_q x output tokens, with the token
-    counts as integers (output tokens of decode-cohort members are counted lazily from the
-    cohort clock), so the step-by-step and fast-forward modes compute identical floats.
+    counts as integers, so that an engine that counts tokens many at a time computes identical floats.
     """
 
     dynamic = True
@@ -37,9 +35,7 @@ class VirtualTokenCounter(Queue):
         self.wq = float(params["w_q"])
         self.base: dict[str, float] = {}          # lift offsets
         self.tin: dict[str, int] = {}             # input tokens charged
-        self.tout: dict[str, int] = {}            # output tokens charged (synced part)
-        self.ncoh: dict[str, int] = {}            # decode-cohort members of the client
-        self.csync: dict[str, int] = {}           # cohort clock at the last sync of tout
+        self.tout: dict[str, int] = {}            # output tokens charged
         self.queues: dict[str, deque[Request]] = {}   # backlogged clients only (never empty)
         self.heap: list = []                      # (counter, head arrival, head idx, client), lazily valid
         self.n = 0
@@ -54,19 +50,11 @@ class VirtualTokenCounter(Queue):
             self.base[c] = 0.0
             self.tin[c] = 0
             self.tout[c] = 0
-            self.ncoh[c] = 0
-            self.csync[c] = self.sim.decode_clock
-
-    def _sync(self, c):
-        d = self.sim.decode_clock
-        self.tout[c] += self.ncoh[c] * (d - self.csync[c])
-        self.csync[c] = d
 
     def service(self, c) -> float:
         """Weighted service received by client `c` so far (no lift offset)."""
         if c not in self.base:
             return 0.0
-        self._sync(c)
         return self.wp * self.tin[c] + self.wq * self.tout[c]
 
     def counter(self, c) -> float:
@@ -159,11 +147,6 @@ class VirtualTokenCounter(Queue):
         if req.idx not in self.charged:
             self.charged.add(req.idx)
             self.tin[self.client(req)] += req.prompt
-
-    def cohort_changed(self, req, delta):
-        c = self.client(req)
-        self._sync(c)
-        self.ncoh[c] += delta
 
     def after_step(self, plan, start, end):
         for r in plan.emitted:
