@@ -231,8 +231,9 @@ _PANDAS_TYPES = {"null": "empty", "string": "unicode", "int64": "int64", "double
 
 
 def arrow_table_of(columns: Mapping[str, Any]) -> Any:
-    """The Arrow table that ``table_of(columns).to_parquet(path, index=False)`` writes, built
-    without pandas, or None where a column is of a type this does not cover (then write the
+    """The Arrow table that ``table_of(columns).to_parquet(path, index=False)`` writes, any
+    further column added to the frame as an object column (`SimulationResult`'s ``reject_reason``),
+    built without pandas; None where a column is of a type this does not cover (then write the
     DataFrame).
 
     The same columns in the same order and the same ``pandas`` schema metadata (each column's
