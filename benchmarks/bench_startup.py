@@ -5,8 +5,9 @@
 Each run is a fresh `PYTHON -m schedport.cli simulate --trace T --scheduler S --out DIR` (the work
 of the `schedport` entry point) into a new directory. Printed, in seconds: the least and the
 median wall time, the least and the median CPU time of the process (user + system, from
-`wait4`), and, from one further run under `python -X importtime`, the sum of the import times
-(how much of a start is imports) with the heaviest top-level packages. The modules of
+`wait4`), and, from `--import-runs` further runs under `python -X importtime`, the import time
+(how much of a start is imports): each module's least own time over those runs, summed, in all
+and by top-level package. The modules of
 `pandas`, `scipy` and `matplotlib` that the run imported are named (none is the goal).
 
 Without `--trace` the trace is `make_example_trace(1000)` written as CSV into a temporary
@@ -58,25 +59,30 @@ def run_once(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     return wall, ru.ru_utime + ru.ru_stime, err
 
 
-def import_profile(stderr: str) -> tuple[float, dict[str, float], list[str]]:
-    """From `-X importtime` output: the sum of every module's own time (s), that sum by
-    top-level package, and the imported modules of the `UNWANTED` packages."""
-    total = 0.0
-    by_pkg: dict[str, float] = {}
-    unwanted = []
+def own_times(stderr: str) -> dict[str, float]:
+    """Each module's own import time (s) from `-X importtime` output."""
+    own = {}
     for line in stderr.splitlines():
-        m = re.match(r"import time:\s+(\d+) \|\s+\d+ \| ( *)(\S+)", line)
-        if not m:
-            continue
-        own = int(m.group(1)) / 1e6
-        name = m.group(3)
+        m = re.match(r"import time:\s+(\d+) \|\s+\d+ \| *(\S+)", line)
+        if m:
+            own[m.group(2)] = int(m.group(1)) / 1e6
+    return own
+
+
+def import_profile(runs: list[dict[str, float]]) -> tuple[float, dict[str, float], list[str]]:
+    """From several runs' `own_times`: the sum over modules of each one's least own time (s),
+    that sum by top-level package (`SHOWN`, the rest as "other"), and the imported modules of the
+    `UNWANTED` packages. The least of several runs is what a busy machine hides least."""
+    least: dict[str, float] = {}
+    for own in runs:
+        for name, t in own.items():
+            least[name] = min(t, least.get(name, t))
+    by_pkg: dict[str, float] = {}
+    for name, t in least.items():
         top = name.split(".")[0]
-        total += own
         key = top if top in SHOWN else "other"
-        by_pkg[key] = by_pkg.get(key, 0.0) + own
-        if top in UNWANTED:
-            unwanted.append(name)
-    return total, by_pkg, unwanted
+        by_pkg[key] = by_pkg.get(key, 0.0) + t
+    return sum(least.values()), by_pkg, sorted(n for n in least if n.split(".")[0] in UNWANTED)
 
 
 def main() -> None:
@@ -85,10 +91,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=15, help="fresh processes (least and median reported)")
     ap.add_argument("--trace", type=Path, help="trace to simulate (default: the 1,000-request example)")
     ap.add_argument("--scheduler", default="vllm-fcfs", help="policy to simulate under")
+    ap.add_argument("--import-runs", type=int, default=5, help="runs under -X importtime (each module's least)")
     ap.add_argument("--python", default=sys.executable, help="interpreter with schedport installed")
     a = ap.parse_args()
-    if a.runs < 1:
-        sys.exit("error: --runs must be at least 1")
+    if a.runs < 1 or a.import_runs < 1:
+        sys.exit("error: --runs and --import-runs must be at least 1")
     env = child_env()
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         trace = a.trace
@@ -109,8 +116,8 @@ def main() -> None:
             w, c, _ = run_once(cmd(i), env)
             walls.append(w)
             cpus.append(c)
-        _, _, err = run_once(cmd(a.runs, "-X", "importtime"), env)
-    total, by_pkg, unwanted = import_profile(err)
+        profiles = [own_times(run_once(cmd(a.runs + i, "-X", "importtime"), env)[2]) for i in range(a.import_runs)]
+    total, by_pkg, unwanted = import_profile(profiles)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"schedport simulate, {trace.name}, {a.scheduler}: {a.runs} fresh processes, "
           f"load average {load:.2f} ({os.cpu_count()} CPUs)")
@@ -118,7 +125,7 @@ def main() -> None:
           f"(target < {TARGET_S} s on a quiet 2-core machine: {'met' if min(walls) < TARGET_S else 'NOT met'})")
     print(f"  CPU   least {min(cpus):.3f} s  median {statistics.median(cpus):.3f} s  (user + system)")
     shown = ", ".join(f"{k} {v:.3f}" for k, v in sorted(by_pkg.items(), key=lambda kv: -kv[1]))
-    print(f"  imports (one -X importtime run, its own overhead included) {total:.3f} s: {shown}")
+    print(f"  imports (-X importtime, each module's least of {a.import_runs} runs) {total:.3f} s: {shown}")
     print(f"  imported of {', '.join(UNWANTED)}: {len(unwanted)} modules"
           + (f" ({', '.join(sorted({u.split('.')[0] for u in unwanted}))})" if unwanted else ""))
 
