@@ -54,6 +54,7 @@ validate-demo: setup vllm-cpu
 		--windows 1 --max-requests 40 --repeats 3 --regions light,moderate,high,overload --pin
 
 bench: setup
+	$(BIN)/python benchmarks/bench_startup.py
 	$(BIN)/python benchmarks/bench_engine.py
 	$(BIN)/python benchmarks/bench_corpus.py
 	$(BIN)/python benchmarks/bench_sweep.py

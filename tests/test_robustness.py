@@ -290,12 +290,16 @@ def _main(argv, monkeypatch, capsys) -> tuple[int, str]:
 def test_a_full_disk_while_simulate_writes_is_one_line_and_leaves_no_temp_file(trace_csv, tmp_path,
                                                                                  monkeypatch, capsys):
     import pandas as pd
+    import pyarrow.parquet as pq
 
-    def full(self, path, *a, **k):
+    def full(table, path, *a, **k):
         with open(path, "wb") as f:
             f.write(b"PAR1")
         raise OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No space left on device")
 
+    # simulate writes requests.parquet with pyarrow from the run's columns (the DataFrame's writer
+    # where a column is not covered): the disk is full for both
+    monkeypatch.setattr(pq, "write_table", full)
     monkeypatch.setattr(pd.DataFrame, "to_parquet", full)
     out = tmp_path / "o"
     code, err = _main(["simulate", "--trace", trace_csv, "--scheduler", "vllm-fcfs", "--out", out],

@@ -7,22 +7,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import pandas as pd
 
 from schedport.common.atomic import atomic_write as common_atomic_write
 from schedport.common.outputs import io_error
 from schedport.engine.core.config import EngineConfig
 from schedport.engine.inputs import check_metrics_horizon, served_trace
 from schedport.engine.core.latency import make_latency_model
-from schedport.engine.core.metrics import request_columns, summarize, table_of
+from schedport.engine.core.metrics import arrow_table_of, request_columns, summarize, table_of
 from schedport.engine.policies.schedulers import Policy, run_counters
 from schedport.engine.core.simulator import collector_paused
 from schedport.engine.modes import make_simulator
 from schedport.errors import SchedportError
 from schedport.workload.trace import Trace
+
+if TYPE_CHECKING:  # pandas is imported where the table is built: `save` writes it without
+    import pandas as pd
 
 
 class SimulationResult:
@@ -30,19 +33,25 @@ class SimulationResult:
     the time `scale` the trace was brought to its load by.
 
     `requests` may be given as a function that builds the table: it is called on first access
-    only, so a sweep that keeps only summaries never builds a DataFrame per run.
+    only, so a sweep that keeps only summaries never builds a DataFrame per run. `columns`, when
+    given, are the table's columns (`table_of`'s input): `save` writes them without building the
+    DataFrame, so writing a simulation's files needs no pandas.
     """
 
-    def __init__(self, requests: pd.DataFrame | Callable[[], pd.DataFrame], summary: dict, scale: float):
+    def __init__(self, requests: pd.DataFrame | Callable[[], pd.DataFrame], summary: dict, scale: float,
+                 columns: Mapping[str, np.ndarray] | None = None):
         self._requests = requests
+        self._built = not callable(requests)
+        self._columns = columns
         self.summary = summary
         self.scale = scale
 
     @property
     def requests(self) -> pd.DataFrame:
         """One row per request (`schedport.engine.core.metrics.REQUEST_COLUMNS`, then `reject_reason`)."""
-        if not isinstance(self._requests, pd.DataFrame):
+        if not self._built:
             self._requests = self._requests()
+            self._built = True
         return self._requests
 
     def save(self, out_dir: str | Path) -> None:
@@ -50,6 +59,8 @@ class SimulationResult:
 
         An I/O failure (a full disk, a read-only file system, `out_dir` an existing file)
         is a one-line `SchedportError` naming the path; no temporary file is left behind.
+        Until the `requests` DataFrame is built, the table is written from its columns
+        (`arrow_table_of`): the same bytes, without pandas.
         """
         out = Path(out_dir)
         if out.exists() and not out.is_dir():
@@ -58,7 +69,13 @@ class SimulationResult:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise io_error(out, e, "create the directory") from None
-        atomic_write(out / "requests.parquet", lambda p: self.requests.to_parquet(p, index=False))
+        table = None if self._built or self._columns is None else arrow_table_of(self._columns)
+        if table is not None:
+            import pyarrow.parquet as pq
+
+            atomic_write(out / "requests.parquet", lambda p: pq.write_table(table, p, compression="snappy"))
+        else:
+            atomic_write(out / "requests.parquet", lambda p: self.requests.to_parquet(p, index=False))
         atomic_write(out / "summary.json",
                       lambda p: Path(p).write_text(json.dumps(self.summary, indent=2, allow_nan=False) + "\n"))
 
@@ -134,9 +151,13 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
     reasons = out.reject_reason
 
     def table() -> pd.DataFrame:
+        import pandas as pd
+
         t = table_of(columns)
         # why a request was rejected at arrival (None for every other request)
         t["reject_reason"] = pd.Series([r or None for r in reasons], dtype=object, index=t.index)
         return t
 
-    return SimulationResult(table, summary, scale)
+    # the same columns, `reject_reason` last, for `save` to write without the DataFrame
+    saved = {**columns, "reject_reason": np.array([r or None for r in reasons], dtype=object)}
+    return SimulationResult(table, summary, scale, columns=saved)

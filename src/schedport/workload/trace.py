@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from schedport.common.arrowcols import numpy_of
 from schedport.common.atomic import atomic_write
 from schedport.errors import TraceError
 from schedport.workload.tracecheck import (  # noqa: F401  (COLUMNS, REQUIRED, MAX_*: re-exported)
@@ -404,19 +405,22 @@ def _load_csv(p: Path, src: str) -> Trace:
     The structure pass finds the header, skips blank lines and rejects ragged rows,
     recording the physical line on which each record starts. Files without quote
     characters are split line by line (fast); quoted files go through the csv module
-    so quoted commas and newlines are handled. Values are then parsed by pandas with
-    typed columns (fast path); if anything fails, every column is read as text and
-    checked cell by cell so the first bad cell can be named exactly.
+    so quoted commas and newlines are handled. Values are then parsed with typed columns
+    (fast path: by Arrow where the file is plain ASCII without quotes, else or where Arrow
+    refuses by pandas); if anything fails, every column is read as text and checked cell
+    by cell so the first bad cell can be named exactly.
     """
     try:
         data = p.read_bytes()
     except OSError as exc:
         raise TraceError(f"{src}: cannot read file ({exc.strerror or exc})") from exc
     if data.isascii() and not any(c in data for c in (b'"', b"\x00", b"\r")):
-        # the common case, read without a text copy: structure on the bytes, values by pandas
+        # the common case, read without a text copy: structure on the bytes, values by Arrow (else pandas)
         shape = _structure_plain_bytes(data, src)
         if shape is not None and not _check_header_quietly(shape[0]):
-            fast = _csv_fast(data, shape[0], shape[1], p.stem, None)
+            fast = _csv_arrow(data, shape[0], shape[1], p.stem)
+            if fast is None:
+                fast = _csv_fast(data, shape[0], shape[1], p.stem, None)
             if fast is not None:
                 return fast
     text = _decode(data, src)
@@ -556,6 +560,52 @@ def _structure_quoted(text: str, src: str
     return header, lines, columns
 
 
+#: The Arrow type of each canonical column, for `_csv_arrow`.
+_ARROW_TYPES = {"arrival_s": "float64", "input_tokens": "int64", "output_tokens": "int64", "client_id": "string"}
+
+
+def _csv_arrow(data: bytes, header: list[str], nrows: int, name: str) -> Trace | None:
+    """Typed Arrow parse of an ASCII, quote-free CSV that passed `_structure_plain_bytes`: the
+    trace `_csv_fast` would return, or None when anything is off (then `_csv_fast` decides, as
+    before). Arrow's number parsing is strict (an integer column refuses '3.0', '+3' and
+    '1e3'; a float reads to the nearest double, as pandas' does), so where it accepts a file
+    the values are those pandas reads; it loads a trace without importing pandas (the
+    start-up of one ``schedport simulate``) and in Arrow's parallel reader.
+    """
+    try:
+        import pyarrow as pa
+        import pyarrow.csv as pcsv
+
+        types = {c: getattr(pa, _ARROW_TYPES[c])() for c in header}
+        table = pcsv.read_csv(
+            pa.BufferReader(data),
+            read_options=pcsv.ReadOptions(autogenerate_column_names=False),
+            parse_options=pcsv.ParseOptions(quote_char=False, double_quote=False, escape_char=False,
+                                            newlines_in_values=False, ignore_empty_lines=True),
+            convert_options=pcsv.ConvertOptions(column_types=types, null_values=[], true_values=[],
+                                                false_values=[], strings_can_be_null=False,
+                                                quoted_strings_can_be_null=False))
+    except Exception:
+        return None
+    if table.num_rows != nrows or table.column_names != list(header) or any(
+            table.column(c).null_count for c in header):
+        return None
+    ints = {c: numpy_of(table.column(c), np.int64) for c in ("input_tokens", "output_tokens")}
+    vals = {"arrival_s": numpy_of(table.column("arrival_s"), np.float64)}
+    if vals["arrival_s"] is None or any(v is None for v in ints.values()):
+        return None
+    vals.update({c: v.astype(np.float64) for c, v in ints.items()})
+    if any(bad_mask(c, vals[c]).any() for c in REQUIRED):
+        return None
+    if nrows > 1 and bool(np.any(np.diff(vals["arrival_s"]) < 0)):
+        return None
+    cid = None
+    if "client_id" in header:
+        cid = _frozen(clients_from_strings(np.array(table.column("client_id").to_pylist(), dtype=object)))
+    arrival = vals["arrival_s"] + 0.0  # fold -0.0 into 0.0
+    return Trace(_frozen(arrival), _frozen(ints["input_tokens"]), _frozen(ints["output_tokens"]), cid, name)
+
+
 def _csv_fast(buf: bytes, header: list[str], nrows: int, name: str,
               text_columns: dict[str, np.ndarray] | None) -> Trace | None:
     """Typed pandas parse of a structurally valid CSV; None if anything is off.
@@ -601,7 +651,8 @@ def _load_parquet(p: Path, src: str) -> Trace:
     try:
         import pyarrow.parquet as pq
 
-        table = pq.read_table(p)
+        with pq.ParquetFile(p) as f:   # as read_table, without its dataset layer (which imports pandas)
+            table = f.read()
     except OSError as exc:
         if getattr(exc, "strerror", None):
             raise TraceError(f"{src}: cannot read file ({exc.strerror})") from exc
@@ -629,7 +680,7 @@ def _numeric_from_arrow(col: str, chunked: Any, where: Where) -> NumericColumn:
 
     t = chunked.type
     if pa.types.is_integer(t) or pa.types.is_floating(t):
-        values = np.asarray(chunked.cast(pa.float64(), safe=False).to_pandas(), dtype=np.float64)
+        values = numpy_of(chunked.cast(pa.float64(), safe=False), np.float64)
         return NumericColumn(values, lambda i: chunked[i].as_py())
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         obj = np.array(chunked.to_pylist(), dtype=object)

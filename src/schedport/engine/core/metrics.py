@@ -94,14 +94,19 @@ per-client grouping and a one-sort percentile routine; about 0.6 ms for 1,000 re
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
+from schedport.common.arrowcols import arrow_of
 from schedport.common.values import json_scalar  # noqa: F401  (re-exported: the summary's scalar rule)
 from schedport.errors import ConfigError
+
+if TYPE_CHECKING:  # pandas is imported where a table is built: a simulation that only writes its files needs none
+    import pandas as pd
 
 REQUEST_COLUMNS = (
     "request_id",
@@ -212,11 +217,54 @@ def table_of(columns: Mapping[str, np.ndarray]) -> pd.DataFrame:
     """The DataFrame of `request_columns`' result (plus any further columns it was given, after
     them): ``client_id`` as str or None, ``client_id`` and ``status`` as object columns, so the
     table writes to Parquet unchanged."""
+    import pandas as pd
+
     data = dict(columns)
     data["client_id"] = pd.Series(_client_names(data["client_id"]), dtype=object)
     data["status"] = pd.Series(data["status"], dtype=object)
     order = list(REQUEST_COLUMNS) + [c for c in data if c not in REQUEST_COLUMNS]
     return pd.DataFrame(data, columns=order)
+
+
+#: Arrow type -> the ``pandas_type`` pandas' Parquet writer records for it (`arrow_table_of`).
+_PANDAS_TYPES = {"null": "empty", "string": "unicode", "int64": "int64", "double": "float64"}
+
+
+def arrow_table_of(columns: Mapping[str, Any]) -> Any:
+    """The Arrow table that ``table_of(columns).to_parquet(path, index=False)`` writes, any
+    further column added to the frame as an object column (`SimulationResult`'s ``reject_reason``),
+    built without pandas; None where a column is of a type this does not cover (then write the
+    DataFrame).
+
+    The same columns in the same order and the same ``pandas`` schema metadata (each column's
+    logical and NumPy type, the pyarrow and pandas versions), with NaN written as null as
+    pandas' writer does, so `pyarrow.parquet.write_table` of it gives the same bytes and
+    `pandas.read_parquet` the same DataFrame; a simulation writes its ``requests.parquet``
+    through it without importing pandas (the start-up of one ``schedport simulate``).
+    """
+    import pyarrow as pa
+    from importlib.metadata import PackageNotFoundError, version
+
+    data = dict(columns)
+    data["client_id"] = _client_names(data["client_id"])
+    data["status"] = np.asarray(data["status"], dtype=object)
+    order = list(REQUEST_COLUMNS) + [c for c in data if c not in REQUEST_COLUMNS]
+    arrays, meta = [], []
+    for name in order:
+        col = np.asarray(data[name])
+        arr = arrow_of(col)
+        if arr is None:
+            return None
+        arrays.append(arr)
+        meta.append({"name": name, "field_name": name, "pandas_type": _PANDAS_TYPES[str(arr.type)],
+                     "numpy_type": str(col.dtype), "metadata": None})
+    try:
+        pandas_version = version("pandas")
+    except PackageNotFoundError:
+        return None
+    pandas_meta = {"index_columns": [], "column_indexes": [], "columns": meta, "attributes": {},
+                   "creator": {"library": "pyarrow", "version": pa.__version__}, "pandas_version": pandas_version}
+    return pa.Table.from_arrays(arrays, names=order, metadata={b"pandas": json.dumps(pandas_meta).encode("utf8")})
 
 
 def _client_names(clients: np.ndarray) -> np.ndarray:
@@ -578,13 +626,22 @@ def _client_codes(clients: np.ndarray) -> tuple[np.ndarray, int]:
     None or NaN), and k. Ids that are equal as str are one client, as `table_of` writes them."""
     if len(clients) == 0:
         return np.zeros(0, dtype=np.intp), 0
-    codes, uniques = pd.factorize(clients, use_na_sentinel=True)
-    names = [str(u) for u in uniques]
+    seen: dict[Any, int] = {}   # each distinct id (as a dict key: 1 and 1.0 are one), by first appearance
+    raw = np.fromiter((seen.setdefault(c, len(seen)) for c in clients), dtype=np.intp, count=len(clients))
     first: dict[str, int] = {}
-    remap = np.array([first.setdefault(nm, len(first)) for nm in names], dtype=codes.dtype)
-    if len(first) < len(names):
-        codes = np.where(codes >= 0, remap[codes], -1)
-    return codes, len(first)
+    remap = np.array([-1 if _missing(c) else first.setdefault(str(c), len(first)) for c in seen], dtype=np.intp)
+    return remap[raw], len(first)
+
+
+def _missing(c: Any) -> bool:
+    """A client id that names no client, as pandas counts them: None, a NaN of any kind (NaN is not
+    equal to itself), or pandas' NA (which cannot say whether it is)."""
+    if c is None:
+        return True
+    try:
+        return bool(c != c)
+    except TypeError:
+        return True
 
 
 def _client_jain(clients: tuple[np.ndarray, int], completed: np.ndarray, slow: np.ndarray) -> float:
