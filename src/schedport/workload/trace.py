@@ -83,6 +83,13 @@ class Trace:
             raise ValueError("this trace carries no hash_ids")
         return np.concatenate([[0], np.cumsum(hash_counts(self.input_tokens, self.hash_block_size))])
 
+    def hash_id_lists(self) -> list[np.ndarray] | None:
+        """Every request's block ids, one array each (None without prefix identity): the form
+        `from_arrays` takes, to rebuild a trace with its ids checked again."""
+        if self.hash_ids is None:
+            return None
+        return np.split(self.hash_ids, self.hash_offsets()[1:-1])
+
     def hash_ids_of(self, i: int) -> np.ndarray:
         """Request i's block ids (read-only view), one per `hash_block_size` prompt tokens."""
         off = self.hash_offsets()

@@ -285,15 +285,17 @@ def _ids_of_cell(cell: Any, where: Where, i: int, col: str) -> np.ndarray:
     return np.array(cell, dtype=np.int64)
 
 
-def hash_ids_from_cells(cells: Any, input_tokens: np.ndarray, block_size: int, where: Where) -> np.ndarray:
+def hash_ids_from_cells(cells: Any, input_tokens: np.ndarray, block_size: int, where: Where,
+                        col: str | None = None) -> np.ndarray:
     """Check every request's block ids and return them concatenated (int64, request order).
 
     Request i must have exactly ceil(input_tokens[i] / block_size) ids, each a non-negative
     integer, and the ids must form a consistent chain (`check_hash_chain`). The first fault is
-    one `TraceError` naming the source, the line or row and the column.
+    one `TraceError` naming the source, the line or row and the column (`col`, by default
+    ``hash_ids@<block size>``).
     """
     bs = int(block_size)
-    col = hash_column(bs)
+    col = col or hash_column(bs)
     cells = cells.tolist() if isinstance(cells, np.ndarray) and cells.dtype != object else list(cells)
     need = hash_counts(input_tokens, bs)
     if len(cells) != len(need):

@@ -442,6 +442,8 @@ class Rows:
 
     time: seconds in the format's own time base (NaN where the row is bad).
     reason: per-row index into DROP_REASONS + 1 of a format-level drop (0 = usable).
+    hash_ids: per row, its prompt's block ids (an int64 array; empty where the row is bad), or
+              None when the format carries no prefix identity; `hash_block_size` tokens a block.
     """
 
     time: np.ndarray
@@ -454,6 +456,8 @@ class Rows:
     lines: np.ndarray
     paths: list[Path]
     unit: str = "line"
+    hash_ids: np.ndarray | None = None
+    hash_block_size: int | None = None
 
     @staticmethod
     def concat(parts: list["Rows"]) -> "Rows":
@@ -481,7 +485,21 @@ class Rows:
             lines=np.concatenate([p.lines for p in parts]),
             paths=paths,
             unit=parts[0].unit,
+            hash_ids=_concat_hash_ids(parts),
+            hash_block_size=parts[0].hash_block_size,
         )
+
+
+def _concat_hash_ids(parts: list[Rows]) -> np.ndarray | None:
+    """Every part's per-row ids in order (parts of one format all carry them or none does)."""
+    if parts[0].hash_ids is None:
+        return None
+    out = np.empty(sum(len(p.time) for p in parts), dtype=object)
+    at = 0
+    for p in parts:
+        out[at:at + len(p.time)] = p.hash_ids
+        at += len(p.time)
+    return out
 
 
 _ROWS_CACHE: OrderedDict = OrderedDict()
@@ -624,9 +642,12 @@ def select_window(rows: Rows, *, start_s: float | None = None, duration_s: float
         t = t - t[0]
     t = np.asarray(t, dtype=np.float64) + 0.0  # normalise -0.0
     clients = rows.client_id[keep] if rows.client_id is not None else None
+    ids = None
+    if rows.hash_ids is not None:
+        ids = np.concatenate([np.zeros(0, np.int64), *rows.hash_ids[keep]]).astype(np.int64)
     trace = Trace(arrival_s=t, input_tokens=rows.input_tokens[keep].astype(np.int64),
                   output_tokens=rows.output_tokens[keep].astype(np.int64), client_id=clients,
-                  name=name)
+                  name=name, hash_ids=ids, hash_block_size=None if ids is None else rows.hash_block_size)
     return trace, dropped
 
 
