@@ -643,3 +643,24 @@ def test_hash_ids_column_name_needs_the_block_size(tmp_path):
     assert "a trace has one hash_ids column" in error_of(path)
     with pytest.raises(TraceError, match="hash_block_size must be an integer >= 1"):
         Trace.from_arrays([0], [5], [1], hash_ids=[[0]], hash_block_size=0)
+
+
+def test_engine_block_keys_map_512_token_ids_to_16_token_blocks():
+    from schedport.workload.prefix import engine_block_keys
+
+    # requests 0 and 3: same prompt of 1200 tokens; request 2 shares its first two full blocks
+    t = Trace.from_arrays([0, 1, 2, 3, 4], [1200, 1200, 1100, 1200, 1030], [1] * 5,
+                          hash_ids=[[0, 1, 2], [0, 1, 9], [0, 1, 5], [0, 1, 2], [0, 1, 2]], hash_block_size=512)
+    k0 = engine_block_keys(t, 0)
+    assert len(k0) == 1200 // 16 == 75
+    assert k0[0] == (0, 0, 512) and k0[31] == (0, 31, 512) and k0[32] == (1, 0, 512)
+    assert k0[64:] == [(2, o, 176) for o in range(11)]  # 176 tokens in the partial block: 11 full engine blocks
+    assert engine_block_keys(t, 3) == k0
+    assert engine_block_keys(t, 2)[:64] == k0[:64] and engine_block_keys(t, 2)[64] == (5, 0, 76)
+    # same last id, different length: the partial block's engine blocks are not shared
+    k4 = engine_block_keys(t, 4)
+    assert len(k4) == 64 and k4 == k0[:64]
+    with pytest.raises(ValueError, match="not a multiple"):
+        engine_block_keys(t, 0, 24)
+    with pytest.raises(ValueError, match="no hash_ids"):
+        engine_block_keys(Trace.from_arrays([0], [5], [1]), 0)

@@ -32,7 +32,7 @@ from schedport.workload.sources._common import (
     ZERO_IN, ZERO_OUT, AdapterResult, Rows, cached_load, check_selection, check_sorted, decode_text, fail,
     origin_entry, read_all, read_bytes, token_reasons, window_result,
 )
-from schedport.workload.sources.jsonl import _check_record
+from schedport.workload.sources.jsonl import check_record
 from schedport.workload.tracecheck import MAX_HASH_ID, Where, check_hash_chain
 
 #: Prompt tokens one Mooncake block id covers.
@@ -68,7 +68,7 @@ def _load_file(path: Path, bad_rows: str) -> tuple[Rows, dict]:
             continue
         try:
             obj = json.loads(line)
-            why = _check_record(obj)
+            why = check_record(obj)
             if why is None:
                 why = _hash_problem(obj)
         except json.JSONDecodeError as exc:
