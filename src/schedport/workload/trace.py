@@ -156,6 +156,7 @@ class Trace:
         """The trace as a pandas DataFrame with the canonical columns.
 
         `client_id` (object dtype, None for no client) appears only if the trace has it.
+        The prefix identity is not in the frame (`hash_id_lists` gives it per request).
         The frame holds copies, so editing it never changes the trace.
         """
         import pandas as pd
