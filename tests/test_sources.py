@@ -902,3 +902,32 @@ def test_tabular_cache_sees_a_rewritten_file(tmp_path):
     assert len(sources.read("canonical", [p]).trace) == 1
     p.write_text("arrival_s,input_tokens,output_tokens\n0.0,1,1\n1.0,2,2\n")
     assert len(sources.read("canonical", [p]).trace) == 2
+
+
+def test_mooncake_rows_of_equal_id_counts(tmp_path):
+    p = write(tmp_path, "eq.jsonl", "".join(
+        f'{{"timestamp": {k}, "input_length": 1000, "output_length": 3, "hash_ids": [0, {k + 1}]}}\n'
+        for k in range(3)))
+    assert sources.read("mooncake", [p]).trace.hash_ids.tolist() == [0, 1, 0, 2, 0, 3]
+
+
+def test_canonical_adapter_keeps_hash_ids(tmp_path):
+    from schedport.workload.trace import save_trace
+
+    t = sources.read("mooncake", [FIX / "mooncake_prefix.jsonl"]).trace
+    for name in ("k.csv", "k.parquet"):
+        save_trace(t, tmp_path / name)
+        back = sources.read("canonical", [tmp_path / name]).trace
+        assert back.hash_block_size == 512 and back.content_sha256() == t.content_sha256()
+    w = sources.read("canonical", [tmp_path / "k.csv"], start_s=1.0, duration_s=10).trace
+    assert w.hash_ids.tolist() == [0, 1, 4, 5, 0, 1, 2]
+    bad = write(tmp_path, "b.csv", "arrival_s,input_tokens,output_tokens,hash_ids@512\n0,600,1,0 1\n1,600,1,0\n")
+    assert error_of("canonical", bad) == ("b.csv: line 3: column 'hash_ids@512': 1 ids for 600 input tokens; "
+                                          "expected ceil(600 / 512) = 2")
+    plain = write(tmp_path, "p.csv", "arrival_s,input_tokens,output_tokens\n20,5,1\n")
+    assert error_of("canonical", [tmp_path / "k.csv", plain]) == (
+        "p.csv: has no hash_ids column but k.csv has hash_ids@512; files read together must carry the same "
+        "prefix identity")
+    other = write(tmp_path, "o.csv", "arrival_s,input_tokens,output_tokens,hash_ids@512\n99,600,1,1 0\n")
+    assert error_of("canonical", [tmp_path / "k.csv", other]).startswith(
+        "o.csv: line 2: column 'hash_ids@512': id 1 is block 1 here but block 2 on line 2 of k.csv")

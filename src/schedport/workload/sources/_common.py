@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from schedport.errors import ConfigError, DataError
+from schedport.errors import ConfigError, DataError, TraceError
 from schedport.workload.trace import Trace
-from schedport.workload.tracecheck import MAX_TOKENS
+from schedport.workload.tracecheck import MAX_TOKENS, Where, check_hash_chain, hash_ids_from_cells
 
 # Drop reasons, in precedence order: a dropped row is counted once, under the first reason
 # that applies to it.
@@ -547,6 +547,66 @@ def token_reasons(input_tokens: np.ndarray, output_tokens: np.ndarray,
     if failed is not None:
         reason[failed] = reason_code(FAILED)
     return reason
+
+
+class _RowOfFile(Where):
+    """Where a usable row is, for prefix-identity errors: its file, its line (or row), the field."""
+
+    def __init__(self, rows: Rows, at: np.ndarray, field: str) -> None:
+        super().__init__(rows.paths[0].name)
+        self.rows, self.at, self.field = rows, at, field
+
+    def label(self, i: int) -> str:
+        """``line N`` (or ``row N``) of the row's file, with the file's name when several were read."""
+        j = int(self.at[i])
+        text = f"{self.rows.unit} {int(self.rows.lines[j])}"
+        if len(self.rows.paths) > 1:
+            text += f" of {self.rows.paths[int(self.rows.file_index[j])].name}"
+        return text
+
+    def cell(self, i: int, col: str) -> str:
+        """``<file>: line N: <field> '<col>'`` for usable row `i`."""
+        j = int(self.at[i])
+        return (f"{self.rows.paths[int(self.rows.file_index[j])].name}: {self.rows.unit} "
+                f"{int(self.rows.lines[j])}: {self.field} '{col}'")
+
+
+def check_rows_chain(rows: Rows, col: str = "hash_ids", field: str = "key") -> None:
+    """The usable rows' block ids, over every file read, must form one consistent chain
+    (`schedport.workload.tracecheck.check_hash_chain`); a contradiction is one `DataError`."""
+    if rows.hash_ids is None:
+        return
+    at = np.flatnonzero(~rows.bad)
+    chosen = rows.hash_ids[at]
+    counts = np.fromiter((len(a) for a in chosen), dtype=np.int64, count=len(at))
+    flat = np.concatenate([np.zeros(0, np.int64), *chosen])
+    try:
+        check_hash_chain(flat, counts, _RowOfFile(rows, at, field), col)
+    except TraceError as exc:
+        raise DataError(str(exc)) from None
+
+
+def hash_rows(path: Path, cells, input_tokens: np.ndarray, bad: np.ndarray, lines: np.ndarray | None,
+              block_size: int, col: str) -> np.ndarray:
+    """Per-row block ids (an object array of int64 arrays) from a file's ``hash_ids@N`` cells,
+    checked as `load_trace` checks them (bad rows get none); one `DataError` naming file, line
+    (or row, `lines` None) and column otherwise."""
+    cells = ["" if b else c for c, b in zip(list(cells), bad)]
+    inp = np.where(bad, 0, np.asarray(input_tokens)).astype(np.int64)
+    try:
+        flat = hash_ids_from_cells(cells, inp, block_size, Where(Path(path).name, lines), col)
+    except TraceError as exc:
+        raise DataError(str(exc)) from None
+    counts = -(-inp // int(block_size))
+    return object_column(np.split(flat, np.cumsum(counts)[:-1]) if len(cells) else [])
+
+
+def object_column(arrays: list) -> np.ndarray:
+    """A 1-D object array holding `arrays` as they are (numpy would stack equal-length ones)."""
+    out = np.empty(len(arrays), dtype=object)
+    for k, a in enumerate(arrays):
+        out[k] = a
+    return out
 
 
 def check_sorted(rows: Rows, what: str, kind: str = "column") -> None:

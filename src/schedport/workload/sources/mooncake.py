@@ -27,13 +27,12 @@ from pathlib import Path
 import numpy as np
 
 from schedport.common.values import is_int
-from schedport.errors import DataError, TraceError
 from schedport.workload.sources._common import (
-    ZERO_IN, ZERO_OUT, AdapterResult, Rows, cached_load, check_selection, check_sorted, decode_text, fail,
-    origin_entry, read_all, read_bytes, token_reasons, window_result,
+    ZERO_IN, ZERO_OUT, AdapterResult, Rows, cached_load, check_rows_chain, check_selection, check_sorted,
+    decode_text, fail, object_column, origin_entry, read_all, read_bytes, token_reasons, window_result,
 )
 from schedport.workload.sources.jsonl import check_record
-from schedport.workload.tracecheck import MAX_HASH_ID, Where, check_hash_chain
+from schedport.workload.tracecheck import MAX_HASH_ID
 
 #: Prompt tokens one Mooncake block id covers.
 BLOCK_TOKENS = 512
@@ -92,8 +91,7 @@ def _load_file(path: Path, bad_rows: str) -> tuple[Rows, dict]:
         bad.append(False)
     inp_a = np.asarray(inp, dtype=np.int64)
     out_a = np.asarray(out, dtype=np.int64)
-    hash_ids = np.empty(len(ids), dtype=object)
-    hash_ids[:] = ids
+    hash_ids = object_column(ids)
     rows = Rows(time=np.asarray(ts, dtype=np.float64), input_tokens=inp_a, output_tokens=out_a,
                 client_id=None, bad=np.asarray(bad, dtype=bool),
                 reason=token_reasons(inp_a, out_a), file_index=np.zeros(len(ts), np.int64),
@@ -104,40 +102,6 @@ def _load_file(path: Path, bad_rows: str) -> tuple[Rows, dict]:
 
 def _read_file(path: Path, bad_rows: str) -> tuple[Rows, dict]:
     return cached_load("mooncake", path, bad_rows, _load_file)
-
-
-class _LineOfFile(Where):
-    """Where a usable row is, for chain errors: its file, its line, the key."""
-
-    def __init__(self, rows: Rows, at: np.ndarray) -> None:
-        super().__init__(rows.paths[0].name)
-        self.rows = rows
-        self.at = at
-
-    def label(self, i: int) -> str:
-        """``line N`` of the row's file, with the file's name when several were read."""
-        j = int(self.at[i])
-        line = f"line {int(self.rows.lines[j])}"
-        if len(self.rows.paths) > 1:
-            line += f" of {self.rows.paths[int(self.rows.file_index[j])].name}"
-        return line
-
-    def cell(self, i: int, col: str) -> str:
-        """``<file>: line N: key '<col>'`` for usable row `i`."""
-        j = int(self.at[i])
-        return f"{self.rows.paths[int(self.rows.file_index[j])].name}: line {int(self.rows.lines[j])}: key '{col}'"
-
-
-def _check_chain(rows: Rows) -> None:
-    """The usable rows' ids, over every file read, must form one consistent chain."""
-    at = np.flatnonzero(~rows.bad)
-    chosen = rows.hash_ids[at]
-    counts = np.fromiter((len(a) for a in chosen), dtype=np.int64, count=len(at))
-    flat = np.concatenate([_EMPTY, *chosen])
-    try:
-        check_hash_chain(flat, counts, _LineOfFile(rows, at), "hash_ids")
-    except TraceError as exc:
-        raise DataError(str(exc)) from None
 
 
 def read(paths: list[Path], **selection) -> AdapterResult:
@@ -153,5 +117,5 @@ def read(paths: list[Path], **selection) -> AdapterResult:
     if usable.any():  # new Rows: the cached per-file rows stay untouched
         rows = replace(rows, time=(rows.time - rows.time[usable][0]) / 1000.0)
     check_sorted(rows, "timestamp", kind="key")
-    _check_chain(rows)
+    check_rows_chain(rows)
     return window_result(rows, sel, paths, origin, rebase_to_first=True, reasons=DROP_REASONS)
