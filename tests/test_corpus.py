@@ -491,3 +491,69 @@ def test_write_expected_freezes_and_a_rebuild_then_reproduces(tmp_path, monkeypa
     tampered["corpora"] = {}
     rep = cp.compare_expected(again.manifest, tampered)
     assert rep["status"] == "differs" and "mine-02" in rep["message"]
+
+
+# =========================================================================== prefix identity (mooncake)
+
+
+def write_mooncake(path: Path, n: int = 300, seed: int = 0, gap_ms: int = 200) -> Path:
+    """A Mooncake-shaped JSONL whose requests share a first block and, half of them, the whole
+    prompt of an earlier request (a later turn of one conversation)."""
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.integers(1, 2 * gap_ms, n))
+    earlier: list[tuple[int, list[int]]] = []
+    next_id = 1
+    with open(path, "w") as f:
+        for ts in t:
+            if earlier and rng.random() < 0.5:
+                inp, ids = earlier[int(rng.integers(len(earlier)))]
+                full = inp // 512  # the earlier prompt's full blocks are this one's prefix
+                inp, ids = full * 512 + int(rng.integers(1, 2000)), ids[:full]
+            else:
+                inp, ids = int(rng.integers(1, 3000)), [0]
+            while len(ids) < -(-inp // 512):
+                ids = ids + [next_id]
+                next_id += 1
+            earlier.append((inp, ids))
+            f.write(json.dumps({"timestamp": int(ts), "input_length": inp,
+                                "output_length": int(rng.integers(1, 500)), "hash_ids": ids}) + "\n")
+    return path
+
+
+def test_mooncake_spec_windows_carry_the_block_ids(tmp_path):
+    from schedport.workload import sources
+
+    write_mooncake(tmp_path / "my-trace.jsonl")
+    spec = write_spec(tmp_path / "mine.toml", JSONL_SPEC.replace('"jsonl"', '"mooncake"'))
+    corpus = cp.build_corpus(spec, tmp_path / "nodata", tmp_path / "c")
+    assert cp.verify_corpus(tmp_path / "c") == []
+    for k, w in enumerate(corpus.windows):
+        t = corpus.trace(w.window_id)
+        assert t.hash_block_size == 512 and t.content_sha256() == w.sha256
+        direct = sources.read("mooncake", [tmp_path / "my-trace.jsonl"], start_s=10 * k, duration_s=10).trace
+        assert t.hash_ids.tolist() == direct.hash_ids.tolist() and len(t.hash_ids) > len(t)
+    plain = cp.build_corpus(write_spec(tmp_path / "plain.toml", JSONL_SPEC), tmp_path / "nodata", tmp_path / "p")
+    assert corpus.trace("mine-01").hash_ids is not None and plain.trace("mine-01").hash_ids is None
+    assert corpus.windows[1].sha256 != plain.windows[1].sha256
+
+
+MOONCAKE_MIRROR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+
+
+@pytest.mark.data
+@pytest.mark.skipif(not (MOONCAKE_MIRROR / "mooncake-fast25" / "conversation_trace.jsonl").is_file(),
+                    reason="Mooncake mirror not present")
+def test_mooncake_registered_file_is_held_to_its_sha256(tmp_path):
+    spec = write_spec(tmp_path / "m.toml", """
+name = "kimi"
+[[sources]]
+name = "mooncake-conversation"
+adapter = "mooncake"
+files = ["mooncake-fast25/conversation_trace.jsonl"]
+windows = { rule = "contiguous", count = 2, duration_s = 60 }
+""")
+    corpus = cp.build_corpus(spec, MOONCAKE_MIRROR, tmp_path / "c")
+    e = corpus.windows[0].meta
+    assert e["origin_file"] == "mooncake-fast25/conversation_trace.jsonl"
+    assert e["origin_sha256"] == "b8cbb061a85206d729d91cdc2981f43c9e0d99209dce588d3af5f7934408b9df"
+    assert corpus.trace(corpus.windows[1].window_id).hash_block_size == 512

@@ -107,7 +107,8 @@ def test_registry_matches_the_mirror_sums():
     sums = {}
     for sub, fname in (("azure-llm-inference-2023", "SHA256SUMS"),
                        ("servegen-language-m-large", "SHA256SUMS"),
-                       ("servegen-language-m-large", "SHA256SUMS.original")):
+                       ("servegen-language-m-large", "SHA256SUMS.original"),
+                       ("mooncake-fast25", "SHA256SUMS")):
         for line in (MIRROR / sub / fname).read_text().splitlines():
             sha, name = line.split()
             name = name if "/" in name else f"{sub}/{name}"

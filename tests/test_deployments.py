@@ -201,3 +201,37 @@ def test_fit_tool_check_reports_a_bad_profile_value_in_one_line(tmp_path, column
     assert r.returncode == 2, (r.stdout[-500:], r.stderr[-2000:])
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert f"Llama-2-7b-hf/mlp.csv: line 5: column {column!r}" in r.stderr and "not a finite number > 0" in r.stderr
+
+
+def test_long_context_deployment_kv_arithmetic_and_calibrated_latency():
+    """Llama-3.1-8B at 128k on one A100: Llama-3-8B's shape and calibration, 131,072-token context."""
+    name = "llama3.1-8b-a100-128k"
+    assert name not in json.loads((REPO / "src/schedport/engine/core/data/deployments.json").read_text())["deployments"]
+    cfg = _cfg(name)
+    base = load_engine_config(None)
+    kv_per_token = 2 * 32 * 8 * 128 * 2                      # K and V, 32 layers, 8 KV heads, head dim 128, bf16
+    assert kv_per_token == 131_072
+    pool = math.floor(80 * GIB * 0.9) - 8030261248 * 2 - math.floor(1.5 * GIB)
+    assert cfg.num_gpu_blocks == pool // (16 * kv_per_token) == base.num_gpu_blocks == 28_437
+    assert cfg.max_model_len == 131_072 and base.max_model_len == 8192
+    assert cfg.num_gpu_blocks // (131_072 // 16) == 3          # three full-context requests fit at once
+    lat, ref = make_latency_model(cfg), make_latency_model(base)
+    assert lat.coeffs == ref.coeffs and lat.describe()["deployment"] == name
+    for n in (1, 512, 8192):
+        assert lat.prefill_time(n) == ref.prefill_time(n)
+    assert set(lat.describe()["labels"]) == set(ref.coeffs) and lat.describe()["hardware"] == "A100-80GB SXM, TP=1"
+    with pytest.raises(ConfigError, match="max_model_len"):       # the context comes with the deployment
+        d = cfg.to_dict()
+        d["engine"]["max_model_len"] = 8192
+        engine_config_from_dict(d)
+
+
+def test_long_context_deployment_serves_what_the_study_engine_refuses():
+    from schedport.engine.runner import simulate
+    from schedport.workload.trace import Trace
+
+    trace = Trace.from_arrays([0.0, 0.5, 1.0], [126_195, 40_000, 900], [20, 10, 5])
+    long = simulate(trace, "vllm-fcfs", _cfg("llama3.1-8b-a100-128k"), seed=0).requests
+    short = simulate(trace, "vllm-fcfs", load_engine_config(None), seed=0).requests
+    assert list(long["status"]) == ["completed"] * 3
+    assert list(short["status"]) == ["rejected", "rejected", "completed"]

@@ -49,7 +49,7 @@ def error_of(fmt: str, path: Path | list, **kw) -> str:
 
 
 def test_formats_and_dispatch():
-    assert sources.FORMATS == ("azure", "burstgpt", "servegen", "jsonl", "canonical")
+    assert sources.FORMATS == ("azure", "burstgpt", "servegen", "jsonl", "mooncake", "canonical")
     with pytest.raises(ConfigError, match="unknown source format 'csv'"):
         sources.read("csv", [FIX / "canonical_small.csv"])
     with pytest.raises(ConfigError, match="no input files"):
@@ -352,6 +352,111 @@ def test_jsonl_gzip(tmp_path):
     gz = tmp_path / "m.jsonl.gz"
     gz.write_bytes(gzip.compress((FIX / "mooncake_small.jsonl").read_bytes()))
     assert len(sources.read("jsonl", [gz]).trace) == 5
+
+
+# --------------------------------------------------------------------------- mooncake (prefix identity)
+
+MOONCAKE = MIRROR / "mooncake-fast25" / "conversation_trace.jsonl"
+
+
+def test_mooncake_keeps_the_block_ids():
+    res = sources.read("mooncake", [FIX / "mooncake_prefix.jsonl"])
+    t = res.trace
+    assert t.arrival_s.tolist() == [0.0, 0.0, 1.5, 2.25, 61.0]
+    assert t.input_tokens.tolist() == [1200, 1024, 1700, 1200, 2100]
+    assert res.dropped == {"unparsable_row": 0, "zero_output_tokens": 1, "zero_input_tokens": 0}
+    assert t.hash_block_size == 512
+    assert [t.hash_ids_of(i).tolist() for i in range(len(t))] == [
+        [0, 1, 2], [0, 3], [0, 1, 4, 5], [0, 1, 2], [0, 1, 4, 5, 7]]
+    w = sources.read("mooncake", [FIX / "mooncake_prefix.jsonl"], start_s=1.0, duration_s=10).trace
+    assert w.arrival_s.tolist() == [0.5, 1.25] and w.hash_ids.tolist() == [0, 1, 4, 5, 0, 1, 2]
+    # the jsonl adapter reads the same requests and leaves the ids out
+    plain = sources.read("jsonl", [FIX / "mooncake_prefix.jsonl"]).trace
+    assert plain.hash_ids is None and plain.input_tokens.tolist() == t.input_tokens.tolist()
+
+
+def test_mooncake_ids_survive_a_canonical_file(tmp_path):
+    from schedport.workload.trace import load_trace, save_trace
+
+    t = sources.read("mooncake", [FIX / "mooncake_prefix.jsonl"]).trace
+    for name in ("m.csv", "m.parquet"):
+        save_trace(t, tmp_path / name)
+        back = load_trace(tmp_path / name)
+        assert back.hash_ids.tolist() == t.hash_ids.tolist() and back.hash_block_size == 512
+        assert back.content_sha256() == t.content_sha256()
+
+
+@pytest.mark.parametrize("lines, expected", [
+    (['{"timestamp": 0, "input_length": 10, "output_length": 3}'], "t.jsonl: line 1: missing key 'hash_ids'"),
+    (['{"timestamp": 0, "input_length": 10, "output_length": 3, "hash_ids": 7}'],
+     "t.jsonl: line 1: key 'hash_ids': 7 is not a list of block ids"),
+    (['{"timestamp": 0, "input_length": 10, "output_length": 3, "hash_ids": [-1]}'],
+     "t.jsonl: line 1: key 'hash_ids': element 1 (-1) is not a non-negative integer"),
+    (['{"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [0, "1"]}'],
+     "t.jsonl: line 1: key 'hash_ids': element 2 ('1') is not a non-negative integer"),
+    (['{"timestamp": 0, "input_length": 10, "output_length": 3, "hash_ids": [0]}',
+      '{"timestamp": 0, "input_length": 1025, "output_length": 3, "hash_ids": [0, 1]}'],
+     "t.jsonl: line 2: key 'hash_ids': 2 ids for 1025 input tokens; expected ceil(1025 / 512) = 3"),
+    (['{"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [0, 1]}', '',
+      '{"timestamp": 0, "input_length": 1024, "output_length": 3, "hash_ids": [1, 2]}'],
+     "t.jsonl: line 3: key 'hash_ids': id 1 is block 1 here but block 2 on line 1; an id names the whole "
+     "prefix up to its block, so it cannot change place or parent"),
+    (['{"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [0, 1]}',
+      '{"timestamp": 1, "input_length": 1024, "output_length": 3, "hash_ids": [5, 1]}'],
+     "t.jsonl: line 2: key 'hash_ids': id 1 follows id 5 here but id 0 on line 1; an id names the whole "
+     "prefix up to its block, so it cannot change place or parent"),
+])
+def test_mooncake_malformed_ids(tmp_path, lines, expected):
+    p = write(tmp_path, "t.jsonl", "\n".join(lines) + "\n")
+    assert error_of("mooncake", p) == expected
+
+
+def test_mooncake_bad_ids_can_be_dropped_but_a_broken_chain_cannot(tmp_path):
+    good = '{"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [0, 1]}'
+    p = write(tmp_path, "t.jsonl", good + '\n{"timestamp": 1, "input_length": 10, "output_length": 3, '
+              '"hash_ids": [0, 1]}\n')
+    res = sources.read("mooncake", [p], bad_rows="drop")
+    assert res.dropped["unparsable_row"] == 1 and res.trace.hash_ids.tolist() == [0, 1]
+    q = write(tmp_path, "u.jsonl", '{"timestamp": 5, "input_length": 600, "output_length": 3, "hash_ids": [1, 0]}\n')
+    assert error_of("mooncake", [p, q], bad_rows="drop") == (
+        "u.jsonl: line 1: key 'hash_ids': id 1 is block 1 here but block 2 on line 1 of t.jsonl; an id names "
+        "the whole prefix up to its block, so it cannot change place or parent")
+
+
+def _seen_before_share(path: Path) -> tuple[int, float, list[list[int]]]:
+    """Requests, share of 512-token blocks whose id appeared in an earlier block, and every id list:
+    straight from the JSON, without the adapter."""
+    seen: set[int] = set()
+    total = hits = 0
+    ids = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            h = json.loads(line)["hash_ids"]
+            ids.append(h)
+            for x in h:
+                total += 1
+                hits += x in seen
+                seen.add(x)
+    return len(ids), hits / total, ids
+
+
+@pytest.mark.data
+@pytest.mark.skipif(not MOONCAKE.is_file(), reason="Mooncake mirror not present")
+def test_mooncake_conversation_trace_converts_with_its_prefix_identity(tmp_path):
+    from schedport.workload import datadir
+    from schedport.workload.trace import load_trace, save_trace
+
+    datadir.verify_sha256(MOONCAKE, datadir.lookup("conversation_trace.jsonl").sha256)
+    n, share, ids = _seen_before_share(MOONCAKE)
+    assert n == 12_031 and round(100 * share, 1) == 36.6
+    res = sources.read("mooncake", [MOONCAKE])
+    assert res.n_dropped == 0
+    save_trace(res.trace, tmp_path / "m.parquet")
+    t = load_trace(tmp_path / "m.parquet")
+    assert len(t) == 12_031 and t.hash_block_size == 512
+    assert t.hash_ids.tolist() == [x for h in ids for x in h]
+    _, first = np.unique(t.hash_ids, return_index=True)
+    assert round(100 * (1 - len(first) / len(t.hash_ids)), 1) == 36.6
 
 
 # --------------------------------------------------------------------------- canonical
@@ -797,3 +902,32 @@ def test_tabular_cache_sees_a_rewritten_file(tmp_path):
     assert len(sources.read("canonical", [p]).trace) == 1
     p.write_text("arrival_s,input_tokens,output_tokens\n0.0,1,1\n1.0,2,2\n")
     assert len(sources.read("canonical", [p]).trace) == 2
+
+
+def test_mooncake_rows_of_equal_id_counts(tmp_path):
+    p = write(tmp_path, "eq.jsonl", "".join(
+        f'{{"timestamp": {k}, "input_length": 1000, "output_length": 3, "hash_ids": [0, {k + 1}]}}\n'
+        for k in range(3)))
+    assert sources.read("mooncake", [p]).trace.hash_ids.tolist() == [0, 1, 0, 2, 0, 3]
+
+
+def test_canonical_adapter_keeps_hash_ids(tmp_path):
+    from schedport.workload.trace import save_trace
+
+    t = sources.read("mooncake", [FIX / "mooncake_prefix.jsonl"]).trace
+    for name in ("k.csv", "k.parquet"):
+        save_trace(t, tmp_path / name)
+        back = sources.read("canonical", [tmp_path / name]).trace
+        assert back.hash_block_size == 512 and back.content_sha256() == t.content_sha256()
+    w = sources.read("canonical", [tmp_path / "k.csv"], start_s=1.0, duration_s=10).trace
+    assert w.hash_ids.tolist() == [0, 1, 4, 5, 0, 1, 2]
+    bad = write(tmp_path, "b.csv", "arrival_s,input_tokens,output_tokens,hash_ids@512\n0,600,1,0 1\n1,600,1,0\n")
+    assert error_of("canonical", bad) == ("b.csv: line 3: column 'hash_ids@512': 1 ids for 600 input tokens; "
+                                          "expected ceil(600 / 512) = 2")
+    plain = write(tmp_path, "p.csv", "arrival_s,input_tokens,output_tokens\n20,5,1\n")
+    assert error_of("canonical", [tmp_path / "k.csv", plain]) == (
+        "p.csv: has no hash_ids column but k.csv has hash_ids@512; files read together must carry the same "
+        "prefix identity")
+    other = write(tmp_path, "o.csv", "arrival_s,input_tokens,output_tokens,hash_ids@512\n99,600,1,1 0\n")
+    assert error_of("canonical", [tmp_path / "k.csv", other]).startswith(
+        "o.csv: line 2: column 'hash_ids@512': id 1 is block 1 here but block 2 on line 2 of k.csv")

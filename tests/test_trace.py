@@ -302,7 +302,7 @@ def test_unknown_column_typo(tmp_path):
     path = write(tmp_path, "arrival_s,input_tokens,output_tokens,clientid\n0,1,1,a\n")
     assert error_of(path) == (
         f"{path}: line 1: unknown column 'clientid' (did you mean 'client_id'?); "
-        "allowed columns are arrival_s, input_tokens, output_tokens, client_id")
+        "allowed columns are arrival_s, input_tokens, output_tokens, client_id, hash_ids@<block size>")
 
 
 def test_unknown_column_no_hint(tmp_path):
@@ -555,3 +555,112 @@ def test_arrays_bad_client():
 
 def test_trace_error_is_user_error():
     assert issubclass(TraceError, SchedportError)
+
+
+# ----------------------------------------------------------------- prefix identity (hash_ids@N)
+
+HASHED = Trace.from_arrays([0.0, 1.5, 2.0], [600, 1024, 100], [1, 2, 3], ["a", None, "b"],
+                           hash_ids=[[0, 1], [0, 2], [3]], hash_block_size=512)
+HEADER_H = "arrival_s,input_tokens,output_tokens,hash_ids@512\n"
+
+
+def test_hash_ids_round_trip_csv_and_parquet(tmp_path):
+    for name in ("t.csv", "t.parquet"):
+        save_trace(HASHED, tmp_path / name)
+        back = load_trace(tmp_path / name)
+        assert back.hash_block_size == 512
+        assert back.hash_ids.tolist() == [0, 1, 0, 2, 3]
+        assert back.hash_ids_of(1).tolist() == [0, 2]
+        assert back.client_id.tolist() == ["a", None, "b"]
+        assert back.content_sha256() == HASHED.content_sha256()
+    assert (tmp_path / "t.csv").read_text().splitlines() == [
+        "arrival_s,input_tokens,output_tokens,client_id,hash_ids@512",
+        "0.0,600,1,a,0 1", "1.5,1024,2,,0 2", "2.0,100,3,b,3"]
+
+
+def test_hash_ids_enter_the_content_hash_only_when_present(tmp_path):
+    plain = Trace.from_arrays([0.0, 1.5, 2.0], [600, 1024, 100], [1, 2, 3], ["a", None, "b"])
+    assert HASHED.content_sha256() != plain.content_sha256()
+    other = Trace.from_arrays([0.0, 1.5, 2.0], [600, 1024, 100], [1, 2, 3], ["a", None, "b"],
+                              hash_ids=[[0, 1], [0, 2], [4]], hash_block_size=512)
+    assert other.content_sha256() != HASHED.content_sha256()
+    # a trace without ids is written exactly as before they existed
+    save_trace(plain, tmp_path / "p.csv")
+    assert (tmp_path / "p.csv").read_text() == HEADER_C + "0.0,600,1,a\n1.5,1024,2,\n2.0,100,3,b\n"
+    assert load_trace(tmp_path / "p.csv").hash_ids is None
+
+
+def test_hash_ids_follow_take_and_scaled():
+    sub = HASHED.take([1, 2])
+    assert sub.hash_ids.tolist() == [0, 2, 3] and sub.hash_block_size == 512
+    assert HASHED[0:1].hash_ids.tolist() == [0, 1]
+    assert HASHED.scaled(2.0).hash_ids.tolist() == [0, 1, 0, 2, 3]
+    assert HASHED.take(np.zeros(3, dtype=bool)).hash_ids.tolist() == []
+
+
+def test_hash_ids_not_a_list(tmp_path):
+    path = write_parquet(tmp_path, {"arrival_s": [0.0, 1.0], "input_tokens": [10, 10],
+                                    "output_tokens": [1, 1], "hash_ids@512": [0, 1]})
+    assert error_of(path) == (f"{path}: row 1: column 'hash_ids@512': '0' is not a list of block ids "
+                              "(got int)")
+
+
+def test_hash_ids_element_not_a_non_negative_integer(tmp_path):
+    path = write(tmp_path, HEADER_H + "0,600,1,0 1\n1,600,1,0 x\n")
+    assert error_of(path) == (f"{path}: line 3: column 'hash_ids@512': element 2 'x' is not a "
+                              "non-negative integer (at most 9223372036854775807)")
+    path = write(tmp_path, HEADER_H + "0,600,1,0 -1\n", "neg.csv")
+    assert "line 2: column 'hash_ids@512': element 2 '-1' is not a non-negative integer" in error_of(path)
+    with pytest.raises(TraceError, match=r"row 1: column 'hash_ids@16': element 1 'True' is not"):
+        Trace.from_arrays([0], [5], [1], hash_ids=[[True]], hash_block_size=16)
+
+
+def test_hash_ids_wrong_length(tmp_path):
+    path = write(tmp_path, HEADER_H + "0,600,1,0 1\n1,1025,1,0 2\n")
+    assert error_of(path) == (f"{path}: line 3: column 'hash_ids@512': 2 ids for 1025 input tokens; "
+                              "expected ceil(1025 / 512) = 3")
+
+
+def test_hash_ids_same_id_at_two_positions(tmp_path):
+    path = write(tmp_path, HEADER_H + "0,600,1,0 1\n\n1,1024,1,1 2\n")
+    assert error_of(path) == (
+        f"{path}: line 4: column 'hash_ids@512': id 1 is block 1 here but block 2 on line 2; an id "
+        "names the whole prefix up to its block, so it cannot change place or parent")
+
+
+def test_hash_ids_same_id_after_different_parents(tmp_path):
+    path = write(tmp_path, HEADER_H + "0,600,1,0 1\n1,1024,1,5 1\n")
+    assert error_of(path) == (
+        f"{path}: line 3: column 'hash_ids@512': id 1 follows id 5 here but id 0 on line 2; an id "
+        "names the whole prefix up to its block, so it cannot change place or parent")
+
+
+def test_hash_ids_column_name_needs_the_block_size(tmp_path):
+    path = write(tmp_path, "arrival_s,input_tokens,output_tokens,hash_ids\n0,1,1,0\n")
+    assert error_of(path) == (f"{path}: line 1: column 'hash_ids': the prefix-identity column is named "
+                              "'hash_ids@<block size>' with the block size in tokens, e.g. 'hash_ids@512'")
+    path = write(tmp_path, "arrival_s,input_tokens,output_tokens,hash_ids@16,hash_ids@512\n0,1,1,0,0\n", "two.csv")
+    assert "a trace has one hash_ids column" in error_of(path)
+    with pytest.raises(TraceError, match="hash_block_size must be an integer >= 1"):
+        Trace.from_arrays([0], [5], [1], hash_ids=[[0]], hash_block_size=0)
+
+
+def test_engine_block_keys_map_512_token_ids_to_16_token_blocks():
+    from schedport.workload.prefix import engine_block_keys
+
+    # requests 0 and 3: same prompt of 1200 tokens; request 2 shares its first two full blocks
+    t = Trace.from_arrays([0, 1, 2, 3, 4], [1200, 1200, 1100, 1200, 1030], [1] * 5,
+                          hash_ids=[[0, 1, 2], [0, 1, 9], [0, 1, 5], [0, 1, 2], [0, 1, 2]], hash_block_size=512)
+    k0 = engine_block_keys(t, 0)
+    assert len(k0) == 1200 // 16 == 75
+    assert k0[0] == (0, 0, 512) and k0[31] == (0, 31, 512) and k0[32] == (1, 0, 512)
+    assert k0[64:] == [(2, o, 176) for o in range(11)]  # 176 tokens in the partial block: 11 full engine blocks
+    assert engine_block_keys(t, 3) == k0
+    assert engine_block_keys(t, 2)[:64] == k0[:64] and engine_block_keys(t, 2)[64] == (5, 0, 76)
+    # same last id, different length: the partial block's engine blocks are not shared
+    k4 = engine_block_keys(t, 4)
+    assert len(k4) == 64 and k4 == k0[:64]
+    with pytest.raises(ValueError, match="not a multiple"):
+        engine_block_keys(t, 0, 24)
+    with pytest.raises(ValueError, match="no hash_ids"):
+        engine_block_keys(Trace.from_arrays([0], [5], [1]), 0)

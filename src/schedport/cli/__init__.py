@@ -420,7 +420,8 @@ def example(
 @trace_app.command("convert", short_help="Turn a public trace file into the canonical trace.", cls=_Command)
 def trace_convert(
     inputs: list[Path] = typer.Argument(..., metavar="FILE", help="Input file(s) or folder (servegen)."),
-    fmt: str = typer.Option(..., "--from", metavar="TEXT", help="azure | burstgpt | servegen | jsonl | canonical"),
+    fmt: str = typer.Option(..., "--from", metavar="TEXT",
+                            help="azure | burstgpt | servegen | jsonl | mooncake | canonical"),
     out_path: Path = typer.Option(..., "--out", metavar="FILE",
                                   parser=_out_path, help="Canonical CSV or Parquet to write."),
     start: Optional[float] = typer.Option(None, "--start", metavar="SECONDS",

@@ -140,7 +140,8 @@ def build_corpus(spec: str | os.PathLike[str] | None = None,
                     # the checks `load_trace` applies when `run` reads the window back (token
                     # counts <= 2^31 - 1, arrivals in range): refused now, not after the build
                     tr = Trace.from_arrays(tr.arrival_s, tr.input_tokens, tr.output_tokens, tr.client_id,
-                                           name=plan.window_id, source=f"window {plan.window_id}")
+                                           name=plan.window_id, source=f"window {plan.window_id}",
+                                           hash_ids=tr.hash_id_lists(), hash_block_size=tr.hash_block_size)
                     path = tmp / "windows" / f"{plan.window_id}.parquet"
                     try:
                         save_trace(tr, path)

@@ -22,7 +22,7 @@ from schedport.errors import ConfigError, DataError, SchedportError
 from schedport.workload.corpus_manifest import (BUILTIN_SOURCES, MODELED_ADAPTER, SPEC_SCHEMA, builtin_source,
                                                 source_label)
 
-TABULAR = ("azure", "burstgpt", "jsonl", "canonical")
+TABULAR = ("azure", "burstgpt", "jsonl", "mooncake", "canonical")
 ADAPTERS = (*TABULAR, "servegen", MODELED_ADAPTER)
 RULES = ("contiguous", "tile", "stratified", "explicit")
 SERVEGEN_SLOT_S = 600

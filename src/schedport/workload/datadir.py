@@ -22,6 +22,10 @@ Sources (cite them where their data is used):
 - BurstGPT (CC-BY 4.0), github.com/HPMLL/BurstGPT release assets; Wang et al., "BurstGPT: A
   Real-World Workload Dataset to Optimize LLM Serving Systems", KDD 2025. Not mirrored
   here, so its sha256 is unknown to this registry (see `DataFile.sha256`).
+- Mooncake FAST'25 conversation trace (Apache-2.0), github.com/kvcache-ai/Mooncake
+  ``FAST25-release/traces``; Qin et al., "Mooncake: Trading More Storage for Less Computation —
+  A KVCache-centric Architecture for Serving LLM Chatbot", FAST 2025. Read by the ``mooncake``
+  adapter with its prefix identity (``hash_ids``).
 """
 
 from __future__ import annotations
@@ -85,6 +89,9 @@ SERVEGEN_DIR = "servegen-language-m-large"
 SERVEGEN_URL = "https://raw.githubusercontent.com/alibaba/ServeGen/main/data/language/m-large/"
 BURSTGPT_DIR = "burstgpt"
 BURSTGPT_URL = "https://github.com/HPMLL/BurstGPT/releases/download/v1.1/"
+MOONCAKE_DIR = "mooncake-fast25"
+MOONCAKE_URL = ("https://raw.githubusercontent.com/kvcache-ai/Mooncake/"
+                "3b5a594133958449a1feaf1c9e0fc1b553e34a28/FAST25-release/traces/")
 
 #: The files' sha256 live in ``data/sha256.json`` in the package, read on first use: for Azure, the
 #: file as published; for ServeGen m-large, the mirror's ``.gz`` copy and the file as published, from
@@ -111,6 +118,9 @@ def data_files() -> dict[str, DataFile]:
     for name in _BURSTGPT_FILES:
         rel = f"{BURSTGPT_DIR}/{name}"
         files[rel] = DataFile(rel, BURSTGPT_URL + name, None, source="burstgpt")
+    for name, sha in sums.get("mooncake", {}).items():
+        rel = f"{MOONCAKE_DIR}/{name}"
+        files[rel] = DataFile(rel, MOONCAKE_URL + name, sha, source="mooncake")
     return files
 
 

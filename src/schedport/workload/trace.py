@@ -1,12 +1,16 @@
 """The canonical trace: one row per request, held as columnar numpy arrays.
 
 Columns: `arrival_s` (float seconds from window start, non-decreasing),
-`input_tokens` (int >= 1), `output_tokens` (int >= 1), `client_id` (optional string).
+`input_tokens` (int >= 1), `output_tokens` (int >= 1), `client_id` (optional string), and
+optionally the prefix identity `hash_ids@<block size>`: per request, one id per block of that
+many prompt tokens, chained (equal id = equal whole prefix up to and including that block).
 Every public format is converted into this by an adapter; the engine reads only this.
 
-Files are CSV (header `arrival_s,input_tokens,output_tokens[,client_id]`, any column
-order) or Parquet with the same columns. Anything wrong with a file or table is reported
-as a one-line `TraceError` naming the file (or source), the line/row and the column, e.g.
+Files are CSV (header `arrival_s,input_tokens,output_tokens[,client_id][,hash_ids@N]`, any
+column order; a request's ids separated by spaces) or Parquet with the same columns (ids as a
+list of int64). A trace without hash ids is stored and hashed exactly as before they existed.
+Anything wrong with a file or table is reported as a one-line `TraceError` naming the file
+(or source), the line/row and the column, e.g.
 ``data/t.csv: line 5: column 'input_tokens': 'abc' is not an integer``.
 Nothing is silently repaired: the only normalisations are that an empty `client_id`
 means "no client" (None) and that an arrival of -0.0 is stored as 0.0.
@@ -31,7 +35,8 @@ from schedport.common.atomic import atomic_write
 from schedport.errors import TraceError
 from schedport.workload.tracecheck import (  # noqa: F401  (COLUMNS, REQUIRED, MAX_*: re-exported)
     COLUMNS, EXPECTED_HEADER, MAX_ARRIVAL_S, MAX_TOKENS, REQUIRED, NumericColumn, Where, bad_mask, check_header,
-    check_required, clients_from_any, clients_from_strings, numeric_from_any, numeric_from_strings,
+    check_required, clients_from_any, clients_from_strings, hash_block_size_of, hash_column, hash_counts,
+    hash_ids_from_cells, numeric_from_any, numeric_from_strings,
 )
 
 _CSV_SUFFIXES = (".csv",)
@@ -45,7 +50,9 @@ class Trace:
     """A validated request trace (immutable columnar arrays).
 
     `client_id` is an object array of str (or None for requests without a client),
-    or None when the trace has no client column at all.
+    or None when the trace has no client column at all. `hash_ids` is None (no prefix
+    identity) or every request's block ids concatenated in request order (int64): request i
+    has ceil(input_tokens[i] / hash_block_size) of them (`hash_ids_of`).
     """
 
     arrival_s: np.ndarray
@@ -53,6 +60,8 @@ class Trace:
     output_tokens: np.ndarray
     client_id: np.ndarray | None = None
     name: str = "trace"
+    hash_ids: np.ndarray | None = None
+    hash_block_size: int | None = None
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -67,14 +76,33 @@ class Trace:
     def scaled(self, factor: float) -> "Trace":
         """The same requests with every arrival time multiplied by `factor` (burst shape kept)."""
         return Trace(self.arrival_s * float(factor), self.input_tokens, self.output_tokens,
-                     self.client_id, self.name)
+                     self.client_id, self.name, self.hash_ids, self.hash_block_size)
+
+    def hash_offsets(self) -> np.ndarray:
+        """Where each request's ids start in `hash_ids` (n + 1 offsets; the last is the total)."""
+        if self.hash_ids is None or self.hash_block_size is None:
+            raise ValueError("this trace carries no hash_ids")
+        return np.concatenate([[0], np.cumsum(hash_counts(self.input_tokens, self.hash_block_size))])
+
+    def hash_id_lists(self) -> list[np.ndarray] | None:
+        """Every request's block ids, one array each (None without prefix identity): the form
+        `from_arrays` takes, to rebuild a trace with its ids checked again."""
+        if self.hash_ids is None:
+            return None
+        return np.split(self.hash_ids, self.hash_offsets()[1:-1])
+
+    def hash_ids_of(self, i: int) -> np.ndarray:
+        """Request i's block ids (read-only view), one per `hash_block_size` prompt tokens."""
+        off = self.hash_offsets()
+        return self.hash_ids[off[i]:off[i + 1]]
 
     # ----------------------------------------------------------------- construction
 
     @classmethod
     def from_arrays(cls, arrival_s: Any, input_tokens: Any, output_tokens: Any,
                     client_id: Any = None, *, name: str = "trace",
-                    source: str = "<arrays>") -> "Trace":
+                    source: str = "<arrays>", hash_ids: Any = None,
+                    hash_block_size: int | None = None) -> "Trace":
         """Validate columns (array-likes) and build a `Trace` from copies of them.
 
         This is the one door into the canonical format for in-memory data (adapters,
@@ -83,6 +111,8 @@ class Trace:
         None/NaN/"" (no client). Bad data raises `TraceError` naming `source`, the
         1-based row and the column, e.g. ``<arrays>: row 3: column 'arrival_s': ...``.
         An empty table is an error too: a trace without requests is never useful.
+        `hash_ids` (with `hash_block_size`, an integer >= 1) gives each request's block ids as a
+        list; they are checked as a file's ``hash_ids@<block size>`` column is.
         """
         where = Where(str(source))
         raw: dict[str, np.ndarray] = {}
@@ -108,7 +138,18 @@ class Trace:
             raise TraceError(f"{where.source}: no requests (the table has no rows)")
         numeric = {col: numeric_from_any(col, raw[col], where) for col in REQUIRED}
         clients = raw.get("client_id")
-        return _build(numeric, clients, where, name)
+        hashes = None
+        if hash_ids is not None:
+            bs = hash_block_size
+            if not isinstance(bs, (int, np.integer)) or isinstance(bs, bool) or not 1 <= bs < 10**9:
+                raise TraceError(f"{where.source}: hash_block_size must be an integer >= 1 "
+                                 f"(tokens a block id covers), not {bs!r}")
+            cells = list(hash_ids)
+            if len(cells) != lengths["arrival_s"]:
+                raise TraceError(f"{where.source}: columns have different lengths (arrival_s has "
+                                 f"{lengths['arrival_s']}, hash_ids has {len(cells)})")
+            hashes = (cells, int(bs))
+        return _build(numeric, clients, where, name, hashes=hashes)
 
     # ----------------------------------------------------------------- views
 
@@ -116,6 +157,7 @@ class Trace:
         """The trace as a pandas DataFrame with the canonical columns.
 
         `client_id` (object dtype, None for no client) appears only if the trace has it.
+        The prefix identity is not in the frame (`hash_id_lists` gives it per request).
         The frame holds copies, so editing it never changes the trace.
         """
         import pandas as pd
@@ -152,9 +194,15 @@ class Trace:
             raise ValueError("take() would put arrivals out of order; indices must keep "
                              "arrival times non-decreasing")
         clients = None if self.client_id is None else self.client_id[idx]
+        ids = None
+        if self.hash_ids is not None:
+            off = self.hash_offsets()
+            counts = (off[1:] - off[:-1])[idx]
+            firsts = np.repeat(off[:-1][idx] - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+            ids = _frozen(self.hash_ids[firsts + np.arange(int(counts.sum()))])
         return Trace(_frozen(arrival), _frozen(self.input_tokens[idx]),
                      _frozen(self.output_tokens[idx]),
-                     None if clients is None else _frozen(clients), self.name)
+                     None if clients is None else _frozen(clients), self.name, ids, self.hash_block_size)
 
     def head(self, n: int = 5) -> "Trace":
         """The first `n` requests (all of them if the trace is shorter)."""
@@ -175,9 +223,11 @@ class Trace:
         The serialisation is: a version tag, the row count, arrival_s as little-endian
         float64 (-0.0 folded into 0.0), both token columns as little-endian int64, then a
         presence flag for client_id and, if present, each id as a length-prefixed UTF-8
-        string (length 0xFFFFFFFF for "no client"). The name is not included, so the
-        same requests saved as CSV or Parquet, under any file name, hash the same.
-        Used to key caches and the corpus manifest.
+        string (length 0xFFFFFFFF for "no client"). A trace with prefix identity then adds
+        the tag ``hash_ids``, the block size as little-endian uint64 and every id as
+        little-endian int64 (nothing is added without it, so such traces hash as before).
+        The name is not included, so the same requests saved as CSV or Parquet, under any
+        file name, hash the same. Used to key caches and the corpus manifest.
         """
         h = hashlib.sha256(_HASH_TAG)
         h.update(struct.pack("<Q", len(self)))
@@ -198,6 +248,10 @@ class Trace:
                     parts.append(struct.pack("<I", len(b)))
                     parts.append(b)
             h.update(b"".join(parts))
+        if self.hash_ids is not None:
+            h.update(b"hash_ids")
+            h.update(struct.pack("<Q", int(self.hash_block_size)))
+            h.update(np.ascontiguousarray(self.hash_ids, dtype="<i8").tobytes())
         return h.hexdigest()
 
 
@@ -347,7 +401,7 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 
 def _build(numeric: dict[str, NumericColumn], clients: Any, where: Where, name: str,
-           *, clients_are_strings: bool = False) -> Trace:
+           *, clients_are_strings: bool = False, hashes: tuple[Any, int] | None = None) -> Trace:
     """Check the parsed columns and assemble a read-only `Trace`."""
     check_required(numeric, where)
     arrival = numeric["arrival_s"].values.astype(np.float64) + 0.0  # fold -0.0 into 0.0
@@ -358,7 +412,19 @@ def _build(numeric: dict[str, NumericColumn], clients: Any, where: Where, name: 
         cid = (clients_from_strings(clients) if clients_are_strings
                else clients_from_any(clients, where))
         cid = _frozen(cid)
-    return Trace(_frozen(arrival), _frozen(inp), _frozen(out), cid, str(name))
+    ids = bs = None
+    if hashes is not None:
+        cells, bs = hashes
+        ids = _frozen(hash_ids_from_cells(cells, inp, bs, where))
+    return Trace(_frozen(arrival), _frozen(inp), _frozen(out), cid, str(name), ids, bs)
+
+
+def _hash_header(header: list[str]) -> str | None:
+    """The header's ``hash_ids@N`` column, if it has one."""
+    for c in header:
+        if hash_block_size_of(c) is not None:
+            return c
+    return None
 
 
 # --------------------------------------------------------------------- CSV
@@ -369,6 +435,8 @@ def _csv_text(trace: Trace) -> str:
     arrival = np.asarray(trace.arrival_s, dtype=np.float64).tolist()
     inp = np.asarray(trace.input_tokens, dtype=np.int64).tolist()
     out = np.asarray(trace.output_tokens, dtype=np.int64).tolist()
+    if trace.hash_ids is not None:
+        return _csv_text_hashed(trace, arrival, inp, out)
     if trace.client_id is None:
         head = "arrival_s,input_tokens,output_tokens\n"
         body = [f"{a!r},{i},{o}\n" for a, i, o in zip(arrival, inp, out)]
@@ -376,6 +444,22 @@ def _csv_text(trace: Trace) -> str:
         head = "arrival_s,input_tokens,output_tokens,client_id\n"
         body = [f"{a!r},{i},{o},{_csv_field(c)}\n"
                 for a, i, o, c in zip(arrival, inp, out, trace.client_id.tolist())]
+    return head + "".join(body)
+
+
+def _csv_text_hashed(trace: Trace, arrival: list, inp: list, out: list) -> str:
+    """Canonical CSV text of a trace with prefix identity: the ids last, separated by spaces."""
+    off = trace.hash_offsets().tolist()
+    ids = trace.hash_ids.tolist()
+    cells = [" ".join(map(str, ids[a:b])) for a, b in zip(off[:-1], off[1:])]
+    col = hash_column(trace.hash_block_size)
+    if trace.client_id is None:
+        head = f"arrival_s,input_tokens,output_tokens,{col}\n"
+        body = [f"{a!r},{i},{o},{h}\n" for a, i, o, h in zip(arrival, inp, out, cells)]
+    else:
+        head = f"arrival_s,input_tokens,output_tokens,client_id,{col}\n"
+        body = [f"{a!r},{i},{o},{_csv_field(c)},{h}\n"
+                for a, i, o, c, h in zip(arrival, inp, out, trace.client_id.tolist(), cells)]
     return head + "".join(body)
 
 
@@ -455,8 +539,10 @@ def _load_csv(p: Path, src: str) -> Trace:
     for c in REQUIRED:
         obj = columns[c]
         numeric[c] = NumericColumn(numeric_from_strings(obj), lambda i, obj=obj: obj[i])
+    hcol = _hash_header(list(header))
+    hashes = None if hcol is None else (columns[hcol], hash_block_size_of(hcol))
     return _build(numeric, columns.get("client_id"), Where(src, lines), name,
-                  clients_are_strings=True)
+                  clients_are_strings=True, hashes=hashes)
 
 
 def _no_rows(src: str, has_header: bool) -> TraceError:
@@ -616,6 +702,8 @@ def _csv_fast(buf: bytes, header: list[str], nrows: int, name: str,
     """
     import pandas as pd
 
+    if _hash_header(header) is not None:
+        return None  # the ids are checked cell by cell, with their lines, by the exact path
     typed = {"arrival_s": "float64", "input_tokens": "int64", "output_tokens": "int64",
              "client_id": object}
     try:
@@ -668,7 +756,9 @@ def _load_parquet(p: Path, src: str) -> Trace:
         clients = None
         if "client_id" in table.column_names:
             clients = _clients_from_arrow(table.column("client_id"), where)
-        return _build(numeric, clients, where, p.stem)
+        hcol = _hash_header(list(table.column_names))
+        hashes = None if hcol is None else (table.column(hcol).to_pylist(), hash_block_size_of(hcol))
+        return _build(numeric, clients, where, p.stem, hashes=hashes)
     except TraceError:
         raise
     except Exception as exc:  # arrow conversion surprises
@@ -712,4 +802,7 @@ def _arrow_table(trace: Trace) -> Any:
     if trace.client_id is not None:
         data["client_id"] = pa.array(
             [None if c is None else str(c) for c in trace.client_id.tolist()], pa.string())
+    if trace.hash_ids is not None:
+        data[hash_column(trace.hash_block_size)] = pa.ListArray.from_arrays(
+            pa.array(trace.hash_offsets(), pa.int32()), pa.array(np.asarray(trace.hash_ids, np.int64), pa.int64()))
     return pa.table(data)

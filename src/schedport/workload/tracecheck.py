@@ -5,12 +5,16 @@ checked (`check_required`): arrival times finite, >= 0 and <= `MAX_ARRIVAL_S`, n
 token counts integers in [1, `MAX_TOKENS`]. The first bad cell is reported as one line naming the
 source, the line or row (`Where`) and the column, with why it is refused (`why_bad`). Client ids
 (`clients_from_any`) and a file's header (`check_header`) are checked here too.
+Prefix identity (`hash_ids_from_cells`, `check_hash_chain`): an optional column named
+``hash_ids@<block size>`` gives each request one id per block of that many prompt tokens,
+chained (an equal id names an equal whole prefix up to and including that block).
 `schedport.workload.trace` builds every `Trace` through these checks.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +33,14 @@ MAX_TOKENS = 2**31 - 1
 #: float64 number of seconds still resolves a microsecond, so the engine's clock can add a
 #: millisecond step to an arrival without losing it to rounding.
 MAX_ARRIVAL_S = float(2**32)
+
+
+#: The optional prefix-identity column: ``hash_ids@<block size>``, e.g. ``hash_ids@512``.
+HASH_PREFIX = "hash_ids"
+_HASH_NAME_RE = re.compile(r"^hash_ids@([1-9][0-9]{0,8})$")
+
+#: Largest block id accepted (ids are stored as int64).
+MAX_HASH_ID = 2**63 - 1
 
 
 #: The header a canonical CSV has, as error messages state it.
@@ -206,9 +218,17 @@ def check_header(names: Sequence[str], src: str, prefix: str) -> None:
         if n in seen:
             raise TraceError(f"{src}: {prefix}column '{n}' appears more than once")
         seen.add(n)
-    allowed = ", ".join(COLUMNS)
+    allowed = ", ".join(COLUMNS) + f", {HASH_PREFIX}@<block size>"
+    hashed = [n for n in names if hash_block_size_of(n) is not None]
+    if len(hashed) > 1:
+        raise TraceError(f"{src}: {prefix}columns '{hashed[0]}' and '{hashed[1]}': a trace has one "
+                         "hash_ids column (one block size)")
     for n in names:
-        if n not in COLUMNS:
+        if n.startswith(HASH_PREFIX) and hash_block_size_of(n) is None:
+            raise TraceError(f"{src}: {prefix}column '{n}': the prefix-identity column is named "
+                             f"'{HASH_PREFIX}@<block size>' with the block size in tokens, e.g. "
+                             f"'{HASH_PREFIX}@512'")
+        if n not in COLUMNS and n not in hashed:
             if n.strip() == "":
                 what = "an empty column name (a stray comma?)"
             else:
@@ -220,3 +240,108 @@ def check_header(names: Sequence[str], src: str, prefix: str) -> None:
         if c not in seen:
             raise TraceError(f"{src}: {prefix}missing required column '{c}'; expected "
                              f"header {EXPECTED_HEADER}")
+
+
+# ===================================================================== prefix identity
+
+
+def hash_column(block_size: int) -> str:
+    """The column name that carries block ids of `block_size` tokens: ``hash_ids@<block_size>``."""
+    return f"{HASH_PREFIX}@{int(block_size)}"
+
+
+def hash_block_size_of(name: str) -> int | None:
+    """The block size a column name ``hash_ids@N`` states, or None if it is not such a name."""
+    m = _HASH_NAME_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def hash_counts(input_tokens: np.ndarray, block_size: int) -> np.ndarray:
+    """Ids each request has: ceil(input_tokens / block_size) (a partial last block has an id)."""
+    inp = np.asarray(input_tokens, dtype=np.int64)
+    return -(-inp // int(block_size))
+
+
+def _ids_of_cell(cell: Any, where: Where, i: int, col: str) -> np.ndarray:
+    """One request's ids: a list/tuple/array of non-negative integers, or (CSV) ids separated by
+    spaces. Anything else is one line naming where and why."""
+    if isinstance(cell, str):
+        items: list[Any] = cell.split()
+        for k, x in enumerate(items):
+            if not (x.isascii() and x.isdigit()) or int(x) > MAX_HASH_ID:
+                raise TraceError(f"{where.cell(i, col)}: element {k + 1} {show_cell(x)} is not a "
+                                 f"non-negative integer (at most {MAX_HASH_ID})")
+        return np.array([int(x) for x in items], dtype=np.int64)
+    if isinstance(cell, np.ndarray):
+        cell = cell.tolist()
+    if not isinstance(cell, (list, tuple)):
+        got = "null" if is_null(cell) else type(cell).__name__
+        raise TraceError(f"{where.cell(i, col)}: {show_cell(cell)} is not a list of block ids (got {got})")
+    for k, x in enumerate(cell):
+        if (not isinstance(x, (int, np.integer)) or isinstance(x, (bool, np.bool_))
+                or x < 0 or x > MAX_HASH_ID):
+            raise TraceError(f"{where.cell(i, col)}: element {k + 1} {show_cell(x)} is not a "
+                             f"non-negative integer (at most {MAX_HASH_ID})")
+    return np.array(cell, dtype=np.int64)
+
+
+def hash_ids_from_cells(cells: Any, input_tokens: np.ndarray, block_size: int, where: Where,
+                        col: str | None = None) -> np.ndarray:
+    """Check every request's block ids and return them concatenated (int64, request order).
+
+    Request i must have exactly ceil(input_tokens[i] / block_size) ids, each a non-negative
+    integer, and the ids must form a consistent chain (`check_hash_chain`). The first fault is
+    one `TraceError` naming the source, the line or row and the column (`col`, by default
+    ``hash_ids@<block size>``).
+    """
+    bs = int(block_size)
+    col = col or hash_column(bs)
+    cells = cells.tolist() if isinstance(cells, np.ndarray) and cells.dtype != object else list(cells)
+    need = hash_counts(input_tokens, bs)
+    if len(cells) != len(need):
+        raise TraceError(f"{where.source}: column '{col}' has {len(cells)} entries for {len(need)} requests")
+    parts = []
+    for i, cell in enumerate(cells):
+        ids = _ids_of_cell(cell, where, i, col)
+        if len(ids) != need[i]:
+            raise TraceError(f"{where.cell(i, col)}: {len(ids)} ids for {int(input_tokens[i])} input tokens; "
+                             f"expected ceil({int(input_tokens[i])} / {bs}) = {int(need[i])}")
+        parts.append(ids)
+    flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    check_hash_chain(flat, need, where, col)
+    return flat
+
+
+def check_hash_chain(flat: np.ndarray, counts: np.ndarray, where: Where, col: str) -> None:
+    """Refuse a chain that contradicts itself: an id must always stand at the same block position
+    and after the same parent id (or always first), since it names the whole prefix up to its block.
+
+    The first request (in order) that breaks this is named, with the request where the id was
+    first seen.
+    """
+    n = len(flat)
+    if n == 0:
+        return
+    counts = np.asarray(counts, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    row = np.repeat(np.arange(len(counts)), counts)
+    pos = np.arange(n) - starts[row]
+    parent = np.full(n, -1, dtype=np.int64)
+    parent[1:] = flat[:-1]
+    parent[pos == 0] = -1
+    _, first, inv = np.unique(flat, return_index=True, return_inverse=True)
+    f = first[inv.reshape(-1)]
+    bad = (pos != pos[f]) | (parent != parent[f])
+    if not bad.any():
+        return
+    k = int(np.argmax(bad))
+    j = int(f[k])
+    there = where.label(int(row[j]))
+    if pos[k] != pos[j]:
+        why = f"is block {int(pos[k]) + 1} here but block {int(pos[j]) + 1} on {there}"
+    else:
+        def after(p: int) -> str:
+            return "the start" if p < 0 else f"id {p}"
+        why = f"follows {after(int(parent[k]))} here but {after(int(parent[j]))} on {there}"
+    raise TraceError(f"{where.cell(int(row[k]), col)}: id {int(flat[k])} {why}; an id names the whole "
+                     "prefix up to its block, so it cannot change place or parent")

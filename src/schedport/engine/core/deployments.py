@@ -20,6 +20,12 @@ NAME`` selects one (docs/engine.md §3.7).
 
 There is no public H100 profile for Llama-3-8B (Vidur publishes none), so there is no
 ``llama3-8b-h100`` here: the study's own model is profiled on the A100 only.
+
+One deployment is the study's own calibration at a longer context: ``llama3.1-8b-a100-128k``,
+Llama-3.1-8B (Llama-3-8B's shape, a 131,072-token context) on one A100-80GB. Its latency is the
+A100 calibration of docs/engine.md §3.1 unchanged (``"latency": "calibrated"`` in its spec, not
+fit from a profile, not in deployments.json) and its ``[engine]`` keys add ``max_model_len``, so
+long-prompt traces (Mooncake's, up to 126,195 prompt tokens) run without dropping requests.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from importlib import resources
 
 from schedport.errors import ConfigError
 
-__all__ = ["GPUS", "MODELS", "DEPLOYMENT_SPECS", "deployment_names", "deployment", "engine_overlay",
+__all__ = ["GPUS", "MODELS", "DEPLOYMENT_SPECS", "deployment_names", "fitted_names", "deployment", "engine_overlay",
            "model_shape", "latency_inputs", "describe_latency"]
 
 #: GPUs with their data-sheet figures (what the attention bounds use) and where they come from.
@@ -82,6 +88,13 @@ MODELS: dict[str, dict] = {
         "num_layers": 80, "num_q_heads": 64, "num_kv_heads": 8, "head_dim": 128, "hidden": 8192,
         "ffn": 28672, "vocab": 128256, "dtype_bytes": 2, "num_params": 70553706496,
     },
+    # Llama-3.1-8B: config.json as Llama-3-8B's (the study's model), rope scaling aside, with
+    # max_position_embeddings 131072; the study's calibration describes its cost.
+    "llama3.1-8b": {
+        "label": "Llama-3.1-8B", "profile": None,
+        "num_layers": 32, "num_q_heads": 32, "num_kv_heads": 8, "head_dim": 128, "hidden": 4096,
+        "ffn": 14336, "vocab": 128256, "dtype_bytes": 2, "num_params": 8030261248, "max_model_len": 131072,
+    },
 }
 
 #: The deployments: model, GPU, TP degree and, for TP > 1, the all-reduce topology profiled.
@@ -92,7 +105,15 @@ DEPLOYMENT_SPECS: dict[str, dict] = {
     "llama2-70b-a100-tp4": {"model": "llama2-70b", "gpu": "a100", "tp": 4, "topology": "a100_dgx"},
     "llama2-70b-h100-tp4": {"model": "llama2-70b", "gpu": "h100", "tp": 4, "topology": "h100_dgx"},
     "llama3-70b-a100-tp4": {"model": "llama3-70b", "gpu": "a100", "tp": 4, "topology": "a100_dgx"},
+    "llama3.1-8b-a100-128k": {"model": "llama3.1-8b", "gpu": "a100", "tp": 1, "topology": None,
+                              "latency": "calibrated"},
 }
+
+
+def fitted_names() -> tuple[str, ...]:
+    """The deployments fit from Vidur's profiles (what deployments.json embeds); the others use
+    the study's own A100 calibration."""
+    return tuple(n for n, s in DEPLOYMENT_SPECS.items() if s.get("latency") != "calibrated")
 
 
 def deployment_names() -> tuple[str, ...]:
@@ -113,7 +134,30 @@ def deployment(name: str) -> dict:
     if name not in DEPLOYMENT_SPECS:
         raise ConfigError(f"unknown deployment {name!r}; known deployments: {', '.join(DEPLOYMENT_SPECS)} "
                           "(there is no public H100 profile for Llama-3-8B; docs/engine.md §3.7)")
+    if DEPLOYMENT_SPECS[name].get("latency") == "calibrated":
+        return _calibrated_profile(name)
     return _embedded()[name]
+
+
+@lru_cache(maxsize=None)
+def _calibrated_profile(name: str) -> dict:
+    """The profile of a deployment whose latency is the study's A100 calibration (§3.1): the
+    model has the calibrated shape, so the coefficients carry over as they are. ``coeffs`` is
+    None: `CalibratedLatency` then uses its own embedded calibration (and its provenance)."""
+    spec = DEPLOYMENT_SPECS[name]
+    m, gpu = MODELS[spec["model"]], GPUS[spec["gpu"]]
+    same = "the A100 calibration of Llama-3-8B (docs/engine.md §3.1), the same shape"
+    return {
+        "name": name, "model": spec["model"], "model_label": m["label"], "gpu": spec["gpu"],
+        "gpu_label": gpu["label"], "tp": spec["tp"], "topology": None,
+        "coeffs": None, "labels": same,
+        "fit": {"calibration": "docs/engine.md §3.1 (its fit errors hold as stated there)",
+                "context": "attention sampled at decode contexts up to 7,424 and prefill histories up to 15,360 "
+                           f"tokens; longer contexts, up to {m['max_model_len']:,}, extrapolate its forms (KV bytes "
+                           "over bandwidth, FLOPs over an efficiency), both linear in the context"},
+        "provenance": {"source": "schedport.engine.core.latency.CALIBRATION_PROVENANCE (the study's calibration)",
+                       "datasheet": gpu["datasheet"], "memory": gpu["memory_note"]},
+    }
 
 
 def model_shape(name: str) -> dict[str, int]:
@@ -134,12 +178,15 @@ def engine_overlay(name: str) -> dict:
     out = {k: m[k] for k in ("num_layers", "num_kv_heads", "head_dim", "dtype_bytes", "num_params")}
     out["gpu_memory_gib"] = GPUS[spec["gpu"]]["memory_gib"]
     out["tensor_parallel_size"] = spec["tp"]
+    if "max_model_len" in m:
+        out["max_model_len"] = m["max_model_len"]
     return out
 
 
 def latency_inputs(name: str, coeffs=None) -> tuple[dict, int, dict]:
     """(shape, TP degree, coefficients) `CalibratedLatency` builds deployment `name` from: the
-    profile's own fit unless `coeffs` is given."""
+    profile's own fit unless `coeffs` is given (None for a deployment on the study's calibration:
+    `CalibratedLatency` then takes its embedded coefficients)."""
     shape = model_shape(name)
     return shape, shape["tensor_parallel_size"], deployment(name)["coeffs"] if coeffs is None else coeffs
 
@@ -148,7 +195,10 @@ def describe_latency(name: str, cpu_overhead_s: float, lm_head: bool, coeffs: di
     """`CalibratedLatency.describe` for deployment `name`: hardware, model, coefficients with their
     labels, fit errors and provenance (JSON-able)."""
     prof = deployment(name)
+    labels = prof["labels"]
+    labels = dict(labels) if isinstance(labels, dict) else dict.fromkeys(coeffs, labels)
     return {"model": "calibrated", "deployment": name, "hardware": f"{prof['gpu_label']}, TP={prof['tp']}",
             "llm": f"{prof['model_label']} (bf16)", "cpu_overhead_s": cpu_overhead_s, "lm_head": lm_head,
-            "gqa_batching_factor": 1.0, "coefficients": dict(coeffs), "labels": dict(prof["labels"]),
+            "gqa_batching_factor": 1.0, "coefficients": dict(coeffs),
+            "labels": labels,
             "model_shape": model_shape(name), "fit": dict(prof["fit"]), "provenance": dict(prof["provenance"])}

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from schedport.engine.core.deployments import DEPLOYMENT_SPECS, GPUS, MODELS
+from schedport.engine.core.deployments import DEPLOYMENT_SPECS, GPUS, MODELS, fitted_names
 from schedport.engine.core.latency import CALIBRATED_COEFFS
 from schedport.errors import SchedportError
 from schedport.workload.datadir import sha256_file
@@ -237,6 +237,6 @@ def fit_deployment(data_dir: str | Path, name: str, sums: dict[str, str] | None 
 
 
 def fit_all(data_dir: str | Path) -> dict:
-    """Every deployment of `DEPLOYMENT_SPECS` fit from `data_dir` (what deployments.json embeds)."""
+    """Every profiled deployment (`fitted_names`) fit from `data_dir` (what deployments.json embeds)."""
     sums = read_sums(Path(data_dir))
-    return {"schema": 1, "deployments": {name: fit_deployment(data_dir, name, sums) for name in DEPLOYMENT_SPECS}}
+    return {"schema": 1, "deployments": {name: fit_deployment(data_dir, name, sums) for name in fitted_names()}}

@@ -7,6 +7,7 @@
 - ``servegen``: a ServeGen client-pool folder; a window is *generated* for one 600 s slot
   (ServeGen, arXiv 2505.09999; Alibaba Bailian).
 - ``jsonl``: Mooncake-style JSONL (Qin et al., Mooncake, FAST 2025) or a user's own.
+- ``mooncake``: Mooncake JSONL keeping its prefix identity (``hash_ids``, 512-token blocks).
 - ``canonical``: the project's own CSV/Parquet.
 
 Every adapter returns an `AdapterResult` (trace, rows dropped per named reason, things
@@ -19,7 +20,7 @@ Drop reasons (a dropped row is counted once, under the first that applies):
 tokens), ``zero_output_tokens``, ``zero_input_tokens``, ``over_max_len`` (input + output >
 ``max_len``, only when ``max_len`` is given).
 
-Tabular formats (azure, burstgpt, jsonl, canonical) share the selection options
+Tabular formats (azure, burstgpt, jsonl, mooncake, canonical) share the selection options
 ``start_s``, ``duration_s``, ``rows``, ``max_len`` and ``bad_rows``; servegen takes
 ``slot_start_s``, ``seed``, ``rate_scale``, ``duration_s``, ``clients``, ``length_match``,
 ``max_len``. Unknown options are a `ConfigError`.
@@ -33,7 +34,7 @@ from pathlib import Path
 from schedport.errors import ConfigError
 from schedport.workload.sources._common import DROP_REASONS, AdapterResult
 
-FORMATS = ("azure", "burstgpt", "servegen", "jsonl", "canonical")
+FORMATS = ("azure", "burstgpt", "servegen", "jsonl", "mooncake", "canonical")
 
 __all__ = ["AdapterResult", "DROP_REASONS", "FORMATS", "clear_cache", "read"]
 

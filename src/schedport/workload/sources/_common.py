@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from schedport.errors import ConfigError, DataError
+from schedport.errors import ConfigError, DataError, TraceError
 from schedport.workload.trace import Trace
-from schedport.workload.tracecheck import MAX_TOKENS
+from schedport.workload.tracecheck import MAX_TOKENS, Where, check_hash_chain, hash_ids_from_cells
 
 # Drop reasons, in precedence order: a dropped row is counted once, under the first reason
 # that applies to it.
@@ -442,6 +442,8 @@ class Rows:
 
     time: seconds in the format's own time base (NaN where the row is bad).
     reason: per-row index into DROP_REASONS + 1 of a format-level drop (0 = usable).
+    hash_ids: per row, its prompt's block ids (an int64 array; empty where the row is bad), or
+              None when the format carries no prefix identity; `hash_block_size` tokens a block.
     """
 
     time: np.ndarray
@@ -454,6 +456,8 @@ class Rows:
     lines: np.ndarray
     paths: list[Path]
     unit: str = "line"
+    hash_ids: np.ndarray | None = None
+    hash_block_size: int | None = None
 
     @staticmethod
     def concat(parts: list["Rows"]) -> "Rows":
@@ -481,7 +485,21 @@ class Rows:
             lines=np.concatenate([p.lines for p in parts]),
             paths=paths,
             unit=parts[0].unit,
+            hash_ids=_concat_hash_ids(parts),
+            hash_block_size=parts[0].hash_block_size,
         )
+
+
+def _concat_hash_ids(parts: list[Rows]) -> np.ndarray | None:
+    """Every part's per-row ids in order (parts of one format all carry them or none does)."""
+    if parts[0].hash_ids is None:
+        return None
+    out = np.empty(sum(len(p.time) for p in parts), dtype=object)
+    at = 0
+    for p in parts:
+        out[at:at + len(p.time)] = p.hash_ids
+        at += len(p.time)
+    return out
 
 
 _ROWS_CACHE: OrderedDict = OrderedDict()
@@ -529,6 +547,66 @@ def token_reasons(input_tokens: np.ndarray, output_tokens: np.ndarray,
     if failed is not None:
         reason[failed] = reason_code(FAILED)
     return reason
+
+
+class _RowOfFile(Where):
+    """Where a usable row is, for prefix-identity errors: its file, its line (or row), the field."""
+
+    def __init__(self, rows: Rows, at: np.ndarray, field: str) -> None:
+        super().__init__(rows.paths[0].name)
+        self.rows, self.at, self.field = rows, at, field
+
+    def label(self, i: int) -> str:
+        """``line N`` (or ``row N``) of the row's file, with the file's name when several were read."""
+        j = int(self.at[i])
+        text = f"{self.rows.unit} {int(self.rows.lines[j])}"
+        if len(self.rows.paths) > 1:
+            text += f" of {self.rows.paths[int(self.rows.file_index[j])].name}"
+        return text
+
+    def cell(self, i: int, col: str) -> str:
+        """``<file>: line N: <field> '<col>'`` for usable row `i`."""
+        j = int(self.at[i])
+        return (f"{self.rows.paths[int(self.rows.file_index[j])].name}: {self.rows.unit} "
+                f"{int(self.rows.lines[j])}: {self.field} '{col}'")
+
+
+def check_rows_chain(rows: Rows, col: str = "hash_ids", field: str = "key") -> None:
+    """The usable rows' block ids, over every file read, must form one consistent chain
+    (`schedport.workload.tracecheck.check_hash_chain`); a contradiction is one `DataError`."""
+    if rows.hash_ids is None:
+        return
+    at = np.flatnonzero(~rows.bad)
+    chosen = rows.hash_ids[at]
+    counts = np.fromiter((len(a) for a in chosen), dtype=np.int64, count=len(at))
+    flat = np.concatenate([np.zeros(0, np.int64), *chosen])
+    try:
+        check_hash_chain(flat, counts, _RowOfFile(rows, at, field), col)
+    except TraceError as exc:
+        raise DataError(str(exc)) from None
+
+
+def hash_rows(path: Path, cells, input_tokens: np.ndarray, bad: np.ndarray, lines: np.ndarray | None,
+              block_size: int, col: str) -> np.ndarray:
+    """Per-row block ids (an object array of int64 arrays) from a file's ``hash_ids@N`` cells,
+    checked as `load_trace` checks them (bad rows get none); one `DataError` naming file, line
+    (or row, `lines` None) and column otherwise."""
+    cells = ["" if b else c for c, b in zip(list(cells), bad)]
+    inp = np.where(bad, 0, np.asarray(input_tokens)).astype(np.int64)
+    try:
+        flat = hash_ids_from_cells(cells, inp, block_size, Where(Path(path).name, lines), col)
+    except TraceError as exc:
+        raise DataError(str(exc)) from None
+    counts = -(-inp // int(block_size))
+    return object_column(np.split(flat, np.cumsum(counts)[:-1]) if len(cells) else [])
+
+
+def object_column(arrays: list) -> np.ndarray:
+    """A 1-D object array holding `arrays` as they are (numpy would stack equal-length ones)."""
+    out = np.empty(len(arrays), dtype=object)
+    for k, a in enumerate(arrays):
+        out[k] = a
+    return out
 
 
 def check_sorted(rows: Rows, what: str, kind: str = "column") -> None:
@@ -624,9 +702,12 @@ def select_window(rows: Rows, *, start_s: float | None = None, duration_s: float
         t = t - t[0]
     t = np.asarray(t, dtype=np.float64) + 0.0  # normalise -0.0
     clients = rows.client_id[keep] if rows.client_id is not None else None
+    ids = None
+    if rows.hash_ids is not None:
+        ids = np.concatenate([np.zeros(0, np.int64), *rows.hash_ids[keep]]).astype(np.int64)
     trace = Trace(arrival_s=t, input_tokens=rows.input_tokens[keep].astype(np.int64),
                   output_tokens=rows.output_tokens[keep].astype(np.int64), client_id=clients,
-                  name=name)
+                  name=name, hash_ids=ids, hash_block_size=None if ids is None else rows.hash_block_size)
     return trace, dropped
 
 

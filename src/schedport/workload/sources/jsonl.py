@@ -4,7 +4,8 @@ Format of the Mooncake traces (github.com/kvcache-ai/Mooncake, FAST'25 release; 
 "Mooncake: A KVCache-centric Disaggregated Architecture for LLM Serving", FAST 2025) and of
 any user's own trace in the same shape: one JSON object per line,
 ``{"timestamp": <ms>, "input_length": <int>, "output_length": <int>, ...}``; other keys
-(``hash_ids``, ...) are ignored. arrival_s = (timestamp - first timestamp) / 1000.
+(``hash_ids``, ...) are ignored (the ``mooncake`` adapter keeps ``hash_ids``). arrival_s = (timestamp - first
+timestamp) / 1000.
 The file may be gzip-compressed.
 """
 
@@ -27,7 +28,7 @@ KEYS = ("timestamp", "input_length", "output_length")
 DROP_REASONS = (ZERO_OUT, ZERO_IN)
 
 
-def _check_record(obj) -> str | None:
+def check_record(obj) -> str | None:
     """Return why a decoded line is unusable, or None."""
     if not isinstance(obj, dict):
         return f"expected a JSON object, found {type(obj).__name__}"
@@ -62,7 +63,7 @@ def _load_file(path: Path, bad_rows: str) -> tuple[Rows, dict]:
             continue
         try:
             obj = json.loads(line)
-            why = _check_record(obj)
+            why = check_record(obj)
         except json.JSONDecodeError as exc:
             why = f"bad JSON ({exc.msg} at column {exc.colno})"
         except RecursionError:
