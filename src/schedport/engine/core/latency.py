@@ -25,7 +25,7 @@ so the scalar path is plain Python float arithmetic on precomputed constants.  T
 vectorised `decode_times` performs the *same* IEEE-754 operations in the *same order*
 (elementwise numpy add/multiply are correctly rounded, exactly like Python floats, and
 no reductions are involved), which makes element ``i`` bit-identical to
-``iteration_time((), n, decode_kv[i])``; ``tests/test_latency.py`` checks this with
+``iteration_time((), n, decode_kv[i])``; ``tests/engine/test_latency_model.py`` checks this with
 hypothesis.  Terms that only prefill chunks incur (the linear model's ``e``) are added
 after the shared ones and only when the step has prefill chunks, so they never enter a
 decode-only step's arithmetic.

@@ -18,8 +18,8 @@ cohort counted in bulk, keeping a preemptive order's rank order between steps
 (`schedport.engine.fast.ranking`) or FastServe's levels in the cohort
 (`schedport.engine.fast.mlfq_cohort`); the policies with cohort state of their own run in their
 fast forms (`schedport.engine.fast.forms`); the requests carry the cohort's fields
-(`CohortRequest`). No policy knows of the cohort. The property tests (tests/test_engine.py,
-tests/test_fastserve.py) hold every policy's runs here to the exact engine's.
+(`CohortRequest`). No policy knows of the cohort. The property tests (tests/engine/test_engine_behaviour.py,
+tests/policies/test_fastserve.py) hold every policy's runs here to the exact engine's.
 """
 
 from __future__ import annotations

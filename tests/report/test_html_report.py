@@ -20,6 +20,7 @@ from _synthstore import REGIONS6, make_runs, write_store
 from schedport.analysis.directions import MAIN_METRICS, metric_direction
 from schedport.api import analyze
 from schedport.report.html import _FORMATTERS, build_html, resolve_key
+from _paths import REPO
 
 SCHEDS5 = ["edf", "fastserve", "hrrn", "ltr", "orca"]
 
@@ -337,7 +338,7 @@ def test_figures_leave_out_what_carries_no_information(study):
 
 def test_the_docs_study_page_is_the_generated_one():
     """docs/study.md is written by `schedport report --study-md` from a named store, never by hand."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "study.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "study.md").read_text(encoding="utf-8")
     assert text.startswith("# The study's figures\n") and "<!-- Written by `schedport report --results" in text
     assert re.search(r"\| results store \| [\d,]+ cells, sha256 `[0-9a-f]{64}` \|", text)
     assert re.search(r"\| portability.json \| sha256 `[0-9a-f]{64}` \|", text)
@@ -452,7 +453,7 @@ def test_a_verdict_in_the_minority_of_protocols_says_so_and_not_comparable_is_no
 def test_the_docs_tell_a_new_user_what_they_need():
     """Issue 64 #20: where the commands are after `make quick`, no promise of a PyPI install, why the
     protocol count differs between studies, and how to size one's own windows."""
-    root = Path(__file__).resolve().parents[1]
+    root = REPO
     readme = (root / "README.md").read_text(encoding="utf-8")
     assert "`.venv/bin/schedport" in readme and "source .venv/bin/activate" in readme
     assert "is all you need" not in readme

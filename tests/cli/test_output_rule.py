@@ -9,7 +9,6 @@ line; a symlink loop is one line; --workers is capped at the cells and the cores
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -23,28 +22,7 @@ from schedport.api import analyze
 from schedport.study.sweep import run_sweep, write_demo_corpus
 from schedport.workload.examples import make_example_trace
 from schedport.workload.trace import save_trace
-
-
-def cli(*args, cwd=None) -> subprocess.CompletedProcess:
-    """`schedport ARGS` as a user runs it (the timeout only turns a hang into a failure)."""
-    return subprocess.run([sys.executable, "-m", "schedport.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, cwd=cwd)
-
-
-def error_line(p: subprocess.CompletedProcess) -> str:
-    """The one `error:` line of a refused command (no traceback, a non-zero exit)."""
-    assert p.returncode != 0, (p.stdout, p.stderr)
-    assert "Traceback" not in p.stderr + p.stdout, p.stderr
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert lines and lines[-1].startswith("error: "), p.stderr
-    assert sum(ln.startswith("error") for ln in lines) == 1, p.stderr
-    return lines[-1]
-
-
-def tree_digest(d: Path) -> dict[str, str]:
-    """Every file under `d` with its sha256: to show a folder came through untouched."""
-    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(d.rglob("*")) if p.is_file() and p.name != ".lock"}
+from _cli import cli, error_line, tree_digest
 
 
 SEL = ["--schedulers", "vllm-fcfs,sjf", "--regions", "light,overload", "--windows", "2"]
@@ -90,10 +68,10 @@ def test_rebuilding_a_corpus_keeps_what_else_is_in_its_folder(tmp_path):
     (c / "NOTES.txt").write_text("n\n")
     (c / "res").mkdir()
     (c / "res" / "keep.txt").write_text("mine\n")
-    before = tree_digest(c)
+    before = tree_digest(c, skip=(".lock",))
     msg = error_line(cli("corpus", "build", "--spec", spec, "--data-dir", data, "--out", c))
     assert "NOTES.txt" in msg and "res" in msg and "would delete" in msg
-    assert tree_digest(c) == before
+    assert tree_digest(c, skip=(".lock",)) == before
     # the corpus's own files alone: rebuilt as before
     shutil.rmtree(c / "res")
     (c / "NOTES.txt").unlink()
@@ -103,10 +81,10 @@ def test_rebuilding_a_corpus_keeps_what_else_is_in_its_folder(tmp_path):
 
 def test_run_out_inside_a_corpus_is_refused(corpus, tmp_path):
     c = _copy(corpus, tmp_path / "c")
-    before = tree_digest(c)
+    before = tree_digest(c, skip=(".lock",))
     msg = error_line(cli("run", "--corpus", c, "--out", c / "res", *SEL, "--no-analyze", "--workers", "1"))
     assert "inside a corpus" in msg and "--out" in msg
-    assert tree_digest(c) == before and not (c / "res").exists()
+    assert tree_digest(c, skip=(".lock",)) == before and not (c / "res").exists()
 
 
 # ============================================================================ 2. check-model --json writes only its own file
@@ -134,13 +112,13 @@ def test_check_model_json_never_replaces_an_input_a_manifest_or_an_analysis(corp
 
 def test_report_and_corpus_build_refuse_a_stores_runs_folder(store, tmp_path):
     s = _copy(store, tmp_path / "s")
-    before = tree_digest(s)
+    before = tree_digest(s, skip=(".lock",))
     msg = error_line(cli("report", "--results", s, "--study-md", s / "runs" / "x.md", "--no-html"))
     assert "inside a results store" in msg and "--study-md" in msg
     spec, data = _own_corpus(tmp_path)
     msg = error_line(cli("corpus", "build", "--spec", spec, "--data-dir", data, "--out", s / "runs" / "c"))
     assert "inside a results store" in msg
-    assert tree_digest(s) == before
+    assert tree_digest(s, skip=(".lock",)) == before
     p = cli("analyze", "--results", s, "--boot", "50", "--splits", "10", "--no-robustness")
     assert p.returncode == 0, p.stderr
 

@@ -12,8 +12,8 @@ import pytest
 from schedport.workload import datadir
 from schedport.workload.datadir import DataFile, data_files, locate, resolve_data_dir, verify_sha256
 from schedport.errors import ConfigError, DataError
+from _paths import MIRROR
 
-MIRROR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 
 
 @pytest.fixture(autouse=True)

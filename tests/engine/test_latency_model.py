@@ -25,8 +25,8 @@ from schedport.engine.core.latency import (
     ScaledLinearLatency,
     make_latency_model,
 )
+from _paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 CALIB_DIR = REPO.parent / "shared" / "calibration" / "vidur-a100-llama3-8b"
 
 MODELS = {

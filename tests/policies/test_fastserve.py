@@ -19,6 +19,7 @@ from schedport.engine.modes import make_simulator
 from schedport.engine.core.latency import make_latency_model
 from schedport.engine.policies.schedulers import SkipJoinMLFQ, get_policy
 from schedport.workload.trace import Trace
+from _paths import MIRROR
 
 LAT = {"model": "linear", "a": 0.004, "b": 1e-5, "c": 1e-4, "d": 1e-7}
 
@@ -192,7 +193,7 @@ def test_a_job_preempted_and_started_again_in_one_pass_is_ranked_once_next_step(
     assert_same_run(ex, a, fa, b)
 
 
-AZURE_CONV = (Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "azure-llm-inference-2023"
+AZURE_CONV = (MIRROR / "azure-llm-inference-2023"
               / "AzureLLMInferenceTrace_conv.csv")
 
 

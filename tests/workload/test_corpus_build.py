@@ -19,6 +19,7 @@ from schedport.workload import corpus_expected
 from schedport.workload.datadir import resolve_data_dir
 from schedport.errors import ConfigError, DataError
 from schedport.workload.sources import burstgpt_model as bm
+from _paths import MIRROR as SHARED_MIRROR
 
 MIRROR = resolve_data_dir(None)
 HAVE_MIRROR = all((MIRROR / rel).is_file() for rel in (
@@ -537,7 +538,7 @@ def test_mooncake_spec_windows_carry_the_block_ids(tmp_path):
     assert corpus.windows[1].sha256 != plain.windows[1].sha256
 
 
-MOONCAKE_MIRROR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+MOONCAKE_MIRROR = SHARED_MIRROR
 
 
 @pytest.mark.data

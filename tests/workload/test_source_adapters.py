@@ -19,10 +19,10 @@ from schedport.workload import sources
 from schedport.errors import ConfigError, DataError
 from schedport.workload.sources import burstgpt
 from schedport.workload.sources import servegen as sg
+from _paths import FIXTURES, MIRROR
 
-FIX = Path(__file__).parent / "fixtures" / "sources"
+FIX = FIXTURES / "sources"
 POOL = FIX / "servegen_pool"
-MIRROR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 AZURE = MIRROR / "azure-llm-inference-2023"
 SERVEGEN = MIRROR / "servegen-language-m-large"
 

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from schedport.engine.policies.schedulers import REGISTRY
+from _paths import FIXTURES
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -216,7 +217,7 @@ def test_every_placeholder_has_one_style():
 
 
 def test_trace_convert_from_mooncake_keeps_prefix_identity_and_simulate_reads_it(tmp_path):
-    fixture = Path(__file__).parent / "fixtures" / "sources" / "mooncake_prefix.jsonl"
+    fixture = FIXTURES / "sources" / "mooncake_prefix.jsonl"
     t = tmp_path / "m.csv"
     r = cli("trace", "convert", fixture, "--from", "mooncake", "--out", t)
     assert r.returncode == 0, r.stderr

@@ -16,8 +16,8 @@ from schedport.engine.core.latency import CalibratedLatency, make_latency_model
 from schedport.engine.core.profilefit import ProfileError, fit_all, fit_deployment, read_sums
 from schedport.errors import ConfigError, SchedportError
 from schedport.study.variants import load_variant_set, variant_configs
+from _paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO.parent / "shared" / "calibration" / "vidur-profiles"
 needs_profiles = pytest.mark.skipif(not (PROFILES / "SHA256SUMS").exists(), reason="shared vidur-profiles absent")
 #: The default engine config's hash before deployments existed (docs/engine.md §3.7 keeps it).

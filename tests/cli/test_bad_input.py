@@ -28,8 +28,9 @@ from schedport.errors import SchedportError
 from schedport.workload.examples import make_example_trace
 from schedport.study.sweep import PlainProgress, run_sweep, write_demo_corpus
 from schedport.workload.trace import save_trace
+from _paths import FIXTURES as FIXTURE_ROOT
 
-FIXTURES = Path(__file__).parent / "fixtures" / "sources"
+FIXTURES = FIXTURE_ROOT / "sources"
 
 
 def cli(*args, timeout: float = 600, **kw) -> subprocess.CompletedProcess:

@@ -14,8 +14,8 @@ from schedport.errors import DataError
 from schedport.report.modeled import modeled_check_html
 from schedport.workload import modelcheck as mc
 from schedport.workload.sources import burstgpt_model as bm
+from _paths import MIRROR
 
-MIRROR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 SLICES = MIRROR / "burstgpt-slices"
 needs_slices = pytest.mark.skipif(not (SLICES / "BurstGPT_3.first400.csv").is_file(),
                                   reason="BurstGPT slices not in the data mirror")

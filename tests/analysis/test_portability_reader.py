@@ -225,3 +225,23 @@ def test_analyze_refuses_a_malformed_compare_file_in_one_line(user_set_store, tm
     msg = one_line(cli("analyze", "--results", tmp_path / "plain", "--no-robustness", "--n-boot", 20, "--splits", 5,
                        "--compare", f))
     assert str(f) in msg and "/study_form" in msg, msg
+
+
+def test_the_first_screen_says_known_error_only_for_the_shipped_uncertainty_set(user_set_store):
+    """Issue 64 #6, the first screen: a user's set named `uncertainty` is named by its file there
+    too, not described as "the simulator moved within its known error"."""
+    from schedport.report.answer import answer_points
+
+    def flips_sentence(sim_set: dict) -> str:
+        res = copy.deepcopy(json.loads((store / "portability.json").read_text()))
+        res["simulator"]["set"] = sim_set
+        res["simulator"]["distribution"].update(n_reversals=4, all=3, under_50=1)
+        return "".join(p for p in answer_points(res)[4] if isinstance(p, str))
+
+    store, f = user_set_store
+    users = json.loads((store / "portability.json").read_text())["simulator"]["set"]
+    text = flips_sentence(users)
+    assert "known error" not in text and str(f) in text and users["digest"][:12] in text
+    shipped = load_variant_set("uncertainty")
+    assert "within its known error" in flips_sentence({**shipped.to_dict(), "digest": shipped.digest(),
+                                                        "shipped": True})

@@ -7,7 +7,6 @@ are loud, long work that shows progress, and each small case a one-line error.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -24,27 +23,7 @@ from schedport.workload.examples import make_example_trace
 from schedport.analysis.explain import explain
 from schedport.study.sweep import run_sweep, write_demo_corpus
 from schedport.workload.trace import load_trace, save_trace
-
-
-def cli(*args, cwd=None) -> subprocess.CompletedProcess:
-    """`schedport ARGS` as a user runs it (the timeout only turns a hang into a failure)."""
-    return subprocess.run([sys.executable, "-m", "schedport.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=600, cwd=cwd)
-
-
-def error_line(p: subprocess.CompletedProcess) -> str:
-    assert p.returncode != 0, (p.stdout, p.stderr)
-    assert "Traceback" not in p.stderr + p.stdout, p.stderr
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert lines and lines[-1].startswith("error: "), p.stderr
-    assert sum(ln.startswith("error") for ln in lines) == 1, p.stderr
-    return lines[-1]
-
-
-def tree_digest(d: Path) -> dict[str, str]:
-    """Every file under `d` with its sha256: to show a folder came through untouched."""
-    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(d.rglob("*")) if p.is_file()}
+from _cli import cli, error_line, tree_digest
 
 
 # ---------------------------------------------------------------------------- fixtures

@@ -14,6 +14,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from _engines import small_engine
 from _vllm import require_vllm
 from schedport.engine.core.config import engine_config_from_dict
 from schedport.realengine.conformance import Case, Record, check_built, compare, simulate_record
@@ -23,8 +24,7 @@ from schedport.workload.trace import Trace
 
 
 def _engine(blocks, seqs=8, **extra):
-    eng = {"num_gpu_blocks": blocks, "max_num_seqs": seqs, "max_model_len": 512, "block_size": 16, **extra}
-    return engine_config_from_dict({"engine": eng, "latency": {"model": "linear", "a": 0.01, "b": 1e-5}})
+    return small_engine(blocks, seqs, latency={"model": "linear", "a": 0.01, "b": 1e-5}, **extra)
 
 
 def _steps(trace, scheduler, cfg, exact=True):

@@ -17,8 +17,8 @@ from schedport import api
 from schedport.errors import SchedportError, TraceError
 from schedport.workload.examples import make_example_trace
 from schedport.workload.trace import save_trace
+from _paths import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def _frozen(result) -> None:
@@ -218,7 +218,7 @@ def test_explain_runs_and_writes_its_explanation(tmp_path):
 
 
 def test_validate_on_a_stand_in_server(monkeypatch, trace_csv, tmp_path):
-    from test_validate import ENGINE, _install_slow_replay
+    from test_validate_orchestration import ENGINE, _install_slow_replay
 
     calls = _install_slow_replay(monkeypatch, lambda k: 1.1, [], lambda sched, f: sched)
     engine = tmp_path / "engine.toml"

@@ -24,8 +24,10 @@ from schedport.engine.policies.queues import SortedEachStep, StaticKey, queue_fo
 from schedport.engine.policies.schedulers import REGISTRY, Policy
 from schedport.engine.modes import make_simulator
 from schedport.workload.trace import Trace
+from _engines import small_engine
+from _paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 ENGINE = ROOT / "src" / "schedport" / "engine" / "policies"
 
 
@@ -43,14 +45,6 @@ LAS = Policy("las", "Least attained service, preemptive", Continuous, LeastAttai
              params={"preemption": "swap"}, cite="Rai, Urvoy-Keller, Biersack, SIGMETRICS 2003")
 
 
-def _engine(blocks: int, seqs: int, budget: int | None = None):
-    eng = {"num_gpu_blocks": blocks, "max_num_seqs": seqs, "max_model_len": 512, "block_size": 16}
-    if budget:
-        eng["max_num_batched_tokens"] = budget
-    return engine_config_from_dict({"engine": eng, "latency": {"model": "linear", "a": 0.01, "b": 1e-5,
-                                                                "c": 1e-4, "d": 1e-7}})
-
-
 def _trace(n: int, seed: int, rate: float) -> Trace:
     rng = np.random.default_rng(seed)
     return Trace(np.cumsum(rng.exponential(1.0 / rate, n)), rng.integers(10, 200, n), rng.integers(1, 150, n))
@@ -63,7 +57,7 @@ def _run(trace, policy, cfg, exact, observer=None):
 
 @pytest.mark.parametrize("blocks,seqs,budget", [(400, 16, 64), (120, 16, 256), (2000, 8, None)])
 def test_least_attained_service_is_one_short_declaration_and_fast_equals_exact(blocks, seqs, budget):
-    cfg = _engine(blocks, seqs, budget)
+    cfg = small_engine(blocks, seqs, budget)
     t = _trace(300, seed=blocks, rate=60.0)
     _, exact = _run(t, LAS, cfg, exact=True)
     sim, fast = _run(t, LAS, cfg, exact=False)
@@ -79,7 +73,7 @@ def test_least_attained_service_is_one_short_declaration_and_fast_equals_exact(b
 
 def test_least_attained_service_serves_the_least_served_first():
     """Each step's batch, cut by max_num_seqs, is the requests with the fewest tokens generated."""
-    cfg = _engine(4000, 4)
+    cfg = small_engine(4000, 4)
     t = Trace(np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0]), np.full(6, 20), np.array([40, 40, 40, 40, 40, 40]))
     seen = []
 
@@ -97,7 +91,7 @@ def test_least_attained_service_serves_the_least_served_first():
 def test_a_key_that_climbs_is_not_fast_forwarded_past_its_crossing():
     """With two seats and a third job waiting, LAS alternates: a fast-forward that ignored the
     climbing keys would run the first two to completion."""
-    cfg = _engine(4000, 2)
+    cfg = small_engine(4000, 2)
     t = Trace(np.array([0.0, 0.0, 0.0]), np.full(3, 20), np.array([60, 60, 60]))
     _, exact = _run(t, LAS, cfg, exact=True)
     _, fast = _run(t, LAS, cfg, exact=False)
@@ -114,7 +108,7 @@ def test_the_contract_is_small():
 
 
 def test_the_engine_picks_the_queue_from_the_dynamics():
-    cfg = _engine(200, 8)
+    cfg = small_engine(200, 8)
     sim = make_simulator(_trace(5, 1, 1.0), REGISTRY["vllm-fcfs"], cfg, make_latency_model(cfg))
     kinds = {name: type(queue_for(REGISTRY[name].order(sim, dict(REGISTRY[name].params)), sim, {})).__name__
              for name in ("sjf", "edf", "srpt", "hrrn")}
@@ -152,7 +146,7 @@ def test_the_documented_example_runs_as_written():
     ns: dict = {}
     exec(compile("\n".join(blocks), "docs/schedulers.md", "exec"), ns)
     policy = ns["LAS"]
-    cfg = _engine(300, 8, 128)
+    cfg = small_engine(300, 8, 128)
     t = _trace(150, seed=5, rate=40.0)
     _, exact = _run(t, policy, cfg, exact=True)
     _, fast = _run(t, policy, cfg, exact=False)

@@ -15,18 +15,9 @@ from schedport.engine.core.latency import make_latency_model
 from schedport.engine.policies.schedulers import REGISTRY, get_policy
 from schedport.workload.trace import Trace
 
+from _engines import small_engine
+
 ALL = list(REGISTRY)
-
-
-def small_engine(blocks=64, seqs=8, budget=None, extra=None):
-    """A tiny engine: few KV blocks and sequences so that limits and preemption are exercised."""
-    eng = {"num_gpu_blocks": blocks, "max_num_seqs": seqs, "max_model_len": 512, "block_size": 16}
-    if budget:
-        eng["max_num_batched_tokens"] = budget
-    d = {"engine": eng, "latency": {"model": "linear", "a": 0.01, "b": 1e-5, "c": 1e-4, "d": 1e-7}}
-    if extra:
-        d.update(extra)
-    return engine_config_from_dict(d)
 
 
 def assert_same_run(fast, out):

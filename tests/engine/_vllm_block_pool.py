@@ -2,7 +2,7 @@
 
 Run with the *vLLM* interpreter: ``python _vllm_block_pool.py OPS.json OUT.json``. The operations
 are the ones `schedport.engine.core.prefix_cache.PrefixCache` performed in a test (see
-tests/test_prefix_cache.py); the test compares the two records. Each operation is a list:
+tests/engine/test_prefix_cache.py); the test compares the two records. Each operation is a list:
 
 * ``["lookup", hashes]``: the first cached block of each hash, to the first miss;
 * ``["touch", blocks]``, ``["take", n]``, ``["free", blocks]`` (in eviction order);

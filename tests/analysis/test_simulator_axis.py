@@ -28,8 +28,9 @@ from schedport.engine.core.config import EngineConfig
 from schedport.engine.core.latency import make_latency_model
 from schedport.errors import SchedportError
 from schedport.study.variants import (load_variant_set, variant_configs, variant_store, write_set_record)
+from _paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 SOURCES = ["azure", "bailian"]
 SCHEDS = ["prefill-first", "decode-first", "good", "bad", "flip-a", "flip-b"]
 #: Each scheduler's cost factor (azure, bailian); prefill-first's on bailian follows the engine.

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from _paths import REPO
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_engine.py"
+BENCH = REPO / "benchmarks" / "bench_engine.py"
 
 
 @pytest.fixture(scope="module")

@@ -28,8 +28,9 @@ import pytest
 import schedport
 from schedport.engine.policies.plugins import PolicyError, PolicySource, get_scheduler
 from schedport.workload.examples import make_example_trace
+from _paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 DOC = ROOT / "docs" / "own-scheduler.md"
 MIRROR = ROOT.parent / "shared" / "datasets"
 
