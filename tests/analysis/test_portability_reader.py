@@ -241,7 +241,9 @@ def test_the_first_screen_says_known_error_only_for_the_shipped_uncertainty_set(
     store, f = user_set_store
     users = json.loads((store / "portability.json").read_text())["simulator"]["set"]
     text = flips_sentence(users)
-    assert "known error" not in text and str(f) in text and users["digest"][:12] in text
+    assert "moved within its known error" not in text and "a variant set of the user's own" in text
+    html = (store / "report.html").read_text()
+    assert str(f) in html and users["digest"][:12] in html        # the card names the file and the digest
     shipped = load_variant_set("uncertainty")
     assert "within its known error" in flips_sentence({**shipped.to_dict(), "digest": shipped.digest(),
                                                         "shipped": True})

@@ -17,7 +17,7 @@ from typing import Optional, Union
 from schedport.report.numbers import Nums, plain, resolve_key
 from schedport.report.robustness import claim_standing
 from schedport.report.style import escape_html as esc
-from schedport.report.variantset import set_is_shipped, set_origin
+from schedport.report.variantset import set_is_shipped
 
 __all__ = ["STUDY_TITLE", "STUDY_CITATION", "WORDS", "Num", "Bold", "answer_points", "render_html",
            "render_markdown", "own_card"]
@@ -245,7 +245,7 @@ def _firm_point(res: dict) -> list[Part]:
         vset = sim.get("set") or {}
         # only the shipped uncertainty set moves the simulator within its known error; any other set says what it is
         how = ("the simulator moved within its known error" if vset.get("name") == "uncertainty"
-               and set_is_shipped(vset) else set_origin(vset))
+               and set_is_shipped(vset) else "a variant set of the user's own, not the simulator's known error")
         out += [" Of the ", Num(f"{k}.n_reversals", "int"), " flips, ", Num(f"{k}.all", "int"), " survive all ",
                 Num("simulator.n_variants", "int"), f" engine variants ({how}) and ", Num(f"{k}.under_50", "int"),
                 " survive fewer than half of them."]
