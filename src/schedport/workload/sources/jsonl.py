@@ -53,10 +53,15 @@ def _read_file(path: Path, bad_rows: str) -> tuple[Rows, dict]:
     return cached_load("jsonl", path, bad_rows, _load_file)
 
 
-def _load_file(path: Path, bad_rows: str) -> tuple[Rows, dict]:
+def parse_lines(path: Path, bad_rows: str, extra_check=None) -> tuple[bytes, list[int], list[dict | None]]:
+    """A JSONL file's raw bytes, the number of each non-blank line and its record (None where the
+    line is unusable and `bad_rows` is "drop"). A record passes `check_record` and, when given,
+    `extra_check` (a record's problem in one line, or None); with `bad_rows` "error" the first
+    problem is a one-line error naming file and line. Shared by the JSONL adapters."""
     data = read_bytes(path)
     text = decode_text(path, data)
-    ts, inp, out, lines, bad = [], [], [], [], []
+    lines: list[int] = []
+    records: list[dict | None] = []
     # Split on "\n" only: str.splitlines() would also split inside strings at U+2028 etc.
     for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
@@ -64,6 +69,8 @@ def _load_file(path: Path, bad_rows: str) -> tuple[Rows, dict]:
         try:
             obj = json.loads(line)
             why = check_record(obj)
+            if why is None and extra_check is not None:
+                why = extra_check(obj)
         except json.JSONDecodeError as exc:
             why = f"bad JSON ({exc.msg} at column {exc.colno})"
         except RecursionError:
@@ -72,22 +79,26 @@ def _load_file(path: Path, bad_rows: str) -> tuple[Rows, dict]:
         if why is not None:
             if bad_rows == "error":
                 raise fail(path, f"line {lineno}", why)
-            ts.append(math.nan)
-            inp.append(0)
-            out.append(0)
-            bad.append(True)
-            continue
-        ts.append(float(obj["timestamp"]))
-        inp.append(obj["input_length"])
-        out.append(obj["output_length"])
-        bad.append(False)
-    inp_a = np.asarray(inp, dtype=np.int64)
-    out_a = np.asarray(out, dtype=np.int64)
-    rows = Rows(time=np.asarray(ts, dtype=np.float64), input_tokens=inp_a, output_tokens=out_a,
-                client_id=None, bad=np.asarray(bad, dtype=bool),
-                reason=token_reasons(inp_a, out_a), file_index=np.zeros(len(ts), np.int64),
-                lines=np.asarray(lines, dtype=np.int64), paths=[path])
-    return rows, origin_entry(path, data)
+            obj = None
+        records.append(obj)
+    return data, lines, records
+
+
+def record_rows(path: Path, lines: list[int], records: list[dict | None], **extra) -> Rows:
+    """The `Rows` of parsed records (an unusable one is a bad row of no tokens); `extra` adds
+    columns such as the block ids."""
+    ok = [r is not None for r in records]
+    ts = np.asarray([float(r["timestamp"]) if r is not None else math.nan for r in records], dtype=np.float64)
+    inp = np.asarray([r["input_length"] if r is not None else 0 for r in records], dtype=np.int64)
+    out = np.asarray([r["output_length"] if r is not None else 0 for r in records], dtype=np.int64)
+    return Rows(time=ts, input_tokens=inp, output_tokens=out, client_id=None, bad=~np.asarray(ok, dtype=bool),
+                reason=token_reasons(inp, out), file_index=np.zeros(len(records), np.int64),
+                lines=np.asarray(lines, dtype=np.int64), paths=[path], **extra)
+
+
+def _load_file(path: Path, bad_rows: str) -> tuple[Rows, dict]:
+    data, lines, records = parse_lines(path, bad_rows)
+    return record_rows(path, lines, records), origin_entry(path, data)
 
 
 def read(paths: list[Path], **selection) -> AdapterResult:

@@ -19,8 +19,6 @@ always an error: it is a fault of the data set, not of one row.
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,9 +27,9 @@ import numpy as np
 from schedport.common.values import is_int
 from schedport.workload.sources._common import (
     ZERO_IN, ZERO_OUT, AdapterResult, Rows, cached_load, check_rows_chain, check_selection, check_sorted,
-    decode_text, fail, object_column, origin_entry, read_all, read_bytes, token_reasons, window_result,
+    object_column, origin_entry, read_all, window_result,
 )
-from schedport.workload.sources.jsonl import check_record
+from schedport.workload.sources.jsonl import parse_lines, record_rows
 from schedport.workload.tracecheck import MAX_HASH_ID
 
 #: Prompt tokens one Mooncake block id covers.
@@ -58,45 +56,9 @@ def _hash_problem(obj: dict) -> str | None:
 
 
 def _load_file(path: Path, bad_rows: str) -> tuple[Rows, dict]:
-    data = read_bytes(path)
-    text = decode_text(path, data)
-    ts, inp, out, ids, lines, bad = [], [], [], [], [], []
-    # Split on "\n" only: str.splitlines() would also split inside strings at U+2028 etc.
-    for lineno, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            why = check_record(obj)
-            if why is None:
-                why = _hash_problem(obj)
-        except json.JSONDecodeError as exc:
-            why = f"bad JSON ({exc.msg} at column {exc.colno})"
-        except RecursionError:
-            why = "bad JSON (nested too deeply)"
-        lines.append(lineno)
-        if why is not None:
-            if bad_rows == "error":
-                raise fail(path, f"line {lineno}", why)
-            ts.append(math.nan)
-            inp.append(0)
-            out.append(0)
-            ids.append(_EMPTY)
-            bad.append(True)
-            continue
-        ts.append(float(obj["timestamp"]))
-        inp.append(obj["input_length"])
-        out.append(obj["output_length"])
-        ids.append(np.asarray(obj["hash_ids"], dtype=np.int64))
-        bad.append(False)
-    inp_a = np.asarray(inp, dtype=np.int64)
-    out_a = np.asarray(out, dtype=np.int64)
-    hash_ids = object_column(ids)
-    rows = Rows(time=np.asarray(ts, dtype=np.float64), input_tokens=inp_a, output_tokens=out_a,
-                client_id=None, bad=np.asarray(bad, dtype=bool),
-                reason=token_reasons(inp_a, out_a), file_index=np.zeros(len(ts), np.int64),
-                lines=np.asarray(lines, dtype=np.int64), paths=[path],
-                hash_ids=hash_ids, hash_block_size=BLOCK_TOKENS)
+    data, lines, records = parse_lines(path, bad_rows, extra_check=_hash_problem)
+    ids = object_column([np.asarray(r["hash_ids"], dtype=np.int64) if r is not None else _EMPTY for r in records])
+    rows = record_rows(path, lines, records, hash_ids=ids, hash_block_size=BLOCK_TOKENS)
     return rows, origin_entry(path, data)
 
 
