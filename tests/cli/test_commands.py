@@ -51,7 +51,7 @@ def test_simulate_writes_requests_and_summary(example, tmp_path):
     df = pd.read_parquet(out / "requests.parquet")
     assert list(df.columns) == ["request_id", "client_id", "arrival_s", "input_tokens", "output_tokens",
                                 "status", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s",
-                                "preemptions", "reject_reason"]
+                                "preemptions", "cached_tokens", "recomputed_tokens", "reject_reason"]
     assert len(df) == 300 and set(df.status) <= {"completed", "rejected", "unfinished"}
     s = json.loads((out / "summary.json").read_text())
     for k in ("n_requests", "n_completed", "n_rejected", "makespan_s", "throughput_rps",

@@ -140,6 +140,10 @@ def conformance(tmp_path_factory):
                             engine=dataclasses.replace(copies.engine, priority_victim_ties="last-index"),
                             vllm_engine=copies.engine),
     ]
+    # prefix caching on here only: the hits change the batches, so the comparison must see it
+    shared = by_name["apc/vllm-fcfs/shared-system-prompt/default-cache/rho0.95"]
+    departures.append(dataclasses.replace(shared, name="departure/prefix-caching-only-here",
+                                          vllm_engine=dataclasses.replace(shared.engine, enable_prefix_caching=False)))
     # a policy of a user's own, from a file: a fixed non-preemptive key is vLLM's priorities
     pol = tmp_path_factory.mktemp("userpol") / "lpf.py"
     pol.write_text("from schedport.engine.policies.policy import Ordering\n\n\nclass LongestPromptFirst(Ordering):\n"
@@ -167,11 +171,30 @@ def test_every_standard_case_matches_vllm_bit_for_bit(conformance):
 
 
 @pytest.mark.realengine
+def test_the_prefix_caching_cases_hit_evict_and_preempt_as_vllm_does(conformance):
+    """The cases with vLLM's prefix cache on agree step for step, and on every request's hit; they
+    do hit, and the small caches preempt (the requests then come back to their own blocks)."""
+    cases, res = conformance
+    apc = [c for c in cases if c.engine.enable_prefix_caching]
+    assert len(apc) == 5
+    for c in apc:
+        r = res[(c.name, "exact")]
+        assert r.agrees and r.cached_equal and r.hit_tokens_vllm > 0, c.name
+    assert all(res[(c.name, "exact")].preemptions_vllm > 0 for c in apc if "-blocks/" in c.name)
+    # more prefixes than the small cache holds: evicted before their reuse, so fewer hits than
+    # the same requests would find in a cache that keeps every prefix (24 prefixes x 2,048 tokens)
+    many = next(c for c in apc if "many-prefixes" in c.name)
+    keep_all = 200 * 2048 - 24 * 2048
+    assert res[(many.name, "exact")].hit_tokens_vllm < keep_all
+
+
+@pytest.mark.realengine
 def test_each_rule_matters(conformance):
     _, res = conformance
     assert res[("departure/first-chunk-both-sides", "exact")].agrees
     assert res[("departure/first-chunk-both-sides", "fast")].agrees
-    for name in ("departure/first-chunk-only-here", "departure/no-null-block", "departure/victim-ties-by-index"):
+    for name in ("departure/first-chunk-only-here", "departure/no-null-block", "departure/victim-ties-by-index",
+                 "departure/prefix-caching-only-here"):
         r = res[(name, "exact")]
         assert not r.agrees and r.first_divergence is not None, name
 

@@ -343,3 +343,19 @@ def test_run_command_missing_corpus(tmp_path, corpus, monkeypatch):
     assert r.exit_code == 0, r.output
     assert built == [(None, tmp_path, missing)]
     assert f"no corpus at {missing}/: building it" in r.output and "corpus corpus" not in r.output
+
+
+def test_a_prefix_caching_engine_stores_its_hit_rate(corpus, tmp_path):
+    """With `[engine] enable_prefix_caching` every stored row holds the run's hit rate (the demo
+    corpus has no prefix identity: only a preempted request's return could hit, so it is small)."""
+    apc = EngineConfig(enable_prefix_caching=True)
+    out = tmp_path / "results"
+    res = run_sweep(corpus, out, schedulers="vllm-fcfs", regions="light", windows=1, engine=apc, workers=1,
+                    progress=False)
+    df = read_results(out)
+    assert res.cells_run == len(df) > 0
+    assert {"prefix_hit_rate", "prefix_cached_tokens", "prefix_prompt_tokens"} <= set(df.columns)
+    assert (df.prefix_hit_rate >= 0).all() and (df.prefix_prompt_tokens > 0).all()
+    assert "prefix_hit_rate" not in read_results(run_sweep(corpus, tmp_path / "plain", schedulers="vllm-fcfs",
+                                                           regions="light", windows=1, workers=1,
+                                                           progress=False).out).columns

@@ -5,6 +5,8 @@ latency-anchored capacity both call), and `SimulationResult`, what a simulation 
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 from collections.abc import Mapping
@@ -110,8 +112,7 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
     overhead = cfg.request_overhead_s
     engine_trace = trace
     if overhead:
-        engine_trace = Trace(trace.arrival_s + overhead, trace.input_tokens, trace.output_tokens,
-                             trace.client_id, trace.name)
+        engine_trace = dataclasses.replace(trace, arrival_s=trace.arrival_s + overhead)
     # The run's objects are freed (`release`) before the cyclic collector is back, so they never
     # add to what its next pass walks.
     # A user's policy runs its own code in the binding and the run: what it raises there, a
@@ -134,6 +135,8 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
                     "load_scale": scale, **run_counters(sim),
                     "host_swap_full_events": out.host_full_events,
                     "stall_recomputes": out.stall_recomputes}
+        if cfg.enable_prefix_caching:
+            counters.update(prefix_cache_counters(trace, out))
         sim.release()
     columns = request_columns(
         arrival_s=trace.arrival_s, input_tokens=trace.input_tokens, output_tokens=trace.output_tokens,
@@ -149,15 +152,28 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
     summary = summarize(columns, horizon_s=horizon, slo_profiles=cfg.slo_profiles, alone_s=alone,
                         counters=counters)
     reasons = out.reject_reason
+    # prompt tokens found cached at a request's first admission, and tokens preemptions made it
+    # compute again (after what a return found still cached), as further columns
+    extra = {"cached_tokens": out.cached_tokens, "recomputed_tokens": out.recomputed}
 
     def table() -> pd.DataFrame:
         import pandas as pd
 
-        t = table_of(columns)
+        t = table_of({**columns, **extra})
         # why a request was rejected at arrival (None for every other request)
         t["reject_reason"] = pd.Series([r or None for r in reasons], dtype=object, index=t.index)
         return t
 
     # the same columns, `reject_reason` last, for `save` to write without the DataFrame
-    saved = {**columns, "reject_reason": np.array([r or None for r in reasons], dtype=object)}
+    saved = {**columns, **extra, "reject_reason": np.array([r or None for r in reasons], dtype=object)}
     return SimulationResult(table, summary, scale, columns=saved)
+
+
+def prefix_cache_counters(trace: Trace, out) -> dict:
+    """A prefix-caching run's summary figures: its hit rate (prompt tokens found cached at first
+    admission over the prompt tokens of the requests admitted) and the cached tokens behind it."""
+    admitted = out.status != "rejected"
+    prompt = int(trace.input_tokens[admitted].sum())
+    cached = int(out.cached_tokens[admitted].sum())
+    return {"prefix_cached_tokens": cached, "prefix_prompt_tokens": prompt,
+            "prefix_hit_rate": cached / prompt if prompt else 0.0}

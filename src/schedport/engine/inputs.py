@@ -10,6 +10,8 @@ the trace itself (`check_clock`); the metrics horizon must let at least one requ
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from pathlib import Path
 
@@ -81,7 +83,7 @@ def rescale(trace: Trace, factor: float) -> Trace:
     """`trace` with its time axis stretched by `factor` around its first arrival."""
     a0 = float(trace.arrival_s[0]) if len(trace) else 0.0
     arr = a0 + (trace.arrival_s - a0) * float(factor)
-    return Trace(arr, trace.input_tokens, trace.output_tokens, trace.client_id, trace.name)
+    return dataclasses.replace(trace, arrival_s=arr)
 
 
 def check_metrics_horizon(trace: Trace, cfg: EngineConfig, alone_s=None, advice: str = "") -> None:
@@ -152,4 +154,4 @@ def served_trace(trace: Trace, cfg: EngineConfig) -> Trace:
     if not cut.any():
         return trace
     outs = np.where(cut, room, trace.output_tokens)
-    return Trace(trace.arrival_s, trace.input_tokens, outs, trace.client_id, trace.name)
+    return dataclasses.replace(trace, output_tokens=outs)

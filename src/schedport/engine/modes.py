@@ -4,10 +4,15 @@ Both give bit-identical per-request results. ``exact=True`` runs the core `Simul
 (`schedport.engine.core.simulator`), which steps every iteration request by request; the default
 runs `FastSimulator` (`schedport.engine.fast.simulator`), which advances decoding requests as a
 cohort and fast-forwards through runs of identical decode steps.
+
+With ``[engine] enable_prefix_caching = true`` both run `CachingSimulator`
+(`schedport.engine.core.caching`): its blocks have identities the cohort does not keep, so it
+steps every iteration.
 """
 
 from __future__ import annotations
 
+from schedport.engine.core.caching import CachingSimulator
 from schedport.engine.core.simulator import Simulator
 from schedport.engine.fast.simulator import FastSimulator
 
@@ -15,5 +20,8 @@ from schedport.engine.fast.simulator import FastSimulator
 def make_simulator(trace, policy, config, latency, *, exact: bool = False, **options) -> Simulator:
     """A simulator of `trace` under `policy` in the chosen mode; `options` are `Simulator`'s
     keywords (seed, horizon_s, observer, progress)."""
-    cls = Simulator if exact else FastSimulator
+    if config.enable_prefix_caching:
+        cls = CachingSimulator
+    else:
+        cls = Simulator if exact else FastSimulator
     return cls(trace, policy, config, latency, **options)

@@ -20,6 +20,14 @@ that the built object has the settings asked for, and runs it step by step:
 
 It writes every step's (request, tokens) list in scheduling order, every preemption as
 (step, request), each step's end time and every request's first-token and finish time.
+
+With ``enable_prefix_caching`` in the engine config, vLLM's prefix cache is on (its own block
+hasher, as its engine core builds it) and the token ids carry the case's prefix identity: each
+request's full prompt blocks are given as ids (equal id, equal whole prefix up to that block), a
+block with id ``k`` holds ``block_size`` copies of token ``PREFIX_TOKEN + k``, and every other
+token (the prompt's tail, every sampled token) is the request's own, ``OWN_TOKEN + index``: so vLLM
+hashes equal exactly the blocks schedport names equal. The record then also gives, per request,
+the tokens vLLM found computed at its first scheduling (its prefix-cache hit).
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # schedport's source tree
 
 TOKEN = 7           # the token every step samples (never EOS: the tiny config's EOS is 2)
+PREFIX_TOKEN = 1_000            # with prefix caching: a named block's token is this plus its id
+OWN_TOKEN = 100_000_000         # with prefix caching: a request's own tokens are this plus its index
 
 
 def build_scheduler(engine: dict, limits: dict, policy: str):
@@ -57,7 +67,8 @@ def build_scheduler(engine: dict, limits: dict, policy: str):
                             async_scheduling=False, policy=policy,
                             scheduler_reserve_full_isl=bool(e.get("reserve_full_prompt", True)),
                             watermark=float(limits["watermark"]))
-    cache = CacheConfig(block_size=int(e["block_size"]), enable_prefix_caching=False)
+    caching = bool(e.get("enable_prefix_caching", False))
+    cache = CacheConfig(block_size=int(e["block_size"]), enable_prefix_caching=caching)
     cache.num_gpu_blocks = int(e["num_gpu_blocks"])
     vcfg = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache,
                       device_config=DeviceConfig("cpu"))
@@ -98,6 +109,10 @@ def run(case: dict) -> dict:
     cfg = engine_config_from_dict(case["engine"], source="conformance case")
     lat = make_latency_model(cfg)
     s, built = build_scheduler(case["engine"], case["limits"], case["policy"])
+    caching = bool(case["engine"]["engine"].get("enable_prefix_caching", False))
+    hasher = _block_hasher(int(case["engine"]["engine"]["block_size"])) if caching else None
+    blocks = case.get("blocks") or {}
+    cached: dict[int, int] = {}
     log = _log_preemptions(s)
     reqs = case["requests"]                     # [idx, arrival, prompt, output, priority], by arrival
     n = len(reqs)
@@ -118,8 +133,11 @@ def run(case: dict) -> dict:
             idx, arrival, prompt, output, prio = reqs[i]
             req_id = str(idx).zfill(width)      # ids order like indices (vLLM breaks priority ties by id)
             sp = SamplingParams(max_tokens=int(output), ignore_eos=True, temperature=0.0)
-            s.add_request(Request(req_id, [TOKEN] * int(prompt), sp, None, arrival_time=float(arrival),
-                                  priority=int(prio)))
+            tokens = (_prompt_tokens(idx, int(prompt), blocks.get(str(idx), []), int(case["engine"]["engine"]
+                                                                                    ["block_size"]))
+                      if caching else [TOKEN] * int(prompt))
+            s.add_request(Request(req_id, tokens, sp, None, arrival_time=float(arrival),
+                                  priority=int(prio), block_hasher=hasher))
             rid[req_id] = idx
             decoding[req_id] = False
             i += 1
@@ -162,7 +180,9 @@ def run(case: dict) -> dict:
             else:
                 chunks.append((k, before))
             batch.append([rid[req_id], k])
-            sampled.append([TOKEN] if r.num_computed_tokens >= r.num_tokens else [])
+            cached.setdefault(rid[req_id], before)
+            own = OWN_TOKEN + rid[req_id] if caching else TOKEN
+            sampled.append([own] if r.num_computed_tokens >= r.num_tokens else [])
         end = now + lat.iteration_time(chunks, n_dec, kv)
         mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: j for j, r in enumerate(req_ids)},
                                 sampled_token_ids=sampled)
@@ -181,7 +201,26 @@ def run(case: dict) -> dict:
         if len(steps) > max_steps:
             raise RuntimeError(f"more than {max_steps} steps")
     return {"vllm_version": vllm.__version__, "built": built, "steps": steps, "ends": ends,
-            "preemptions": preempted, "first_token": first, "finish": finish}
+            "preemptions": preempted, "first_token": first, "finish": finish,
+            "cached": cached if caching else {}}
+
+
+def _block_hasher(block_size: int):
+    """vLLM's request block hasher, built as its engine core builds it with prefix caching on."""
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+    fn = get_hash_fn_by_name("sha256")
+    init_none_hash(fn)
+    return get_request_block_hasher(block_size, fn)
+
+
+def _prompt_tokens(idx: int, prompt: int, ids: list, block_size: int) -> list[int]:
+    """A prompt whose full blocks hold their ids' tokens and whose tail is the request's own."""
+    tokens = []
+    for k in ids:
+        tokens.extend([PREFIX_TOKEN + int(k)] * block_size)
+    return tokens + [OWN_TOKEN + idx] * (prompt - len(tokens))
 
 
 def _log_preemptions(s) -> list[str]:

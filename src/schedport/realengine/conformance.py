@@ -57,6 +57,7 @@ class Record:
     preemptions: list            # [(step, request index), ...] in the order they happened
     first_token: dict            # request index -> first-token time (requests that got one)
     finish: dict                 # request index -> finish time (completed requests)
+    cached: dict = None          # with prefix caching: request index -> tokens found cached when first scheduled
 
 
 @dataclass
@@ -77,12 +78,14 @@ class CaseResult:
     first_divergence: dict | None = None   # {"step", "sim", "vllm"} at the first differing step
     time_mismatch: dict | None = None      # the first request whose times differ
     vllm_version: str = ""
+    cached_equal: bool = True     # with prefix caching: every request's hit tokens the same
+    hit_tokens_vllm: int = 0      # with prefix caching: prompt tokens vLLM found cached, in all
 
     @property
     def agrees(self) -> bool:
         """Bit-identical on everything compared."""
         return (self.first_divergence is None and self.steps == self.steps_sim
-                and self.preemptions_equal and self.times_equal)
+                and self.preemptions_equal and self.times_equal and self.cached_equal)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -147,7 +150,12 @@ def simulate_record(case: Case, exact: bool) -> tuple[Record, list[str], dict]:
     out = sim.run()
     first = {i: float(t) for i, t in enumerate(out.first_token_s) if t == t}
     fin = {i: float(t) for i, t in enumerate(out.finish_s) if t == t}
-    return Record([[tuple(x) for x in s] for s in steps], preempted, first, fin), list(out.status), limits
+    cached = None
+    if case.engine.enable_prefix_caching:
+        seen = {i for step in steps for i, _ in step}
+        cached = {i: int(out.cached_tokens[i]) for i in sorted(seen)}
+    record = Record([[tuple(x) for x in s] for s in steps], preempted, first, fin, cached)
+    return record, list(out.status), limits
 
 
 # ----------------------------------------------------------------------------- the vLLM side
@@ -169,7 +177,23 @@ def _case_payload(case: Case, statuses: list[str], limits: dict) -> dict:
         reqs.append([i, float(trace.arrival_s[i]), int(trace.input_tokens[i]), int(trace.output_tokens[i]),
                      0 if prio is None else int(prio[i])])
     engine = (case.vllm_engine or case.engine).to_dict()
-    return {"name": case.name, "engine": engine, "limits": limits, "policy": policy, "requests": reqs}
+    payload = {"name": case.name, "engine": engine, "limits": limits, "policy": policy, "requests": reqs}
+    if engine["engine"].get("enable_prefix_caching"):
+        payload["blocks"] = prefix_block_ids(trace, int(engine["engine"]["block_size"]))
+    return payload
+
+
+def prefix_block_ids(trace: Trace, block_size: int) -> dict[str, list[int]]:
+    """Per request (by index), an id for each full prompt block the trace names, equal where the
+    engine's block names are equal (`schedport.workload.prefix.engine_block_keys`): the driver
+    builds token ids from them, so vLLM hashes equal what the engine names equal."""
+    from schedport.workload.prefix import engine_block_keys
+
+    if trace.hash_ids is None:
+        return {}
+    ids: dict = {}
+    return {str(i): [ids.setdefault(k, len(ids)) for k in engine_block_keys(trace, i, block_size)]
+            for i in range(len(trace))}
 
 
 def expected_settings(payload: dict) -> dict:
@@ -179,7 +203,8 @@ def expected_settings(payload: dict) -> dict:
     return {"block_size": e["block_size"], "num_gpu_blocks": e["num_gpu_blocks"],
             "usable_blocks": e["num_gpu_blocks"] - 1, "max_num_seqs": lim["max_num_seqs"],
             "max_num_batched_tokens": lim["max_num_batched_tokens"], "max_model_len": e["max_model_len"],
-            "chunked_prefill": True, "prefix_caching": False, "async_scheduling": False,
+            "chunked_prefill": True, "prefix_caching": bool(e.get("enable_prefix_caching", False)),
+            "async_scheduling": False,
             "speculative": False, "policy": payload["policy"], "reserve_full_isl": e["reserve_full_prompt"],
             "long_prefill_token_threshold": 0}
 
@@ -221,7 +246,8 @@ def run_vllm(payloads: list[dict], vllm_python: str | os.PathLike | None = None,
 def _vllm_record(raw: dict) -> Record:
     return Record([[tuple(x) for x in s] for s in raw["steps"]], [tuple(p) for p in raw["preemptions"]],
                   {int(k): v for k, v in raw["first_token"].items()},
-                  {int(k): v for k, v in raw["finish"].items()})
+                  {int(k): v for k, v in raw["finish"].items()},
+                  {int(k): v for k, v in raw.get("cached", {}).items()} or None)
 
 
 # ----------------------------------------------------------------------------- comparison
@@ -246,12 +272,14 @@ def compare(case: Case, mode: str, sim: Record, vllm: Record, vllm_version: str 
                     mismatch = {"request": idx, "what": what, "sim": x.get(idx), "vllm": y.get(idx)}
                     break
             break
+    cached_equal = (sim.cached or {}) == (vllm.cached or {})
     return CaseResult(case=case.name, scheduler=case.scheduler, mode=mode, requests=len(case.trace),
                       steps=len(vllm.steps), steps_sim=len(sim.steps), identical_steps=identical,
                       preemptions_sim=len(sim.preemptions), preemptions_vllm=len(vllm.preemptions),
                       preemptions_equal=[tuple(p) for p in sim.preemptions] == [tuple(p) for p in vllm.preemptions],
                       times_equal=mismatch is None, first_divergence=div, time_mismatch=mismatch,
-                      vllm_version=vllm_version)
+                      vllm_version=vllm_version, cached_equal=cached_equal,
+                      hit_tokens_vllm=sum((vllm.cached or {}).values()))
 
 
 def run_conformance(cases: list[Case], vllm_python: str | os.PathLike | None = None,
@@ -346,7 +374,103 @@ def standard_cases(corpus, engine: EngineConfig | None = None, windows: dict | N
                       "severe overload"))
     cases.append(Case(f"sjf/{first}/3000-blocks/rho1.6", at(first, 1.6), "sjf", blocks(3000),
                       "severe overload, small cache"))
-    return cases
+    return cases + prefix_cases(base)
+
+
+def prefix_cases(engine: EngineConfig | None = None) -> list[Case]:
+    """The cases with vLLM's prefix caching on (`enable_prefix_caching`), on traces that carry
+    prefix identity (docs/validation.md lists them): a shared system prompt, multi-turn
+    conversations, a cache small enough that prefixes are evicted before their reuse, and
+    preemptions whose requests come back to their own cached blocks; under vllm-fcfs, and under
+    vLLM's priority policy for sjf."""
+    from schedport.engine.runner import scaled
+
+    base = replace(engine if engine is not None else EngineConfig(source="<defaults>"), enable_prefix_caching=True)
+
+    def at(t: Trace, rho: float, eng: EngineConfig) -> Trace:
+        return scaled(t, eng, load=rho)[0]
+
+    def blocks(n: int) -> EngineConfig:
+        return replace(base, num_gpu_blocks=n)
+
+    system, turns, tenants = shared_system_prompt_trace(), multi_turn_trace(), many_prefixes_trace()
+    return [
+        Case("apc/vllm-fcfs/shared-system-prompt/default-cache/rho0.95", at(system, 0.95, base), "vllm-fcfs",
+             base, "every prompt starts with one 1,280-token system prompt"),
+        Case("apc/vllm-fcfs/multi-turn/default-cache/rho0.95", at(turns, 0.95, base), "vllm-fcfs", base,
+             "conversations whose turns extend the previous prompt"),
+        Case("apc/vllm-fcfs/many-prefixes/600-blocks/rho0.9", at(tenants, 0.9, blocks(600)), "vllm-fcfs",
+             blocks(600), "24 prefixes of 2,048 tokens in a cache that cannot hold them all: eviction"),
+        Case("apc/vllm-fcfs/shared-system-prompt/700-blocks/rho1.6", at(system, 1.6, blocks(700)), "vllm-fcfs",
+             blocks(700), "overload in a small cache: preemptions, and requests hitting their own blocks"),
+        Case("apc/sjf/multi-turn/700-blocks/rho1.2", at(turns, 1.2, blocks(700)), "sjf", blocks(700),
+             "vLLM priority policy with prefix caching, under memory pressure"),
+    ]
+
+
+def shared_system_prompt_trace(n: int = 160, seed: int = 3) -> Trace:
+    """Requests whose prompts share one 1,280-token system prompt (ids of 256 tokens: the last of
+    its ids is a full block of the prompt only where the prompt continues past it) and then go
+    their own way."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    bs = 256
+    user = rng.integers(20, 1800, n)
+    prompt = 1280 + user
+    ids, fresh = [], 1000
+    for p in prompt.tolist():
+        own = -(-p // bs) - 1280 // bs
+        ids.append([1, 2, 3, 4, 5] + list(range(fresh, fresh + own)))
+        fresh += own
+    arrivals = np.cumsum(rng.exponential(1.0, n))
+    return Trace.from_arrays(arrival_s=arrivals, input_tokens=prompt, output_tokens=rng.integers(10, 400, n),
+                             hash_ids=ids, hash_block_size=bs, source="shared-system-prompt")
+
+
+def multi_turn_trace(sessions: int = 40, turns: int = 4, seed: int = 5) -> Trace:
+    """Conversations: each turn's prompt is the previous turn's prompt, its reply and new tokens;
+    ids of 16 tokens, so a turn shares every full block of the previous turn's prompt (the reply
+    is the previous request's own, as a trace can name only prompts)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    bs = 16
+    rows, fresh = [], 1
+    for s in range(sessions):
+        t0 = float(rng.uniform(0, 120))
+        prompt, ids = 0, []
+        for k in range(turns):
+            reply = int(rng.integers(20, 300))
+            prompt = prompt + int(rng.integers(30, 500)) + (rows[-1][3] if k else 0)
+            keep = ids[:len(ids) - (1 if k and rows[-1][2] % bs else 0)] if k else []
+            add = -(-prompt // bs) - len(keep)
+            ids = keep + list(range(fresh, fresh + add))
+            fresh += add
+            rows.append((t0 + 20.0 * k + float(rng.uniform(0, 5)), ids, prompt, reply))
+    rows.sort(key=lambda r: r[0])
+    return Trace.from_arrays(arrival_s=[r[0] for r in rows], input_tokens=[r[2] for r in rows],
+                             output_tokens=[r[3] for r in rows], hash_ids=[r[1] for r in rows],
+                             hash_block_size=bs, source="multi-turn")
+
+
+def many_prefixes_trace(n: int = 200, prefixes: int = 24, seed: int = 7) -> Trace:
+    """Requests that each start with one of `prefixes` 2,048-token prefixes (ids of 512 tokens),
+    chosen at random, then go their own way: more prefixes than a small cache holds."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    bs = 512
+    user = rng.integers(10, 900, n)
+    which = rng.integers(0, prefixes, n)
+    ids, fresh = [], 10_000
+    for w, u in zip(which.tolist(), user.tolist()):
+        own = -(-(2048 + u) // bs) - 4
+        ids.append([4 * w + 1, 4 * w + 2, 4 * w + 3, 4 * w + 4] + list(range(fresh, fresh + own)))
+        fresh += own
+    return Trace.from_arrays(arrival_s=np.cumsum(rng.exponential(1.0, n)), input_tokens=2048 + user,
+                             output_tokens=rng.integers(10, 200, n), hash_ids=ids, hash_block_size=bs,
+                             source="many-prefixes")
 
 
 def format_table(results: list[CaseResult]) -> list[str]:

@@ -30,6 +30,8 @@ from schedport.workload.trace import Trace, save_trace
 #: Extra counters `schedport.engine.runner.simulate` adds to every summary (after the SLO metrics).
 SUMMARY_COUNTERS = ("recomputed_tokens", "swapped_bytes", "load_scale", "predictor_tau",
                     "host_swap_full_events", "stall_recomputes")
+#: ... and those it adds with `[engine] enable_prefix_caching` (docs/engine.md §1.3).
+PREFIX_COUNTERS = ("prefix_hit_rate", "prefix_cached_tokens", "prefix_prompt_tokens")
 #: The ``--quick`` subset (documented in the module docstring and the CLI help).
 QUICK = {"schedulers": ("vllm-fcfs", "sarathi", "sjf", "vtc", "slo-admission"), "windows": 4,
          "regions": ("moderate", "near-saturation", "overload")}
@@ -163,5 +165,7 @@ def spread_windows(windows: list[Window], n: int) -> list[Window]:
 
 
 def metric_columns(cfg) -> list[str]:
-    """The metric columns of every stored row for engine config `cfg` (summary key order)."""
-    return summary_keys(list(cfg.slo_profiles), SUMMARY_COUNTERS)
+    """The metric columns of every stored row for engine config `cfg` (summary key order); a
+    prefix-caching engine's rows also hold its hit rate."""
+    counters = SUMMARY_COUNTERS + (PREFIX_COUNTERS if cfg.enable_prefix_caching else ())
+    return summary_keys(list(cfg.slo_profiles), counters)

@@ -88,7 +88,8 @@ CELL_COLUMNS = ("rho", "time_scale", "capacity_rps", "window_sha256", "corpus_sh
 #: Metrics that are always integers (everything else is float64, NaN when undefined).
 INT_METRICS = frozenset({"n_requests", "n_completed", "n_rejected", "n_unfinished",
                          "completed_within_horizon", "preemptions", "iterations", "recomputed_tokens",
-                         "swapped_bytes", "host_swap_full_events", "stall_recomputes"})
+                         "swapped_bytes", "host_swap_full_events", "stall_recomputes",
+                         "prefix_cached_tokens", "prefix_prompt_tokens"})
 REQUEST_KEY_COLUMNS = KEY_COLUMNS
 _REQUEST_TYPES = {
     "request_id": pa.int64(), "client_id": pa.string(), "arrival_s": pa.float64(),

@@ -13,6 +13,7 @@ head_dim = 128
 dtype_bytes = 2
 num_params = 8030261248
 # tensor_parallel_size = 1    # GPUs the model is split over (a deployment's, docs/engine.md §3.7)
+# enable_prefix_caching = false  # vLLM's automatic prefix caching (docs/engine.md §1.3)
 max_num_seqs = 256
 # max_num_batched_tokens = 2048   # default: each batching mode's own
 max_model_len = 8192
@@ -91,7 +92,7 @@ _ENGINE_KEYS = (
     "activation_reserve_gib", "num_layers", "num_kv_heads", "head_dim", "dtype_bytes",
     "num_params", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "watermark",
     "reserve_full_prompt", "null_block", "priority_victim_ties", "over_length", "swap_space_gib", "pcie_gb_s",
-    "tensor_parallel_size",
+    "tensor_parallel_size", "enable_prefix_caching",
 )
 #: `[engine] priority_victim_ties`: which of several equally ranked running requests a priority
 #: order preempts first. "first-running" is vLLM v1's `max(running, key=(priority, arrival))`.
@@ -199,6 +200,7 @@ class EngineConfig:
     swap_space_gib: float = 16.0
     pcie_gb_s: float = 25.0
     tensor_parallel_size: int = 1
+    enable_prefix_caching: bool = False
     # [latency]
     latency_model: str = "calibrated"
     cpu_overhead_s: float | None = None
@@ -243,7 +245,7 @@ class EngineConfig:
         if self.watermark is not None:
             put("watermark", chk.real("watermark", self.watermark, "must be a fraction in [0, 0.5)",
                                       lambda x: 0 <= x < 0.5))
-        for name in ("reserve_full_prompt", "null_block"):
+        for name in ("reserve_full_prompt", "null_block", "enable_prefix_caching"):
             if not isinstance(getattr(self, name), bool):
                 chk.fail("engine", name, "must be true or false", getattr(self, name))
         if self.priority_victim_ties not in _VICTIM_TIES:
@@ -426,6 +428,8 @@ class EngineConfig:
         engine = {k: getattr(self, k) for k in _ENGINE_KEYS}
         if self.tensor_parallel_size == 1:      # written only when not 1: every older config keeps its hash
             del engine["tensor_parallel_size"]
+        if not self.enable_prefix_caching:      # likewise: written only when on
+            del engine["enable_prefix_caching"]
         if self.latency_model == "calibrated":
             latency = {"model": "calibrated", "cpu_overhead_s": self.cpu_overhead_s, "lm_head": self.lm_head}
             if self.deployment is not None:     # written only when set, for the same reason

@@ -89,11 +89,14 @@ class PrefixCache:
     def cache(self, blocks: Sequence[int], hashes: Sequence[Hashable], start: int, end: int) -> None:
         """Name blocks[start:end] by hashes[start:end]: they are full and can now be hit."""
         for i in range(start, end):
-            b = blocks[i]
-            if b == NULL_BLOCK or self.block_hash[b] == hashes[i]:
-                continue
-            self.block_hash[b] = hashes[i]
-            self.holders.setdefault(hashes[i], {})[b] = None
+            self.name(blocks[i], hashes[i])
+
+    def name(self, block: int, block_hash: Hashable) -> None:
+        """Name one full block by the hash of its prefix: from now on it can be hit."""
+        if block == NULL_BLOCK or self.block_hash[block] == block_hash:
+            return
+        self.block_hash[block] = block_hash
+        self.holders.setdefault(block_hash, {})[block] = None
 
     def free(self, ordered: Sequence[int]) -> None:
         """Drop one reference on each block, first-to-evict first; released blocks rejoin the queue.

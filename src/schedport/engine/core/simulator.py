@@ -67,7 +67,7 @@ class Request:
     __slots__ = (
         "idx", "arrival", "prompt", "output", "client", "generated", "computed", "blocks",
         "phase", "decoding", "first_token", "finish", "preemptions", "admit_seq", "status",
-        "reject_reason", "key", "aux", "swapped",
+        "reject_reason", "key", "aux", "swapped", "recomputed",
     )
 
     def __init__(self, idx: int, arrival: float, prompt: int, output: int, client: str | None):
@@ -90,6 +90,7 @@ class Request:
         self.key = None           # policy-maintained sort key
         self.aux = None           # policy-private state
         self.swapped = 0          # KV blocks held in host memory while swapped out
+        self.recomputed = 0       # tokens whose KV preemptions dropped (to be computed again)
 
     @property
     def num_tokens(self) -> int:
@@ -137,6 +138,8 @@ class SimOutput:
     events: int
     host_full_events: int = 0     # runs of steps in which the host swap space could not take a swap-out
     stall_recomputes: int = 0     # recomputes that broke a stall the full host left (swapping policies)
+    recomputed: np.ndarray | None = None     # per request: tokens preemptions made it compute again
+    cached_tokens: np.ndarray | None = None  # per request: prompt tokens its first admission found cached
 
 
 class KVCache:
@@ -168,6 +171,7 @@ class Simulator:
     """
 
     exact = True            # steps every iteration request by request (the fast mode sets False)
+    caching = False         # automatic prefix caching (`schedport.engine.core.caching` sets True)
     request_class = Request     # the requests' class (the fast mode's carries its own fields)
 
     def __init__(self, trace: Trace, policy, config: EngineConfig, latency: LatencyModel, *,
@@ -251,10 +255,32 @@ class Simulator:
         self._admit_counter += 1
         self.running.append(req)
 
-    def allocate(self, req: Request, blocks: int) -> None:
-        """Give `blocks` more KV blocks to `req` (caller checked they are free)."""
+    def set_aside_null_block(self) -> None:
+        """Take one block out of the pool for good: vLLM v1's null block (`BlockPool.__init__`)."""
+        self.cache.num_blocks -= 1
+        self.cache.free -= 1
+
+    def lookup(self, req: Request) -> tuple | list:
+        """The cached blocks a waiting request would start from (its longest cached prefix); none
+        without prefix caching. Looking touches nothing: `allocate` adopts them."""
+        return ()
+
+    def blocks_to_allocate(self, req: Request, tokens: int, hit=()) -> int:
+        """Free blocks `req` needs to hold `tokens` tokens, starting from the cached blocks `hit`."""
+        return -(-tokens // self.cache.block_size) - req.blocks
+
+    def allocate(self, req: Request, blocks: int, tokens: int = 0, hit=()) -> None:
+        """Give `blocks` more KV blocks to `req` (caller checked they are free, with
+        `blocks_to_allocate`). With prefix caching, `req` first adopts the cached blocks `hit` (its
+        computed tokens jump over them) and its full blocks among its first `tokens` tokens (those
+        scheduled so far) become hits for others; a plain engine has no use for either."""
         self.cache.free -= blocks
         req.blocks += blocks
+
+    def free_blocks(self, req: Request) -> None:
+        """Give back every KV block `req` holds (it finished, or is preempted)."""
+        self.cache.free += req.blocks
+        req.blocks = 0
 
     def swap_fits(self, req: Request) -> bool:
         """Can the host swap space take `req`'s KV blocks now?"""
@@ -269,21 +295,21 @@ class Simulator:
         when it resumes, and its progress is kept.
         """
         if swap and self.host_used + req.blocks <= self.host_blocks and req.blocks:
-            self.cache.free += req.blocks
-            self.host_used += req.blocks
-            self.swap_bytes_pending += req.blocks * self.block_bytes
-            self.swapped_blocks_total += req.blocks
-            req.swapped = req.blocks
-            req.blocks = 0
+            n = req.blocks
+            self.free_blocks(req)
+            self.host_used += n
+            self.swap_bytes_pending += n * self.block_bytes
+            self.swapped_blocks_total += n
+            req.swapped = n
             req.preemptions += 1
             self.preemptions_total += 1
             self.running.remove(req)
             req.phase = WAITING
             self.sched.requeue_preempted(req, self.now)
             return
-        self.cache.free += req.blocks
-        req.blocks = 0
+        self.free_blocks(req)
         self.recomputed_tokens += req.computed
+        req.recomputed += req.computed
         req.computed = 0
         req.decoding = False
         req.preemptions += 1
@@ -447,8 +473,7 @@ class Simulator:
         req.finish = t
         req.phase = DONE
         req.status = "completed"
-        self.cache.free += req.blocks
-        req.blocks = 0
+        self.free_blocks(req)
         self.running.remove(req)
         self.sched.on_finish(req, t)
 
@@ -473,7 +498,13 @@ class Simulator:
             events=self.events,
             host_full_events=self.host_full_events,
             stall_recomputes=self.stall_recomputes,
+            recomputed=np.array([r.recomputed for r in self.requests], dtype=np.int64),
+            cached_tokens=self._cached_tokens(),
         )
+
+    def _cached_tokens(self) -> np.ndarray:
+        """Per request, the prompt tokens found cached at its first admission (none here)."""
+        return np.zeros(len(self.requests), dtype=np.int64)
 
 
 def _no_progress(now: float, why: str) -> SchedportError:

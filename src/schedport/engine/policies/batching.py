@@ -54,14 +54,14 @@ class Continuous(BatchingMode):
         super().__init__(sim, params)
         self.reserve_full = sim.config.reserve_full_prompt
         if sim.config.null_block:
-            sim.cache.num_blocks -= 1
-            sim.cache.free -= 1
+            sim.set_aside_null_block()
 
     def plan(self, sched, now: float) -> Plan:
         if sched.order.preemptive:
             return self._plan_ranked(sched, now)
         sim = self.sim
-        plan = self.plan_running_unconstrained(sim.running, sim.cache, self.budget)
+        # (with prefix caching every request is allocated in turn: blocks are named as they go)
+        plan = None if sim.caching else self.plan_running_unconstrained(sim.running, sim.cache, self.budget)
         if plan is None:
             plan = self.plan_running_in_order(sched, now)
             if plan.preempted:
@@ -83,14 +83,16 @@ class Continuous(BatchingMode):
         while budget > 0 and len(running) < self.max_num_seqs and len(order):
             req = order.head(now)
             n_tok = req.prompt + req.generated
-            k = min(n_tok, budget)
-            need = -(-k // bs)
+            hit = sim.lookup(req)                   # cached tokens are not charged to the budget
+            cached = len(hit) * bs
+            k = min(n_tok - cached, budget)
+            need = sim.blocks_to_allocate(req, cached + k, hit)
             wm = self.watermark_blocks if running else 0
-            if (-(-n_tok // bs) if full else need) > cache.free - wm:
+            if (sim.blocks_to_allocate(req, n_tok, hit) if full else need) > cache.free - wm:
                 break
             order.pop_head()
             sched.admit(req, now)
-            sim.allocate(req, need)
+            sim.allocate(req, need, cached + k, hit)
             plan.add(req, k)
             plan.admitted += 1
             budget -= k
@@ -141,6 +143,7 @@ class Continuous(BatchingMode):
         running = sim.running
         plan = Plan()
         budget = self.budget
+        caching = sim.caching
         scheduled: dict[int, int] = {}
         i = 0
         while i < len(running) and budget > 0:
@@ -163,8 +166,8 @@ class Continuous(BatchingMode):
                     i -= 1
             if stopped:
                 break
-            if need > 0:
-                sim.allocate(req, need)
+            if need > 0 or caching:
+                sim.allocate(req, need, req.computed + k)
             plan.add(req, k)
             scheduled[req.idx] = k
             budget -= k
@@ -211,6 +214,7 @@ class Continuous(BatchingMode):
         swap = self.swap
         budget = self.budget
         wm = self.watermark_blocks
+        caching = sim.caching
         cached = getattr(order, "cached_key", False)
         pending, stream, ranked = self._ranked_stream(order, key, now, cached)
         selected = 0
@@ -232,20 +236,22 @@ class Continuous(BatchingMode):
                 if k > budget:
                     k = budget
                 need = -(-(req.computed + k) // bs) - req.blocks
-                if need > 0:
+                if need > 0 and need > cache.free:
+                    if pending:
+                        self._make_room(need, pending, plan)
                     if need > cache.free:
-                        if pending:
-                            self._make_room(need, pending, plan)
-                        if need > cache.free:
-                            selected -= 1
-                            if not swap or sim.swap_fits(req):
-                                sim.preempt(req, swap)
-                                plan.preempted += 1
-                            else:
-                                plan.host_full = True   # the host cannot take it: it sits out, holding its KV
-                                if shared is not None:
-                                    shared.sat(req)
-                            continue
+                        selected -= 1
+                        if not swap or sim.swap_fits(req):
+                            sim.preempt(req, swap)
+                            plan.preempted += 1
+                        else:
+                            plan.host_full = True   # the host cannot take it: it sits out, holding its KV
+                            if shared is not None:
+                                shared.sat(req)
+                        continue
+                if caching:
+                    sim.allocate(req, need, req.computed + k)
+                elif need > 0:
                     cache.free -= need
                     req.blocks += need
                 if shared is None or not shared.ran(len(items), req, k):
@@ -256,8 +262,10 @@ class Continuous(BatchingMode):
             elif req.phase == WAITING and admitting:
                 if gated and not req.generated and not req.swapped:
                     continue                            # a context-stage job: held back, the rest go on
-                k = min(req.prompt + req.generated - req.computed, budget)
-                need = -(-(req.computed + k) // bs)
+                hit = sim.lookup(req)
+                done = req.computed + len(hit) * bs
+                k = min(req.prompt + req.generated - done, budget)
+                need = sim.blocks_to_allocate(req, done + k, hit)
                 if need > cache.free - wm and pending:
                     self._make_room(need + wm, pending, plan)
                 if need > cache.free - wm:
@@ -265,7 +273,7 @@ class Continuous(BatchingMode):
                     continue
                 order.remove(req)
                 sched.admit(req, now)
-                sim.allocate(req, need)
+                sim.allocate(req, need, done + k, hit)
                 plan.add(req, k)
                 plan.admitted += 1
                 selected += 1
@@ -292,6 +300,8 @@ class Continuous(BatchingMode):
         None when the ranking has to decide."""
         sim = self.sim
         order = sched.order
+        if sim.caching:
+            return None     # requests are allocated (and their blocks named) one by one, in rank order
         if not len(order) and len(sim.running) <= self.max_num_seqs:
             # nothing waiting: if every running request gets its full need, rank order is moot
             return self.plan_running_unconstrained(sim.running, sim.cache, self.budget)
@@ -493,8 +503,8 @@ class StallFree(BatchingMode):
                     break
             if gone:
                 continue
-            if need > 0:
-                sim.allocate(req, need)
+            if need > 0 or sim.caching:
+                sim.allocate(req, need, req.computed + 1)
             plan.add(req, 1)
             budget -= 1
         plan = self.plan_prefills(sched, now, plan, budget)
@@ -511,18 +521,22 @@ class StallFree(BatchingMode):
             if req.decoding or budget <= 0:
                 continue
             k = min(req.num_tokens - req.computed, budget)
+            if sim.caching:
+                sim.allocate(req, 0, req.computed + k)      # its blocks are named as its chunks are scheduled
             plan.add(req, k)
             budget -= k
         order = sched.order
         while budget > 0 and len(running) < self.max_num_seqs and len(order):
             req = order.head(now)
-            need = cache.blocks_for(req.num_tokens)
+            hit = sim.lookup(req)
+            cached = len(hit) * cache.block_size
+            need = sim.blocks_to_allocate(req, req.num_tokens, hit)
             if cache.free - need < self.watermark_blocks:
                 break
             order.pop_head()
             sched.admit(req, now)
-            sim.allocate(req, need)
-            k = min(req.num_tokens, budget)
+            k = min(req.num_tokens - cached, budget)
+            sim.allocate(req, need, cached + k, hit)
             plan.add(req, k)
             plan.admitted += 1
             budget -= k
@@ -590,7 +604,7 @@ class Selective(BatchingMode):
                 break
             order.pop_head()
             sched.admit(req, now)
-            sim.allocate(req, need)
+            sim.allocate(req, need, req.num_tokens)
             plan.add(req, req.num_tokens)
             plan.admitted += 1
             budget -= req.num_tokens
@@ -663,7 +677,7 @@ class Static(BatchingMode):
                 break
             order.pop_head()
             sched.admit(req, now)
-            sim.allocate(req, self.reservation())
+            sim.allocate(req, self.reservation(), req.num_tokens)
             batch.append(req)
             longest = L
         for req in batch:
