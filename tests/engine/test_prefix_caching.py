@@ -7,7 +7,10 @@ import dataclasses
 
 import numpy as np
 import pytest
+from _engines import small_engine
 from _paths import MIRROR
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from schedport.engine import runner
 from schedport.engine.core.config import EngineConfig, engine_config_from_dict
@@ -15,6 +18,7 @@ from schedport.engine.core.latency import make_latency_model
 from schedport.engine.core.simulator import StepRecord
 from schedport.engine.modes import make_simulator
 from schedport.engine.policies.plugins import get_scheduler
+from schedport.engine.policies.schedulers import REGISTRY, get_policy
 from schedport.errors import SchedportError
 from schedport.workload.trace import Trace
 
@@ -228,3 +232,48 @@ def test_mooncake_under_fcfs_with_a_cache_that_never_evicts_hits_the_longest_see
     assert out.cached_tokens.tolist() == expected
     assert sum(expected) > 0.1 * int(t.input_tokens.sum())   # the trace does reuse its prefixes
     assert sim.pool.num_free == 400_000 - 1                   # every block back in the queue: nothing evicted
+
+
+# ----------------------------------------------------------------------------- fast == exact, with the cache
+
+
+@st.composite
+def prefix_traces(draw, max_n=30):
+    """Requests that start with one of three prefixes (or none) and go their own way, in ids of 16 tokens."""
+    n = draw(st.integers(1, max_n))
+    gaps = draw(st.lists(st.floats(0.0, 0.5), min_size=n, max_size=n))
+    heads = draw(st.lists(st.sampled_from([0, 1, 2, 3]), min_size=n, max_size=n))
+    heads_len = {0: 0, 1: 5, 2: 12, 3: 20}            # blocks of a shared prefix
+    own = draw(st.lists(st.integers(1, 200), min_size=n, max_size=n))
+    outs = draw(st.lists(st.integers(1, 200), min_size=n, max_size=n))
+    ins, ids, fresh = [], [], 1000
+    for h, u in zip(heads, own):
+        p = heads_len[h] * 16 + u
+        k = -(-p // 16) - heads_len[h]
+        ids.append([100 * h + j for j in range(heads_len[h])] + list(range(fresh, fresh + k)))
+        fresh += k
+        ins.append(p)
+    clients = draw(st.lists(st.sampled_from(["a", "b", None]), min_size=n, max_size=n))
+    return Trace.from_arrays(arrival_s=np.cumsum(gaps), input_tokens=ins, output_tokens=outs, client_id=clients,
+                             hash_ids=ids, hash_block_size=16)
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=prefix_traces(), blocks=st.sampled_from([40, 64, 200]), seqs=st.sampled_from([1, 3, 8, 32]),
+       budget=st.sampled_from([None, 16, 100]))
+def test_with_the_cache_fast_equals_exact_and_every_block_comes_back(name, trace, blocks, seqs, budget):
+    cfg = small_engine(blocks=blocks, seqs=seqs, budget=budget, enable_prefix_caching=True)
+    runs = {}
+    for exact in (True, False):
+        sim = make_simulator(trace, get_policy(name), cfg, make_latency_model(cfg), exact=exact)
+        runs[exact] = out = sim.run()
+        assert sim.cache.free == sim.cache.num_blocks == sim.pool.num_free      # every block back in the queue
+        assert not sim._taken
+        assert set(out.status) <= {"completed", "rejected"}
+        assert (out.cached_tokens <= np.maximum(trace.input_tokens - 1, 0)).all()
+    a, b = runs[True], runs[False]
+    for field in ("status", "first_token_s", "finish_s", "preemptions", "cached_tokens", "recomputed"):
+        x, y = getattr(a, field), getattr(b, field)
+        assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), field
+    assert a.iterations == b.iterations and a.recomputed_tokens == b.recomputed_tokens

@@ -44,56 +44,98 @@ from schedport.engine.core.simulator import Request, Simulator
 from schedport.workload.prefix import engine_block_keys
 
 
+CACHE_SLOTS = ("block_ids", "named", "prompt_keys", "cached_tokens", "lost")
+
+
+def init_cache_fields(req) -> None:
+    """A new request's prefix-cache fields (the slots `CACHE_SLOTS` of its class)."""
+    req.block_ids = []          # the blocks it holds, in token order
+    req.named = 0               # how many of them are named (cached) so far
+    req.prompt_keys = None      # the trace's names of its full prompt blocks (None: not read yet)
+    req.cached_tokens = -1      # prompt tokens found cached at its first admission (-1: not admitted)
+    req.lost = 0                # tokens its latest preemption dropped and no hit has given back
+
+
 class CachedRequest(Request):
     """A request of the caching engine: its blocks by identity, and its prompt's block names."""
 
-    __slots__ = ("block_ids", "named", "prompt_keys", "cached_tokens", "lost")
+    __slots__ = CACHE_SLOTS
 
     def __init__(self, idx: int, arrival: float, prompt: int, output: int, client: str | None):
         super().__init__(idx, arrival, prompt, output, client)
-        self.block_ids: list[int] = []   # the blocks it holds, in token order
-        self.named = 0                   # how many of them are named (cached) so far
-        self.prompt_keys = None          # the trace's names of its full prompt blocks (None: not yet read)
-        self.cached_tokens = -1          # prompt tokens found cached at its first admission (-1: not admitted)
-        self.lost = 0                    # tokens its latest preemption dropped and no hit has given back
+        init_cache_fields(self)
 
 
-class CachingSimulator(Simulator):
-    """The exact engine with automatic prefix caching (see the module's docstring for the rules)."""
+class PrefixCaching:
+    """The prefix cache, as a part of an engine (`CachingSimulator` here; the fast mode's
+    `schedport.engine.fast.caching.CachingFastSimulator`).
+
+    The engine's count of free blocks (`cache.free`) stays the truth the policies read. Block
+    identities may lag it: the fast mode counts the blocks its fast-forwarded decodes take
+    without naming them. Which block a request holds does not matter, only which named blocks the
+    free queue still holds and in what order; so the blocks counted as taken are taken from the
+    queue's head (evicting what they held) before anything reads or changes the queue's order: a
+    look-up, and a request's release, which first gives the request its blocks and names its full
+    ones (its own, which no other request can hit). Prompt blocks are always named when scheduled.
+    """
 
     caching = True
-    request_class = CachedRequest
 
     def __init__(self, trace, policy, config, latency, **options):
         # index 0 of the pool is its own null block, so num_gpu_blocks blocks remain usable, as in
         # the plain engine; a mode that keeps vLLM's null block sets one more aside
         self.pool = PrefixCache(config.num_gpu_blocks + 1, config.block_size)
+        self._taken: list[int] = []     # blocks taken for counted blocks not yet given to their request
         super().__init__(trace, policy, config, latency, **options)
         self._has_keys = trace.hash_ids is not None
 
     # ----------------------------------------------------------------- names
-    def _prompt_keys(self, req: CachedRequest) -> list:
+    def _prompt_keys(self, req) -> list:
         keys = req.prompt_keys
         if keys is None:
             keys = req.prompt_keys = (engine_block_keys(self.trace, req.idx, self.cache.block_size)
                                       if self._has_keys else [])
         return keys
 
-    def _key(self, req: CachedRequest, keys: list, j: int):
-        """The name of `req`'s full block j: the trace's for a prompt block it names, else the request's own."""
-        return keys[j] if j < len(keys) else (-1 - req.idx, j)
+    def _name_full_blocks(self, req, tokens: int) -> None:
+        """Name `req`'s full blocks among its first `tokens` tokens that are not named yet."""
+        full = min(tokens, req.prompt + req.generated, len(req.block_ids) * self.cache.block_size) \
+            // self.cache.block_size
+        if full > req.named:
+            keys = self._prompt_keys(req)
+            ids = req.block_ids
+            name = self.pool.name
+            for j in range(req.named, full):
+                name(ids[j], keys[j] if j < len(keys) else (-1 - req.idx, j))
+            req.named = full
+
+    # ----------------------------------------------------------------- counted blocks, taken
+    def _take_counted(self) -> None:
+        """Take from the queue's head the blocks the engine counted as taken and the pool still holds."""
+        short = self.pool.num_free - self.cache.free
+        if short > 0:
+            self._taken.extend(self.pool.take(short))
+
+    def _catch_up(self, req) -> None:
+        """Give `req` the blocks it was counted as holding."""
+        short = req.blocks - len(req.block_ids)
+        if short > 0:
+            self._take_counted()
+            taken = self._taken
+            req.block_ids.extend(taken[-short:])
+            del taken[-short:]
 
     # ----------------------------------------------------------------- the calls the policies make
     def set_aside_null_block(self) -> None:
         self.pool.take(1)
         self.cache.num_blocks -= 1
-        self.cache.free = self.pool.num_free
+        self.cache.free -= 1
 
-    def lookup(self, req: CachedRequest) -> list:
+    def lookup(self, req) -> list:
         if req.computed or req.swapped:
             return []
-        pool = self.pool
-        holders = pool.holders
+        self._take_counted()
+        holders = self.pool.holders
         keys = self._prompt_keys(req)
         hit = []
         for j in range((req.prompt + req.generated - 1) // self.cache.block_size):
@@ -103,12 +145,15 @@ class CachingSimulator(Simulator):
             hit.append(next(iter(blocks)))
         return hit
 
-    def blocks_to_allocate(self, req: CachedRequest, tokens: int, hit=()) -> int:
-        return self.pool.blocks_to_allocate(len(req.block_ids), hit, tokens)
+    def blocks_to_allocate(self, req, tokens: int, hit=()) -> int:
+        return self.pool.blocks_to_allocate(req.blocks, hit, tokens)
 
-    def allocate(self, req: CachedRequest, blocks: int, tokens: int = 0, hit=()) -> None:
+    def allocate(self, req, blocks: int, tokens: int = 0, hit=()) -> None:
+        if req.blocks > len(req.block_ids):
+            self._catch_up(req)
         pool = self.pool
         ids = req.block_ids
+        self.cache.free -= blocks
         if hit:
             fresh = sum(1 for b in hit if pool.ref_count[b] == 0)
             pool.touch(hit)
@@ -123,29 +168,31 @@ class CachingSimulator(Simulator):
             req.cached_tokens = len(hit) * self.cache.block_size
         req.lost = 0
         if blocks > 0:
-            ids.extend(pool.take(blocks))
-        full = min(tokens, req.prompt + req.generated) // self.cache.block_size
-        if full > req.named:
-            keys = self._prompt_keys(req)
-            for j in range(req.named, full):
-                pool.name(ids[j], self._key(req, keys, j))
-            req.named = full
+            if len(self._taken) >= blocks:          # counted blocks already taken serve as well as any
+                ids.extend(self._taken[-blocks:])
+                del self._taken[-blocks:]
+            else:
+                ids.extend(pool.take(blocks))
         req.blocks = len(ids)
-        self.cache.free = pool.num_free
+        if tokens > req.named * self.cache.block_size:
+            self._name_full_blocks(req, tokens)
 
-    def free_blocks(self, req: CachedRequest) -> None:
-        if req.block_ids:
-            self.pool.release(req.block_ids)
-            req.block_ids = []
+    def free_blocks(self, req) -> None:
+        self._take_counted()        # every counted take came before this release
+        self._catch_up(req)
+        self._name_full_blocks(req, req.computed)
+        freed = self.pool.release(req.block_ids) if req.block_ids else 0
+        self.cache.free += freed
+        req.block_ids = []
         req.named = 0
         req.blocks = 0
-        self.cache.free = self.pool.num_free
-
-    def preempt(self, req: CachedRequest, swap: bool = False) -> None:
-        lost = req.computed
-        super().preempt(req, swap)
-        if not req.swapped:
-            req.lost = lost
+        req.lost = req.computed
 
     def _cached_tokens(self) -> np.ndarray:
         return np.array([max(r.cached_tokens, 0) for r in self.requests], dtype=np.int64)
+
+
+class CachingSimulator(PrefixCaching, Simulator):
+    """The exact engine with automatic prefix caching (see the module's docstring for the rules)."""
+
+    request_class = CachedRequest

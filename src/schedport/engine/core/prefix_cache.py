@@ -98,11 +98,12 @@ class PrefixCache:
         self.block_hash[block] = block_hash
         self.holders.setdefault(block_hash, {})[block] = None
 
-    def free(self, ordered: Sequence[int]) -> None:
+    def free(self, ordered: Sequence[int]) -> int:
         """Drop one reference on each block, first-to-evict first; released blocks rejoin the queue.
 
         Released blocks with a hash join the tail in the given order (they stay hittable until
-        evicted); released blocks without one go to the head, the first of them first.
+        evicted); released blocks without one go to the head, the first of them first. Returns
+        how many blocks were released (another request still holds the rest).
         """
         hashed, unhashed = [], []
         for b in ordered:
@@ -114,6 +115,7 @@ class PrefixCache:
             self.free_queue.move_to_end(b, last=False)
         for b in hashed:
             self.free_queue[b] = None
+        return len(hashed) + len(unhashed)
 
     def _evict(self, b: int) -> None:
         h = self.block_hash[b]
@@ -159,6 +161,6 @@ class PrefixCache:
             return full
         return cached
 
-    def release(self, blocks: Sequence[int]) -> None:
-        """Free a finished or preempted request's blocks, tail first."""
-        self.free(blocks[::-1])
+    def release(self, blocks: Sequence[int]) -> int:
+        """Free a finished or preempted request's blocks, tail first; how many were released."""
+        return self.free(blocks[::-1])

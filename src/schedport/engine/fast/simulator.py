@@ -42,17 +42,18 @@ class FastSimulator(DecodeCohort, Simulator):
 
     exact = False
     request_class = CohortRequest
+    cohort_allowed = True   # decodes may advance as a cohort (the prefix-caching engine's may not)
     rank_order = None       # a preemptive order's kept rank order (`RankTracker`), once the planner makes it
 
     def __init__(self, trace, policy, *args, **kwargs):
         # VTC and ltr run in their fast forms, which count the cohort's tokens (`fast.forms`)
-        super().__init__(trace, with_fast_form(policy), *args, **kwargs)
+        super().__init__(trace, with_fast_form(policy) if self.cohort_allowed else policy, *args, **kwargs)
         # running requests that decode one token per step are advanced together by bumping
         # `decode_clock` instead of touching each one; a member's true computed/generated counts
         # are its fields plus (decode_clock - sync). `sync_all` makes every field true before any
         # per-request decision.
         sched = self.sched
-        self.bulk = not sched.order.per_request_steps     # decode steps advance the cohort in bulk
+        self.bulk = self.cohort_allowed and not sched.order.per_request_steps   # decode steps advance in bulk
         if self.bulk:
             sched.planner = FastPlanner(self, sched.mode)
         self.decode_clock = 0

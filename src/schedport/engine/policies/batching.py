@@ -268,6 +268,8 @@ class Continuous(BatchingMode):
                 need = sim.blocks_to_allocate(req, done + k, hit)
                 if need > cache.free - wm and pending:
                     self._make_room(need + wm, pending, plan)
+                    if hit:     # a victim may have held the hit blocks: now they too cost free blocks
+                        need = sim.blocks_to_allocate(req, done + k, hit)
                 if need > cache.free - wm:
                     admitting = False                   # head-of-line: nothing ranked below it starts
                     continue
