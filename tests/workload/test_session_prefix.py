@@ -10,6 +10,9 @@ nothing. The expected ids below are written out by hand from the fixture's token
 from __future__ import annotations
 
 import csv
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -203,3 +206,115 @@ def test_a_malformed_session_id_names_file_line_and_column(tmp_path, cell, why):
 def test_other_adapters_do_not_take_the_option():
     with pytest.raises(ConfigError, match="unknown selection option"):
         sources.read("azure", [FIX / "azure_conv_small.csv"], prefix="sessions")
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "schedport.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=600)
+
+
+def _error_line(p: subprocess.CompletedProcess) -> str:
+    assert p.returncode != 0 and "Traceback" not in p.stderr + p.stdout, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip() and not ln.startswith("reading ")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    return lines[0]
+
+
+def test_convert_with_prefix_sessions_writes_the_ids_and_says_they_are_assumed(tmp_path):
+    out = tmp_path / "t.csv"
+    p = cli("trace", "convert", "--from", "burstgpt", SESSIONS, "--prefix", "sessions", "--out", out)
+    assert p.returncode == 0, p.stderr
+    said = " ".join(p.stdout.split())
+    assert "prefix identity derived from sessions (assumed): each turn's prompt is the previous" in said
+    assert "7 of 8 requests in the files are in sessions; 1 of 8 requests (12.5%) contradict it" in said
+    t = load_trace(out)
+    assert [t.hash_ids_of(i).tolist() for i in range(len(t))] == EXPECTED_IDS
+    assert out.read_text().splitlines()[0] == "arrival_s,input_tokens,output_tokens,client_id,hash_ids@16"
+
+
+def test_convert_prefix_bad_input_is_one_line(tmp_path):
+    out = tmp_path / "t.csv"
+    assert _error_line(cli("trace", "convert", "--from", "burstgpt", FIX / "burstgpt_v1.csv", "--prefix",
+                           "sessions", "--out", out)) == (
+        "error: burstgpt_v1.csv: line 1: missing column 'Session ID' (prefix = \"sessions\" derives the prefix "
+        "identity from sessions: BurstGPT_3's layout)")
+    assert _error_line(cli("trace", "convert", "--from", "azure", FIX / "azure_conv_small.csv", "--prefix",
+                           "sessions", "--out", out)) == (
+        "error: --prefix sessions needs --from burstgpt (a source with session ids), not azure")
+    assert _error_line(cli("trace", "convert", "--from", "burstgpt", SESSIONS, "--prefix", "session",
+                           "--out", out)) == "error: burstgpt: prefix must be \"sessions\" or \"none\", not 'session'"
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------- corpus manifest and report
+
+SPEC = """
+name = "sess"
+[[sources]]
+name = "chats"
+adapter = "burstgpt"
+cite = "BurstGPT_3 (Wang et al., KDD 2025)"
+files = ["burstgpt_sessions.csv"]
+options = { prefix = "sessions" }
+windows = { rule = "contiguous", count = 2, duration_s = 20 }
+"""
+
+
+@pytest.fixture()
+def corpus(tmp_path, monkeypatch):
+    from schedport.workload import corpus as cp
+    from schedport.workload import datadir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(datadir, "_fetch", lambda url, dest: (_ for _ in ()).throw(OSError("offline (test)")))
+    (tmp_path / "burstgpt_sessions.csv").write_bytes(SESSIONS.read_bytes())
+    (tmp_path / "s.toml").write_text(SPEC)
+    return cp.build_corpus(tmp_path / "s.toml", tmp_path / "nodata", tmp_path / "c"), tmp_path / "c"
+
+
+def test_the_manifest_labels_the_prefix_identity_an_assumption(corpus):
+    from schedport.workload import corpus as cp
+
+    c, path = corpus
+    assert cp.verify_corpus(path) == []
+    src = c.manifest["sources"]["chats"]["prefix"]
+    assert {k: src[k] for k in EXPECTED_RECORD} == EXPECTED_RECORD
+    for w in c.windows:
+        assert w.meta["prefix"] == src
+        t = c.trace(w.window_id)
+        assert t.hash_block_size == 16
+    w1 = c.trace(c.windows[1].window_id)   # [20, 40) s: the turns at 20, 30 and 35 (25 failed)
+    assert [w1.hash_ids_of(i).tolist() for i in range(len(w1))] == EXPECTED_IDS[3:6]
+
+
+def test_the_report_lists_the_source_with_its_assumed_prefix_identity(corpus):
+    from schedport.analysis.provenance import source_info
+    from schedport.analysis.store_loading import load_workload
+
+    c, path = corpus
+    wl = load_workload(path)
+    info = source_info("chats", wl["corpus_sources"])
+    assert info["prefix"] == {"derived_from": "sessions", "assumed": True, "block_tokens": 16,
+                              "requests": 8, "contradicting": 1, "contradicting_share": 0.125}
+    assert ("Prefix identity derived from sessions (assumed: each turn's prompt is the previous turn's prompt "
+            "and reply plus new tokens; 1 of 8 requests, 12.5%, contradict it).") in info["note"]
+    # a source without it says nothing of the kind
+    assert "prefix" not in source_info("azure", {"azure": {"adapter": "azure"}})
+    assert json.dumps(info)   # goes into portability.json as it is
+
+
+def test_the_report_page_shows_the_label_in_its_data_sources(corpus):
+    from schedport.analysis.provenance import provenance
+    from schedport.analysis.store_loading import load_workload
+    from schedport.report.html import _provenance
+
+    c, path = corpus
+    prov = provenance({"corpus_sha256": c.corpus_sha256}, ["chats"], None, load_workload(path)["corpus_sources"])
+    page = " ".join(_provenance({"provenance": prov}).split())
+    assert ("<b>chats</b>: chats. License: unknown (see the citation). Cite: BurstGPT_3 (Wang et al., KDD 2025). "
+            "a source of the corpus&#x27;s own spec, cited as the spec cites it. Prefix identity derived from sessions "
+            "(assumed: each turn&#x27;s prompt is the previous turn&#x27;s prompt and reply plus new tokens; 1 of 8 "
+            "requests, 12.5%, contradict it).") in page
