@@ -233,6 +233,8 @@ def test_convert_with_prefix_sessions_writes_the_ids_and_says_they_are_assumed(t
     t = load_trace(out)
     assert [t.hash_ids_of(i).tolist() for i in range(len(t))] == EXPECTED_IDS
     assert out.read_text().splitlines()[0] == "arrival_s,input_tokens,output_tokens,client_id,hash_ids@16"
+    r = cli("simulate", "--trace", out, "--scheduler", "vllm-fcfs", "--out", tmp_path / "run")
+    assert r.returncode == 0, r.stderr   # simulate reads the derived ids
 
 
 def test_convert_prefix_bad_input_is_one_line(tmp_path):

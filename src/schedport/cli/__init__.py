@@ -432,9 +432,9 @@ def trace_convert(
     seed: int = typer.Option(0, "--seed", metavar="N", help="servegen: generation seed."),
     rate_scale: float = typer.Option(1.0, "--rate-scale", metavar="NUMBER",
                                      help="servegen: multiply every client's rate."),
-    prefix: Optional[str] = typer.Option(None, "--prefix", metavar="sessions",
-                                         help="burstgpt: derive the prefix identity from the sessions "
-                                              "(an assumption; docs/corpus.md)."),
+    prefix: Optional[str] = typer.Option(None, "--prefix", metavar="MODE",
+                                         help="burstgpt: 'sessions' derives the prefix identity from the "
+                                              "sessions (an assumption; docs/corpus.md)."),
 ) -> None:
     """Turn a public trace file into the canonical trace, reporting what was dropped and why."""
     from schedport import api
