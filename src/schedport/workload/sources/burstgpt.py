@@ -30,7 +30,7 @@ import pandas as pd
 from schedport.errors import ConfigError
 from schedport.workload.prefix import SESSION_BLOCK_TOKENS, session_prefix_ids, session_prefix_record
 from schedport.workload.sources._common import (
-    DROP_REASONS as ALL_REASONS, FAILED, SELECTION_KEYS, ZERO_IN, AdapterResult, BadRows, cached_load,
+    DROP_REASONS as ALL_REASONS, FAILED, ZERO_IN, AdapterResult, BadRows, cached_load,
     cached_load_many, check_selection, check_sorted, decode_text, fail, object_column, origin_entry,
     parse_float_column, parse_int_column, parse_table, read_all, read_bytes, Rows, token_reasons, window_result,
 )
@@ -263,7 +263,7 @@ def read(paths: list[Path], **selection) -> AdapterResult:
     """
     selection = dict(selection)
     sessions = _prefix_mode(selection)
-    sel = check_selection("burstgpt", selection, (*SELECTION_KEYS,))
+    sel = check_selection("burstgpt", selection)
     if not sessions:
         rows, origin = read_all(paths, _read_file, sel["bad_rows"])
         check_sorted(rows, "Timestamp")
