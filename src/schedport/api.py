@@ -568,30 +568,36 @@ def is_trace_file(path) -> bool:
 class TraceConversion:
     """What `convert_trace` wrote: the canonical file, its requests, the rows dropped per reason
     (every reason the adapter checks, 0 included) and the things skipped as a whole (one line
-    each, "name: why")."""
+    each, "name: why"); `prefix`, for a prefix identity derived from sessions, the record of that
+    assumption (`schedport.workload.prefix.session_prefix_record`), else None."""
 
     out: Path
     n_requests: int
     dropped: dict
     skipped: tuple
+    prefix: dict | None = None
 
 
 def convert_trace(inputs, fmt: str, out, *, start_s: float | None = None, duration_s: float | None = None,
                   rows: int | None = None, slot_s: int | None = None, seed: int = 0,
-                  rate_scale: float = 1.0) -> TraceConversion:
+                  rate_scale: float = 1.0, prefix: str | None = None) -> TraceConversion:
     """Turn public trace file(s) `inputs` of format `fmt` (azure, burstgpt, servegen, jsonl,
     canonical: `schedport.workload.sources`) into the canonical trace at `out` (CSV or Parquet).
 
     The selection is a window (`start_s`, `duration_s`, seconds from the file's start) or the
     first `rows` requests; servegen generates the 600 s slot starting at `slot_s` with `seed`,
-    every client's rate times `rate_scale`. `out` is checked first: never one of the inputs,
-    never inside a corpus or a results store. A selection with no usable request writes nothing
-    and is a one-line error.
+    every client's rate times `rate_scale`. ``prefix="sessions"`` (burstgpt only) derives the
+    prefix identity from the files' sessions, an assumption the result's `prefix` records
+    (docs/corpus.md, "Prefix identity from sessions"). `out` is checked first: never one of the
+    inputs, never inside a corpus or a results store. A selection with no usable request writes
+    nothing and is a one-line error.
     """
     from schedport.workload import sources
     from schedport.workload.trace import save_trace
 
     paths = [Path(p) for p in ([inputs] if isinstance(inputs, (str, Path)) else inputs)]
+    if prefix is not None and prefix != "none" and fmt != "burstgpt":
+        raise SchedportError(f"--prefix {prefix} needs --from burstgpt (a source with session ids), not {fmt}")
     claim_file(out, made_by=is_trace_file, command="schedport trace convert", inputs=paths)
     output_file(out)
     sel = {k: v for k, v in dict(start_s=start_s, duration_s=duration_s, rows=rows).items() if v is not None}
@@ -599,11 +605,13 @@ def convert_trace(inputs, fmt: str, out, *, start_s: float | None = None, durati
         if slot_s is None:
             raise SchedportError("--from servegen needs --slot SECONDS (the 600 s window to generate)")
         sel = {"slot_start_s": slot_s, "seed": seed, "rate_scale": rate_scale}
+    if prefix is not None:
+        sel["prefix"] = prefix
     res = sources.read(fmt, paths, **sel)
     if len(res.trace) == 0:
         raise SchedportError(f"{paths[0]}: the selection holds no usable request")
     save_trace(res.trace, out)
-    return TraceConversion(Path(out), len(res.trace), dict(res.dropped), tuple(res.skipped))
+    return TraceConversion(Path(out), len(res.trace), dict(res.dropped), tuple(res.skipped), res.prefix)
 
 
 # --------------------------------------------------------------------------- a policy of your own

@@ -58,11 +58,30 @@ def source_info(label: str, corpus_sources: Optional[dict] = None) -> dict:
     rec = rec if isinstance(rec, dict) else {}
     key = builtin_source(label)
     if key is not None and rec.get("adapter") in (None, BUILTIN_SOURCES[key]):
-        return {"source": label, **dict(SOURCE_INFO)[key]}
+        return _with_prefix({"source": label, **dict(SOURCE_INFO)[key]}, rec)
     cite = rec.get("cite") if isinstance(rec.get("cite"), str) and rec.get("cite") else None
-    return {"source": label, "name": label, "license": "unknown (see the citation)" if cite else "unknown",
-            "citation": cite or "not known to schedport", "modeled": bool(rec.get("modeled")),
-            "note": "a source of the corpus's own spec, cited as the spec cites it" if cite else "", "user": True}
+    return _with_prefix({"source": label, "name": label, "license": "unknown (see the citation)" if cite else "unknown",
+                         "citation": cite or "not known to schedport", "modeled": bool(rec.get("modeled")),
+                         "note": "a source of the corpus's own spec, cited as the spec cites it" if cite else "",
+                         "user": True}, rec)
+
+
+_PREFIX_KEYS = ("derived_from", "assumed", "block_tokens", "requests", "contradicting", "contradicting_share")
+
+
+def _with_prefix(info: dict, rec: dict) -> dict:
+    """`info` labelled with the corpus's record of a prefix identity derived from sessions (an
+    assumption, with the share of requests that contradict it), when the source has one."""
+    p = rec.get("prefix")
+    if not isinstance(p, dict) or p.get("derived_from") != "sessions" or not all(k in p for k in _PREFIX_KEYS):
+        return info
+    info["prefix"] = {k: p[k] for k in _PREFIX_KEYS}
+    line = (f"Prefix identity derived from sessions (assumed: {p.get('assumption', 'see the corpus manifest')}; "
+            f"{p['contradicting']} of {p['requests']} requests, {100 * float(p['contradicting_share']):.1f}%, "
+            "contradict it).")
+    note = str(info.get("note") or "")
+    info["note"] = f"{note}{'' if not note or note.endswith('.') else '.'} {line}".strip()
+    return info
 
 
 def provenance(manifest: dict, sources: list[str], results_dir: Optional[str],

@@ -315,7 +315,8 @@ def load_workload(corpus_dir, expect_corpus: Optional[str] = None) -> dict:
     found = [n for n, _, _ in _WORKLOAD_STATS if any(n in r for r in rows)]
     srcs = man.get("sources") if isinstance(man.get("sources"), dict) else {}
     corpus_sources = {str(k): {"cite": v.get("cite"), "modeled": v.get("modeled"), "adapter": v.get("adapter"),
-                               **({"fidelity": v["fidelity"]} if isinstance(v.get("fidelity"), dict) else {})}
+                               **({"fidelity": v["fidelity"]} if isinstance(v.get("fidelity"), dict) else {}),
+                               **({"prefix": v["prefix"]} if isinstance(v.get("prefix"), dict) else {})}
                       for k, v in srcs.items() if isinstance(v, dict)}
     return {"available": True, "corpus_dir": str(d), "corpus_sha256": h, "stats": found, "windows": rows,
             "corpus_sources": corpus_sources, "note": f"{len(rows)} windows from {mpath}"}

@@ -432,6 +432,9 @@ def trace_convert(
     seed: int = typer.Option(0, "--seed", metavar="N", help="servegen: generation seed."),
     rate_scale: float = typer.Option(1.0, "--rate-scale", metavar="NUMBER",
                                      help="servegen: multiply every client's rate."),
+    prefix: Optional[str] = typer.Option(None, "--prefix", metavar="MODE",
+                                         help="burstgpt: 'sessions' derives the prefix identity from the "
+                                              "sessions (an assumption; docs/corpus.md)."),
 ) -> None:
     """Turn a public trace file into the canonical trace, reporting what was dropped and why."""
     from schedport import api
@@ -439,9 +442,15 @@ def trace_convert(
     for p in inputs:
         _say_reading(p)
     res = api.convert_trace(list(inputs), fmt, out_path, start_s=start, duration_s=duration, rows=rows, slot_s=slot,
-                            seed=seed, rate_scale=rate_scale)
+                            seed=seed, rate_scale=rate_scale, prefix=prefix)
     dropped = ", ".join(f"{k}={v}" for k, v in res.dropped.items() if v) or "none"
     out.print(f"wrote {res.n_requests} requests to {out_path}; dropped: {dropped}")
+    if res.prefix:
+        p = res.prefix
+        out.print(f"prefix identity derived from sessions (assumed): {p['assumption']}, in blocks of "
+                  f"{p['block_tokens']} tokens; {p['in_sessions']} of {p['requests']} requests in the files are in "
+                  f"sessions; {p['contradicting']} of {p['requests']} requests "
+                  f"({100 * p['contradicting_share']:.1f}%) contradict it and share nothing")
     if res.skipped:
         names = [s.split(":")[0] for s in res.skipped]
         out.print(f"skipped {len(names)}: {', '.join(names)} (see `sources.read(...).skipped` for why)")

@@ -71,6 +71,7 @@ from schedport.workload.corpus_manifest import (  # noqa: F401  (re-exported: th
 )
 from schedport.workload.corpus_spec import ADAPTERS, RULES, TABULAR, default_spec_path, load_spec  # noqa: F401
 from schedport.workload.corpus_spec import SourceSpec, resolve_sources
+from schedport.workload.prefix import merged_prefix_record
 from schedport.workload.corpus_windows import (  # noqa: F401
     STRATA, STRATUM_STEP, TILE_EPS_S, cut_window, manifest_entry, stratified_start, tile_windows, window_plans,
 )
@@ -205,6 +206,9 @@ def _manifest(spec: dict, entries: list[dict], srcs: list[SourceSpec], variants:
                            "modeled": s.adapter == MODELED_ADAPTER,
                            "label": source_label(s.adapter),
                            **({"fallback_for": s.spec["fallback_for"]} if "fallback_for" in s.spec else {})}
+        prefix = merged_prefix_record([e["prefix"] for e in entries if e["source"] == s.name and "prefix" in e])
+        if prefix is not None:
+            sources[s.name]["prefix"] = prefix
         if s.adapter == MODELED_ADAPTER:
             from schedport.workload.modelcheck import fidelity_record
             from schedport.workload.sources.burstgpt_model import api_share, params_sha256, with_options

@@ -270,4 +270,6 @@ def manifest_entry(src: SourceSpec, part: SourcePart, plan: WindowPlan, res, sel
               "origin_file": ofile, "origin_sha256": osha, "origin_files": nfiles,
               "dropped": dict(res.dropped), "n_dropped": int(sum(res.dropped.values())),
               "skipped": list(res.skipped), "notes": list(res.notes)})
+    if getattr(res, "prefix", None) is not None:   # a derived prefix identity: the assumption, labelled
+        e["prefix"] = dict(res.prefix)
     return e

@@ -3,7 +3,8 @@
 `read(fmt, paths, **selection)` dispatches to one module per format (`FORMATS`):
 
 - ``azure``: Azure LLM inference trace CSV (Patel et al., Splitwise, ISCA 2024).
-- ``burstgpt``: BurstGPT CSV, columns by name (Wang et al., BurstGPT, KDD 2025).
+- ``burstgpt``: BurstGPT CSV, columns by name (Wang et al., BurstGPT, KDD 2025); with
+  ``prefix="sessions"`` a prefix identity derived from its sessions, labelled an assumption.
 - ``servegen``: a ServeGen client-pool folder; a window is *generated* for one 600 s slot
   (ServeGen, arXiv 2505.09999; Alibaba Bailian).
 - ``jsonl``: Mooncake-style JSONL (Qin et al., Mooncake, FAST 2025) or a user's own.

@@ -51,6 +51,9 @@ class AdapterResult:
     origin:  the files read, each ``{"name": <file name>, "sha256": <hex of the bytes on disk>}``,
              in the order they were read.
     notes:   how the adapter handled known quirks of the data in this call (for manifests).
+    prefix:  where the trace's prefix identity was derived rather than read (BurstGPT's sessions):
+             the manifest's record of that assumption (`schedport.workload.prefix.session_prefix_record`);
+             None when the ids are the data's own or there are none.
     clock:   (first, last) time of the files' rows that have one, kept or dropped, on the files'
              own clock (tabular formats; None otherwise): where a rule that tiles a file starts
              and ends, so a dropped first or last row falls inside a window and is counted.
@@ -62,6 +65,7 @@ class AdapterResult:
     origin: list[dict]
     notes: list[str] = field(default_factory=list)
     clock: tuple[float, float] | None = None
+    prefix: dict | None = None
 
     @property
     def n_dropped(self) -> int:
@@ -528,8 +532,30 @@ def cached_load(kind: str, path: Path, bad_rows: str, loader):
     return value
 
 
+def cached_load_many(kind: str, paths: list[Path], bad_rows: str, loader):
+    """`loader(paths, bad_rows)` memoised, as `cached_load` is, for files read together (what is
+    derived across files, such as sessions that go on from one file to the next)."""
+    key = [kind, bad_rows]
+    for p in paths:
+        try:
+            st = Path(p).stat()
+        except OSError:
+            return loader(paths, bad_rows)
+        key.append((str(Path(p).resolve()), st.st_size, st.st_mtime_ns))
+    key = tuple(key)
+    hit = _ROWS_CACHE.get(key)
+    if hit is not None:
+        _ROWS_CACHE.move_to_end(key)
+        return hit
+    value = loader(paths, bad_rows)
+    _ROWS_CACHE[key] = value
+    while len(_ROWS_CACHE) > ROWS_CACHE_SIZE:
+        _ROWS_CACHE.popitem(last=False)
+    return value
+
+
 def clear_cache() -> None:
-    """Forget the parsed tabular files kept by `cached_load`."""
+    """Forget the parsed tabular files kept by `cached_load` and `cached_load_many`."""
     _ROWS_CACHE.clear()
 
 

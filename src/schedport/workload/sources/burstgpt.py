@@ -21,16 +21,18 @@ same rows, so a user with the full files and the slices go through one code path
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from schedport.errors import ConfigError
+from schedport.workload.prefix import SESSION_BLOCK_TOKENS, session_prefix_ids, session_prefix_record
 from schedport.workload.sources._common import (
-    DROP_REASONS as ALL_REASONS, FAILED, ZERO_IN, AdapterResult, BadRows, cached_load, check_selection,
-    check_sorted, decode_text, fail, origin_entry, parse_float_column, parse_int_column, parse_table,
-    read_all, read_bytes, Rows, token_reasons, window_result,
+    DROP_REASONS as ALL_REASONS, FAILED, ZERO_IN, AdapterResult, BadRows, cached_load,
+    cached_load_many, check_selection, check_sorted, decode_text, fail, object_column, origin_entry,
+    parse_float_column, parse_int_column, parse_table, read_all, read_bytes, Rows, token_reasons, window_result,
 )
 
 REQUIRED = ("Timestamp", "Model", "Request tokens", "Response tokens", "Log Type")
@@ -188,6 +190,59 @@ def read_records(paths: list[Path], *, sessions: bool = False) -> Records:
                    has_sessions=all(p.session is not None for p in parts))
 
 
+PREFIX_MODES = ("sessions", "none")
+
+
+def _bad_session_id(s: str) -> bool:
+    """A session id is one word of printable characters (BurstGPT_3's are UUIDs): a space, a tab
+    or a control character means the column holds something else."""
+    return not s.isprintable() or any(c.isspace() for c in s)
+
+
+def _session_rows(paths: list[Path], bad_rows: str) -> tuple[Rows, list[dict], dict]:
+    """The files' rows with block ids derived from their sessions (`session_prefix_ids`), the
+    files' origin and the manifest's record of the assumption.
+
+    Every file needs a ``Session ID`` column; a session id that is not one word of printable
+    characters is an error naming file, line and column (an ``unparsable_row`` with
+    ``bad_rows="drop"``). Turns are the kept rows in file order (time order: the files are
+    sorted); dropped rows (failures, zero input, unparsable) are not turns.
+    """
+    parts = [_parsed(p, bad_rows) for p in paths]
+    for p, part in zip(paths, parts):
+        if part.session is None:
+            raise fail(p, "line 1", f"missing column {SESSION!r} (prefix = \"sessions\" derives the prefix "
+                                    "identity from sessions: BurstGPT_3's layout)")
+    rows = Rows.concat([p.rows for p in parts])
+    origin = [p.origin for p in parts]
+    check_sorted(rows, "Timestamp")
+    session = np.concatenate([p.session for p in parts])
+    wrong = np.array([s is not None and _bad_session_id(s) for s in session], dtype=bool) & ~rows.bad
+    if wrong.any():
+        j = int(np.flatnonzero(wrong)[0])
+        if bad_rows == "error":
+            raise fail(rows.paths[int(rows.file_index[j])], f"{rows.unit} {int(rows.lines[j])}",
+                       f"column {SESSION!r}: {session[j]!r} is not a session id (one word of printable "
+                       "characters, no spaces)")
+        bad = rows.bad | wrong   # a new Rows: the cached per-file rows stay untouched
+        rows = replace(rows, bad=bad, time=np.where(bad, np.nan, rows.time))
+    turns = np.flatnonzero(~rows.bad & (rows.reason == 0))
+    ids, counts = session_prefix_ids(session[turns], rows.input_tokens[turns], rows.output_tokens[turns])
+    empty = np.zeros(0, dtype=np.int64)
+    per_row = object_column([empty] * len(rows.time))
+    per_row[turns] = ids
+    rows = replace(rows, hash_ids=per_row, hash_block_size=SESSION_BLOCK_TOKENS)
+    return rows, origin, session_prefix_record(counts, origin)
+
+
+def _prefix_mode(selection: dict) -> bool:
+    """Pop and check the ``prefix`` option: True for ``"sessions"``, False for ``"none"`` or absent."""
+    mode = selection.pop("prefix", "none")
+    if not isinstance(mode, str) or mode not in PREFIX_MODES:
+        raise ConfigError(f"burstgpt: prefix must be \"sessions\" or \"none\", not {mode!r}")
+    return mode == "sessions"
+
+
 def read(paths: list[Path], **selection) -> AdapterResult:
     """Read BurstGPT CSV file(s) (concatenated in the order given) into a window.
 
@@ -199,9 +254,22 @@ def read(paths: list[Path], **selection) -> AdapterResult:
     ``zero_input_tokens`` (a response to 0 request tokens). Timestamps must not go backwards
     (the published files are sorted); a row that does is an error naming its line.
     arrival_s is relative to ``start_s`` when given, else to the first kept row.
+
+    ``prefix="sessions"`` gives the trace a prefix identity derived from the files' ``Session ID``
+    (``hash_ids@16``, `schedport.workload.prefix.session_prefix_ids`), over every row of the files
+    so a window's turns keep what their earlier turns gave them; `AdapterResult.prefix` records
+    that it is an assumption and how many requests contradict it. ``"none"`` (the default) reads
+    no session.
     """
+    selection = dict(selection)
+    sessions = _prefix_mode(selection)
     sel = check_selection("burstgpt", selection)
-    rows, origin = read_all(paths, _read_file, sel["bad_rows"])
-    check_sorted(rows, "Timestamp")
-    return window_result(rows, sel, paths, origin, rebase_to_first=True,
-                         reasons=DROP_REASONS)
+    if not sessions:
+        rows, origin = read_all(paths, _read_file, sel["bad_rows"])
+        check_sorted(rows, "Timestamp")
+        return window_result(rows, sel, paths, origin, rebase_to_first=True, reasons=DROP_REASONS)
+    rows, origin, record = cached_load_many("burstgpt-sessions", [Path(p) for p in paths], sel["bad_rows"],
+                                            _session_rows)
+    res = window_result(rows, sel, paths, origin, rebase_to_first=True, reasons=DROP_REASONS)
+    res.prefix = dict(record)
+    return res
