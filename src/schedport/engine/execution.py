@@ -5,6 +5,7 @@ latency-anchored capacity both call), and `SimulationResult`, what a simulation 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from collections.abc import Mapping
@@ -101,7 +102,14 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
     (see there for the table, the summary and ``[latency] request_overhead_s``), with its
     arguments already checked. `advice` ends the error of a metrics horizon too short for any
     request (`check_metrics_horizon`): what to change, in the caller's terms.
+
+    A trace with a warm-up (`Trace.warmup`, docs/corpus.md "Warm caches") is simulated whole, its
+    warm-up first, and measured on the rest only (`measured_summary`): the table keeps every
+    request and flags the warm-up in a ``warmup`` column (absent for a trace without one).
     """
+    if trace.warmup >= len(trace):
+        raise SchedportError(f"{trace.name}: every request is a warm-up request; a run needs at least one "
+                             f"measured request")
     trace = served_trace(trace, cfg)
     lat = make_latency_model(cfg)
     alone = lat.alone_time(trace.input_tokens, trace.output_tokens) if len(trace) else np.zeros(0)
@@ -110,8 +118,7 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
     overhead = cfg.request_overhead_s
     engine_trace = trace
     if overhead:
-        engine_trace = Trace(trace.arrival_s + overhead, trace.input_tokens, trace.output_tokens,
-                             trace.client_id, trace.name)
+        engine_trace = dataclasses.replace(trace, arrival_s=trace.arrival_s + overhead)
     # The run's objects are freed (`release`) before the cyclic collector is back, so they never
     # add to what its next pass walks.
     # A user's policy runs its own code in the binding and the run: what it raises there, a
@@ -139,15 +146,19 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
         arrival_s=trace.arrival_s, input_tokens=trace.input_tokens, output_tokens=trace.output_tokens,
         client_id=trace.client_id, status=out.status, first_token_s=out.first_token_s, finish_s=out.finish_s,
         preemptions=out.preemptions)
-    if span > 0:
-        horizon = cfg.horizon_factor * span
-    else:
-        fin = out.finish_s[np.isfinite(out.finish_s)]
-        horizon = cfg.horizon_factor * max(float(fin.max() - trace.arrival_s[0]) if fin.size else 1.0, 1e-9)
     if overhead:
         alone = alone + overhead
-    summary = summarize(columns, horizon_s=horizon, slo_profiles=cfg.slo_profiles, alone_s=alone,
-                        counters=counters)
+    if trace.warmup:
+        summary = measured_summary(columns, trace.warmup, cfg, alone, counters)
+        columns["warmup"] = np.arange(len(trace)) < trace.warmup
+    else:
+        if span > 0:
+            horizon = cfg.horizon_factor * span
+        else:
+            fin = out.finish_s[np.isfinite(out.finish_s)]
+            horizon = cfg.horizon_factor * max(float(fin.max() - trace.arrival_s[0]) if fin.size else 1.0, 1e-9)
+        summary = summarize(columns, horizon_s=horizon, slo_profiles=cfg.slo_profiles, alone_s=alone,
+                            counters=counters)
     reasons = out.reject_reason
 
     def table() -> pd.DataFrame:
@@ -161,3 +172,24 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
     # the same columns, `reject_reason` last, for `save` to write without the DataFrame
     saved = {**columns, "reject_reason": np.array([r or None for r in reasons], dtype=object)}
     return SimulationResult(table, summary, scale, columns=saved)
+
+
+def measured_summary(columns: Mapping[str, np.ndarray], warmup: int, cfg: EngineConfig, alone: np.ndarray,
+                     counters: dict) -> dict:
+    """The run summary of a trace whose first `warmup` requests are a warm-up: `summarize` over the
+    measured requests alone, as if they were the whole trace. Their first arrival is the time
+    origin, the metrics horizon is `[metrics] horizon_factor` x their arrival span, and every
+    count, latency, attainment and goodput is theirs; ``preemptions`` is the sum of their own.
+    The engine's other counters (iterations, recomputed tokens, swapped bytes, ...) are the
+    run's totals, warm-up included: the engine keeps them per run, not per request."""
+    measured = {k: np.asarray(v)[warmup:] for k, v in columns.items()}
+    arrival = measured["arrival_s"]
+    span = float(arrival[-1] - arrival[0])
+    if span > 0:
+        horizon = cfg.horizon_factor * span
+    else:
+        fin = measured["finish_s"][np.isfinite(measured["finish_s"])]
+        horizon = cfg.horizon_factor * max(float(fin.max() - arrival[0]) if fin.size else 1.0, 1e-9)
+    counters = {**counters, "preemptions": int(measured["preemptions"].sum())}
+    return summarize(measured, horizon_s=horizon, slo_profiles=cfg.slo_profiles, alone_s=alone[warmup:],
+                     counters=counters)
