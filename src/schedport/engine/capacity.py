@@ -310,7 +310,8 @@ def load_scale(trace: Trace, load: float, engine: EngineConfig | str | Path | No
         raise SchedportError(f"--load must be a positive, finite number, got {load!r}")
     measured = trace.measured()
     if len(measured) < 2 or measured.span_s <= 0:
-        raise TraceError(f"{trace.name}: --load needs at least two measured requests with distinct arrival "
+        what = "measured requests" if trace.warmup else "requests"
+        raise TraceError(f"{trace.name}: --load needs at least two {what} with distinct arrival "
                          f"times (the offered rate is undefined otherwise)")
     cfg = resolve_engine(engine)
     rdef = parse_region_def(region_def, list(cfg.slo_profiles))
