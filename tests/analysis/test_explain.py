@@ -513,3 +513,14 @@ def test_explain_selection_is_k_or_a_list_of_numbers():
     for bad, msg in (("0", "at least 1"), ("2,11", "between 1 and 10"), ("2,2", "distinct"), ("x", "expected K")):
         with pytest.raises(SchedportError, match=msg):
             parse_selection(bad, 10)
+
+
+def test_a_window_with_a_warm_up_gets_no_variant_yet():
+    """A variant is rebuilt from the window's columns and would silently lose its warm-up (and
+    its prefix identity): refused in one line until variants carry them."""
+    warm = Trace.from_arrays([0.0, 1.0, 2.0, 3.0], [10, 20, 30, 40], [1, 2, 3, 4], name="w", warmup=1)
+    v = Variant("burstiness", warm.name, warm.content_sha256())
+    with pytest.raises(SchedportError, match="window w has a warm-up") as info:
+        build_variant(v, warm)
+    assert "\n" not in str(info.value)
+    assert build_variant(Variant("original", warm.name, warm.content_sha256()), warm) is warm

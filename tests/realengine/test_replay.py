@@ -846,3 +846,19 @@ def test_cli_replay_reports_progress_on_long_runs(fake, monkeypatch, capsys, cli
     assert p.returncode == 0, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.startswith("replay: ")]
     assert lines and lines[-1].startswith("replay: 5/5 requests finished"), p.stderr
+
+
+def test_replay_sends_a_warm_up_but_measures_only_the_window(fake):
+    """A trace's warm-up (docs/corpus.md, "Warm caches") is sent like every request, flagged in the
+    table, and left out of the summary, as `simulate` leaves it out."""
+    base = clean_trace()
+    warm = Trace.from_arrays(base.arrival_s, base.input_tokens, base.output_tokens, warmup=3)
+    res = replay(warm, fake.url, engine=load_engine_config(None), seed=7, max_lag_s=60.0)
+    assert len(fake.records) == len(warm)                     # the warm-up reached the server
+    df = res.requests
+    assert df["warmup"].tolist() == [True] * 3 + [False] * (len(warm) - 3)
+    s = res.summary
+    assert s["n_requests"] == s["n_completed"] == len(warm) - 3
+    m = df[~df["warmup"]]
+    assert s["ttft_mean_s"] == pytest.approx(m["ttft_s"].mean(), rel=1e-12)
+    assert s["horizon_s"] == pytest.approx(1.5 * warm.measured().span_s, rel=1e-12)

@@ -12,6 +12,7 @@ from schedport.engine.runner import simulate
 from schedport.engine.core.config import engine_config_from_dict
 from schedport.errors import SchedportError
 from schedport.workload.examples import make_example_trace
+from schedport.workload.trace import Trace
 from schedport.realengine.validate import NamedTrace, head, validate
 from schedport.analysis.validation_stats import summary_table_lines
 
@@ -151,6 +152,11 @@ def test_head_keeps_the_first_requests():
     assert head(t, None) is t and head(t, 500) is t
     with pytest.raises(SchedportError):
         head(t, 1)
+    # a window's warm-up stays whole in front of the first measured requests
+    warm = Trace.from_arrays(t.arrival_s, t.input_tokens, t.output_tokens, t.client_id, warmup=20)
+    hw = head(warm, 10)
+    assert hw.warmup == 20 and len(hw) == 30 and (hw.input_tokens == t.input_tokens[:30]).all()
+    assert head(warm, 30) is warm
 
 
 def test_cli_validate_needs_exactly_one_source(tmp_path):

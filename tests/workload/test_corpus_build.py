@@ -19,6 +19,7 @@ from schedport.workload import corpus_expected
 from schedport.workload.datadir import resolve_data_dir
 from schedport.errors import ConfigError, DataError
 from schedport.workload.sources import burstgpt_model as bm
+from _cli import cli, error_line
 from _paths import MIRROR as SHARED_MIRROR
 
 MIRROR = resolve_data_dir(None)
@@ -532,7 +533,10 @@ def test_mooncake_spec_windows_carry_the_block_ids(tmp_path):
         t = corpus.trace(w.window_id)
         assert t.hash_block_size == 512 and t.content_sha256() == w.sha256
         direct = sources.read("mooncake", [tmp_path / "my-trace.jsonl"], start_s=10 * k, duration_s=10).trace
-        assert t.hash_ids.tolist() == direct.hash_ids.tolist() and len(t.hash_ids) > len(t)
+        m = t.measured()    # the window after its warm-up (the requests before it, docs/corpus.md "Warm caches")
+        assert m.hash_ids.tolist() == direct.hash_ids.tolist() and len(m.hash_ids) > len(m)
+        before = sources.read("mooncake", [tmp_path / "my-trace.jsonl"], start_s=0, duration_s=10 * k).trace if k else []
+        assert t.warmup == len(before)
     plain = cp.build_corpus(write_spec(tmp_path / "plain.toml", JSONL_SPEC), tmp_path / "nodata", tmp_path / "p")
     assert corpus.trace("mine-01").hash_ids is not None and plain.trace("mine-01").hash_ids is None
     assert corpus.windows[1].sha256 != plain.windows[1].sha256
@@ -558,3 +562,118 @@ windows = { rule = "contiguous", count = 2, duration_s = 60 }
     assert e["origin_file"] == "mooncake-fast25/conversation_trace.jsonl"
     assert e["origin_sha256"] == "b8cbb061a85206d729d91cdc2981f43c9e0d99209dce588d3af5f7934408b9df"
     assert corpus.trace(corpus.windows[1].window_id).hash_block_size == 512
+
+
+# =========================================================================== warm caches (docs/corpus.md)
+
+
+def write_canonical(path: Path, hashed: bool) -> Path:
+    """A canonical CSV of 12 requests, one every 10 s from t = 5 s, each continuing the one before
+    (its prompt is the previous prompt's 2 blocks of 16 tokens plus 16 more)."""
+    head = "arrival_s,input_tokens,output_tokens" + (",hash_ids@16" if hashed else "") + "\n"
+    rows = []
+    for k in range(12):
+        ids = " ".join(str(j) for j in range(k + 2))
+        rows.append(f"{5 + 10 * k},{16 * (k + 2)},{k + 1}" + (f",{ids}" if hashed else "") + "\n")
+    path.write_text(head + "".join(rows))
+    return path
+
+
+CANONICAL_SPEC = """
+name = "mine"
+[[sources]]
+name = "mine"
+adapter = "canonical"
+files = ["my-trace.csv"]
+windows = { rule = "contiguous", count = 3, duration_s = 40, start_s = 0WARM }
+"""
+
+
+def test_windows_of_a_prefix_bearing_source_carry_their_warm_up(tmp_path):
+    write_canonical(tmp_path / "my-trace.csv", hashed=True)
+    spec = write_spec(tmp_path / "s.toml", CANONICAL_SPEC.replace("WARM", ", warmup_s = 25"))
+    corpus = cp.build_corpus(spec, tmp_path / "nodata", tmp_path / "c")
+    assert cp.verify_corpus(tmp_path / "c") == []
+    # windows [0, 40), [40, 80), [80, 120): requests at 5, 15, 25, 35 | 45, ..., 75 | 85, ..., 115.
+    # Window 1's warm-up is the requests of [15, 40): at 15, 25 and 35; window 2's those of [55, 80).
+    w0, w1, w2 = (corpus.trace(w.window_id) for w in corpus.windows)
+    assert (w0.warmup, w1.warmup, w2.warmup) == (0, 3, 3)    # nothing precedes the first window
+    assert w1.arrival_s.tolist() == [0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0]   # from 15 s: warm-up, then the window
+    assert w1.input_tokens.tolist() == [48, 64, 80, 96, 112, 128, 144]
+    assert w1.measured().input_tokens.tolist() == [96, 112, 128, 144]
+    assert w1.hash_ids_of(3).tolist() == [0, 1, 2, 3, 4, 5]    # the ids travel with the requests
+    e0, e1 = corpus.windows[0].meta, corpus.windows[1].meta
+    assert (e0["n_warmup"], e0["warmup_s"]) == (0, 0.0)
+    assert (e1["n_warmup"], e1["warmup_s"]) == (3, 25.0)
+    # the window's statistics are its measured requests', counted from its own start
+    assert e1["n_requests"] == 4 and e1["span_s"] == 30.0 and e1["mean_rate_rps"] == 4 / 40
+    # with no warmup_s, the default (600 s) reaches back to the file's start
+    dflt = cp.build_corpus(write_spec(tmp_path / "d.toml", CANONICAL_SPEC.replace("WARM", "")),
+                           tmp_path / "nodata", tmp_path / "d")
+    assert [dflt.trace(w.window_id).warmup for w in dflt.windows] == [0, 4, 8]
+    assert dflt.windows[2].meta["warmup_s"] == 80.0
+    # warmup_s = 0 switches it off: the windows are the plain cuts
+    off = cp.build_corpus(write_spec(tmp_path / "o.toml", CANONICAL_SPEC.replace("WARM", ", warmup_s = 0")),
+                          tmp_path / "nodata", tmp_path / "o")
+    assert [off.trace(w.window_id).warmup for w in off.windows] == [0, 0, 0]
+
+
+def test_windows_of_a_source_without_hash_ids_are_unchanged_byte_for_byte(tmp_path):
+    """A source without hash_ids gets no warm-up and its windows are what they were before
+    warm-ups existed: the content sha256s below come from a build by the code before them, each
+    file holds the bytes of the plain cut written as a window always was, and the manifest
+    entries have no warm-up field."""
+    from schedport.workload import sources
+    from schedport.workload.trace import Trace, save_trace
+
+    write_canonical(tmp_path / "my-trace.csv", hashed=False)
+    spec = write_spec(tmp_path / "s.toml", CANONICAL_SPEC.replace("WARM", ""))
+    corpus = cp.build_corpus(spec, tmp_path / "nodata", tmp_path / "c")
+    assert {w.window_id: w.sha256 for w in corpus.windows} == BEFORE_WARMUP
+    for k, w in enumerate(corpus.windows):
+        cut = sources.read("canonical", [tmp_path / "my-trace.csv"], start_s=40 * k, duration_s=40).trace
+        save_trace(Trace.from_arrays(cut.arrival_s, cut.input_tokens, cut.output_tokens, name=w.window_id),
+                   tmp_path / f"{w.window_id}.parquet")
+        assert w.path.read_bytes() == (tmp_path / f"{w.window_id}.parquet").read_bytes()
+        assert "warmup_s" not in w.meta and "n_warmup" not in w.meta
+        assert corpus.trace(w.window_id).warmup == 0
+
+
+#: The windows' content sha256s, built by the code before warm-ups (commit f58792c).
+BEFORE_WARMUP = {"mine-00": "8c64ed7601e4264fc1f35ae28fb60ca5bdcd6789ef7e3d3e13b8fcd304ae2238",
+                 "mine-01": "2a174de8247bd3e5944d53ae63c4854f0d5b2742679dd007eb4b461a0b25e89d",
+                 "mine-02": "36b5c4d4b9eb5174d2aff14ef10c3b1e47b9eccd1fd9c674375a70deb289eced"}
+
+
+@pytest.mark.parametrize("body, msg", [
+    ("adapter = 'canonical'\nfiles = ['my-trace.csv']\nwindows = { rule = 'tile', count = 2, warmup_s = -1 }",
+     "windows.warmup_s (seconds of requests replayed before each window) must be a number >= 0, not -1"),
+    ("adapter = 'canonical'\nfiles = ['my-trace.csv']\nwindows = { rule = 'tile', count = 2, warmup_s = 'long' }",
+     "must be a number >= 0, not 'long'"),
+    ("adapter = 'jsonl'\nfiles = ['my-trace.jsonl']\nwindows = { rule = 'tile', count = 2, warmup_s = 60 }",
+     "windows.warmup_s: a warm-up fills the prefix cache, so it applies to a source whose trace carries "
+     "hash_ids (adapter mooncake or canonical), not 'jsonl'"),
+])
+def test_warmup_s_is_validated_in_one_line(tmp_path, body, msg):
+    spec = write_spec(tmp_path / "s.toml", f"[[sources]]\nname = 'x'\n{body}\n")
+    with pytest.raises(ConfigError) as info:
+        cp.build_corpus(spec, tmp_path, tmp_path / "out")
+    assert msg in one_line(info.value) and "s.toml: sources[0] (x)" in str(info.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_warmup_s_for_a_trace_without_hash_ids_is_refused(tmp_path):
+    write_canonical(tmp_path / "my-trace.csv", hashed=False)
+    spec = write_spec(tmp_path / "s.toml", CANONICAL_SPEC.replace("WARM", ", warmup_s = 30"))
+    with pytest.raises(DataError) as info:
+        cp.build_corpus(spec, tmp_path / "nodata", tmp_path / "c")
+    assert "windows.warmup_s = 30: its trace carries no hash_ids" in one_line(info.value)
+    assert not (tmp_path / "c").exists()
+
+
+def test_cli_refuses_a_bad_warmup_s_with_one_line(tmp_path):
+    write_canonical(tmp_path / "my-trace.csv", hashed=True)
+    spec = write_spec(tmp_path / "s.toml", CANONICAL_SPEC.replace("WARM", ", warmup_s = -5"))
+    line = error_line(cli("corpus", "build", "--spec", spec, "--out", tmp_path / "c", "--data-dir", tmp_path))
+    assert "s.toml: sources[0] (mine): windows.warmup_s" in line and "not -5" in line
+    assert not (tmp_path / "c").exists()

@@ -302,7 +302,7 @@ def test_unknown_column_typo(tmp_path):
     path = write(tmp_path, "arrival_s,input_tokens,output_tokens,clientid\n0,1,1,a\n")
     assert error_of(path) == (
         f"{path}: line 1: unknown column 'clientid' (did you mean 'client_id'?); "
-        "allowed columns are arrival_s, input_tokens, output_tokens, client_id, hash_ids@<block size>")
+        "allowed columns are arrival_s, input_tokens, output_tokens, client_id, warmup, hash_ids@<block size>")
 
 
 def test_unknown_column_no_hint(tmp_path):
@@ -664,3 +664,62 @@ def test_engine_block_keys_map_512_token_ids_to_16_token_blocks():
         engine_block_keys(t, 0, 24)
     with pytest.raises(ValueError, match="no hash_ids"):
         engine_block_keys(Trace.from_arrays([0], [5], [1]), 0)
+
+
+# ----------------------------------------------------------------- warm-up (docs/corpus.md, "Warm caches")
+
+WARM = Trace.from_arrays([0.0, 1.5, 2.0, 4.0], [600, 1024, 100, 30], [1, 2, 3, 4], ["a", None, "b", "c"],
+                         hash_ids=[[0, 1], [0, 2], [3], [4]], hash_block_size=512, warmup=2)
+
+
+def test_warmup_round_trips_csv_and_parquet(tmp_path):
+    for name in ("t.csv", "t.parquet"):
+        save_trace(WARM, tmp_path / name)
+        back = load_trace(tmp_path / name)
+        assert back.warmup == 2 and back.content_sha256() == WARM.content_sha256()
+        assert back.hash_ids.tolist() == WARM.hash_ids.tolist()
+    assert (tmp_path / "t.csv").read_text().splitlines() == [
+        "arrival_s,input_tokens,output_tokens,client_id,warmup,hash_ids@512",
+        "0.0,600,1,a,1,0 1", "1.5,1024,2,,1,0 2", "2.0,100,3,b,0,3", "4.0,30,4,c,0,4"]
+    assert pq.read_table(tmp_path / "t.parquet").column("warmup").to_pylist() == [True, True, False, False]
+
+
+def test_a_trace_without_warmup_is_written_and_hashed_as_before(tmp_path):
+    plain = Trace.from_arrays([0.0, 1.5], [600, 1024], [1, 2])
+    assert plain.warmup == 0 and plain.measured() is plain
+    assert Trace.from_arrays([0.0, 1.5], [600, 1024], [1, 2], warmup=1).content_sha256() != plain.content_sha256()
+    save_trace(plain, tmp_path / "p.csv")
+    assert (tmp_path / "p.csv").read_text() == "arrival_s,input_tokens,output_tokens\n0.0,600,1\n1.5,1024,2\n"
+    save_trace(plain, tmp_path / "p.parquet")
+    assert pq.read_table(tmp_path / "p.parquet").column_names == ["arrival_s", "input_tokens", "output_tokens"]
+
+
+def test_measured_take_and_scaled_keep_the_warmup_in_front():
+    m = WARM.measured()
+    assert m.warmup == 0 and m.input_tokens.tolist() == [100, 30] and m.hash_ids.tolist() == [3, 4]
+    assert WARM.take([1, 2, 3]).warmup == 1 and WARM[2:].warmup == 0 and WARM.head(1).warmup == 1
+    assert WARM.scaled(2.0).warmup == 2
+    same_time = Trace.from_arrays([0.0, 0.0, 0.0], [1, 1, 1], [1, 1, 1], warmup=1)
+    with pytest.raises(ValueError, match="warm-up request after a measured one"):
+        same_time.take([1, 0])
+
+
+@pytest.mark.parametrize("cells, msg", [
+    (["1", "0", "1"], "line 4: column 'warmup': a warm-up request after a measured one (line 3); "
+                      "the warm-up requests come first"),
+    (["1", "yes", "0"], "line 3: column 'warmup': 'yes' is not 0 or 1 (true or false)"),
+    (["1", "", "0"], "line 3: column 'warmup': '' is not 0 or 1 (true or false)"),
+    (["1", "true", "TRUE"], "column 'warmup': every request is a warm-up request; a trace needs at least one "
+                            "measured request"),
+])
+def test_bad_warmup_cells_are_one_line(tmp_path, cells, msg):
+    rows = "".join(f"{k},1,1,{c}\n" for k, c in enumerate(cells))
+    path = write(tmp_path, "arrival_s,input_tokens,output_tokens,warmup\n" + rows)
+    assert error_of(path) == f"{path}: {msg}"
+
+
+def test_warmup_count_is_checked_in_memory():
+    with pytest.raises(TraceError, match=r"warmup must be the number of leading warm-up requests, an integer "
+                                         r"in \[0, 1\] \(at least one request is measured\), not 2"):
+        Trace.from_arrays([0, 1], [1, 1], [1, 1], warmup=2)
+    assert Trace.from_arrays([0, 1], [1, 1], [1, 1], warmup=np.int64(1)).warmup == 1

@@ -79,12 +79,13 @@ def capacity(trace: Trace, engine: EngineConfig | str | Path | None = None,
     kept for comparison with stores made before the sustainable definition.
 
     ``[latency] request_overhead_s`` is ignored: capacity is a throughput, and a fixed delay
-    before each request's entry into the engine adds latency, not engine work.
+    before each request's entry into the engine adds latency, not engine work. A trace's warm-up
+    is left out: the capacity is that of the measured requests' mix (`Trace.measured`).
     """
     if definition not in CAPACITY_DEFINITIONS:
         raise SchedportError(f"capacity definition must be one of {', '.join(CAPACITY_DEFINITIONS)}, "
                              f"got {definition!r}")
-    return _capacity_cached(_TraceKey(trace), _without_overhead(resolve_engine(engine)), definition)
+    return _capacity_cached(_TraceKey(trace.measured()), _without_overhead(resolve_engine(engine)), definition)
 
 
 def _without_overhead(cfg: EngineConfig) -> EngineConfig:
@@ -270,7 +271,9 @@ def slo_capacity(trace, cfg, profile: str = SLO_DEFAULT_PROFILE, target: float =
 
 
 def offered_rate(trace) -> float:
-    """The window's offered request rate, (n - 1) / span in req/s (as `api.load_scale`)."""
+    """The window's offered request rate, (n - 1) / span in req/s (as `api.load_scale`), over its
+    measured requests (a warm-up is brought to the same time scale but does not define it)."""
+    trace = trace.measured()
     if len(trace) < 2 or trace.span_s <= 0:
         raise TraceError(f"{trace.name}: a region needs at least two requests with distinct arrival "
                          f"times (the offered rate is undefined otherwise)")
@@ -301,16 +304,18 @@ def load_scale(trace: Trace, load: float, engine: EngineConfig | str | Path | No
 
     rho is relative to the anchor of `region_def` (`parse_region_def`: the
     sustainable capacity when None, or ``drain``, or ``slo[:PROFILE[:TARGET]]``), exactly as a
-    study region is."""
+    study region is. The rate is the measured requests' (a warm-up is scaled with them)."""
     if isinstance(load, bool) or not isinstance(load, (int, float, np.floating, np.integer)) \
             or not (load > 0 and np.isfinite(load)):
         raise SchedportError(f"--load must be a positive, finite number, got {load!r}")
-    if len(trace) < 2 or trace.span_s <= 0:
-        raise TraceError(f"{trace.name}: --load needs at least two requests with distinct arrival "
+    measured = trace.measured()
+    if len(measured) < 2 or measured.span_s <= 0:
+        what = "measured requests" if trace.warmup else "requests"
+        raise TraceError(f"{trace.name}: --load needs at least two {what} with distinct arrival "
                          f"times (the offered rate is undefined otherwise)")
     cfg = resolve_engine(engine)
     rdef = parse_region_def(region_def, list(cfg.slo_profiles))
-    offered = (len(trace) - 1) / trace.span_s
+    offered = (len(measured) - 1) / measured.span_s
     scale = offered / (rdef.anchor(trace, cfg) * load)
     if not (np.isfinite(scale) and scale > 0):
         raise SchedportError(f"{trace.name}: --load {load!r} gives a time scale of {scale!r}, which is not a "

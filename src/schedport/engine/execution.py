@@ -103,7 +103,14 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
     (see there for the table, the summary and ``[latency] request_overhead_s``), with its
     arguments already checked. `advice` ends the error of a metrics horizon too short for any
     request (`check_metrics_horizon`): what to change, in the caller's terms.
+
+    A trace with a warm-up (`Trace.warmup`, docs/corpus.md "Warm caches") is simulated whole, its
+    warm-up first, and measured on the rest only (`measured_summary`): the table keeps every
+    request and flags the warm-up in a ``warmup`` column (absent for a trace without one).
     """
+    if trace.warmup >= len(trace):
+        raise SchedportError(f"{trace.name}: every request is a warm-up request; a run needs at least one "
+                             f"measured request")
     trace = served_trace(trace, cfg)
     lat = make_latency_model(cfg)
     alone = lat.alone_time(trace.input_tokens, trace.output_tokens) if len(trace) else np.zeros(0)
@@ -136,21 +143,25 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
                     "host_swap_full_events": out.host_full_events,
                     "stall_recomputes": out.stall_recomputes}
         if cfg.enable_prefix_caching:
-            counters.update(prefix_cache_counters(trace, out))
+            counters.update(prefix_cache_counters(trace, out, trace.warmup))
         sim.release()
     columns = request_columns(
         arrival_s=trace.arrival_s, input_tokens=trace.input_tokens, output_tokens=trace.output_tokens,
         client_id=trace.client_id, status=out.status, first_token_s=out.first_token_s, finish_s=out.finish_s,
         preemptions=out.preemptions)
-    if span > 0:
-        horizon = cfg.horizon_factor * span
-    else:
-        fin = out.finish_s[np.isfinite(out.finish_s)]
-        horizon = cfg.horizon_factor * max(float(fin.max() - trace.arrival_s[0]) if fin.size else 1.0, 1e-9)
     if overhead:
         alone = alone + overhead
-    summary = summarize(columns, horizon_s=horizon, slo_profiles=cfg.slo_profiles, alone_s=alone,
-                        counters=counters)
+    if trace.warmup:
+        summary = measured_summary(columns, trace.warmup, cfg, alone, counters)
+        columns["warmup"] = np.arange(len(trace)) < trace.warmup
+    else:
+        if span > 0:
+            horizon = cfg.horizon_factor * span
+        else:
+            fin = out.finish_s[np.isfinite(out.finish_s)]
+            horizon = cfg.horizon_factor * max(float(fin.max() - trace.arrival_s[0]) if fin.size else 1.0, 1e-9)
+        summary = summarize(columns, horizon_s=horizon, slo_profiles=cfg.slo_profiles, alone_s=alone,
+                            counters=counters)
     reasons = out.reject_reason
     # prompt tokens found cached at a request's first admission, and tokens preemptions made it
     # compute again (after what a return found still cached), as further columns
@@ -169,11 +180,34 @@ def simulate_scaled(trace: Trace, scale: float, policy: Policy, cfg: EngineConfi
     return SimulationResult(table, summary, scale, columns=saved)
 
 
-def prefix_cache_counters(trace: Trace, out) -> dict:
+def prefix_cache_counters(trace: Trace, out, warmup: int = 0) -> dict:
     """A prefix-caching run's summary figures: its hit rate (prompt tokens found cached at first
-    admission over the prompt tokens of the requests admitted) and the cached tokens behind it."""
+    admission over the prompt tokens of the requests admitted) and the cached tokens behind it,
+    over the measured requests (those after the first `warmup`)."""
     admitted = out.status != "rejected"
+    admitted[:warmup] = False
     prompt = int(trace.input_tokens[admitted].sum())
     cached = int(out.cached_tokens[admitted].sum())
     return {"prefix_cached_tokens": cached, "prefix_prompt_tokens": prompt,
             "prefix_hit_rate": cached / prompt if prompt else 0.0}
+
+
+def measured_summary(columns: Mapping[str, np.ndarray], warmup: int, cfg: EngineConfig, alone: np.ndarray,
+                     counters: dict) -> dict:
+    """The run summary of a trace whose first `warmup` requests are a warm-up: `summarize` over the
+    measured requests alone, as if they were the whole trace. Their first arrival is the time
+    origin, the metrics horizon is `[metrics] horizon_factor` x their arrival span, and every
+    count, latency, attainment and goodput is theirs; ``preemptions`` is the sum of their own.
+    The engine's other counters (iterations, recomputed tokens, swapped bytes, ...) are the
+    run's totals, warm-up included: the engine keeps them per run, not per request."""
+    measured = {k: np.asarray(v)[warmup:] for k, v in columns.items()}
+    arrival = measured["arrival_s"]
+    span = float(arrival[-1] - arrival[0])
+    if span > 0:
+        horizon = cfg.horizon_factor * span
+    else:
+        fin = measured["finish_s"][np.isfinite(measured["finish_s"])]
+        horizon = cfg.horizon_factor * max(float(fin.max() - arrival[0]) if fin.size else 1.0, 1e-9)
+    counters = {**counters, "preemptions": int(measured["preemptions"].sum())}
+    return summarize(measured, horizon_s=horizon, slo_profiles=cfg.slo_profiles, alone_s=alone[warmup:],
+                     counters=counters)

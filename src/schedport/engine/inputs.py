@@ -80,7 +80,9 @@ def check_clock(scaled_trace: Trace, original: Trace | None = None, why: str = "
 
 
 def rescale(trace: Trace, factor: float) -> Trace:
-    """`trace` with its time axis stretched by `factor` around its first arrival."""
+    """`trace` with its time axis stretched by `factor` around its first arrival (a warm-up's
+    first, when it has one: the warm-up is brought to the same load as the window it precedes).
+    Every other column (prefix identity, warm-up) is kept."""
     a0 = float(trace.arrival_s[0]) if len(trace) else 0.0
     arr = a0 + (trace.arrival_s - a0) * float(factor)
     return dataclasses.replace(trace, arrival_s=arr)
@@ -89,7 +91,12 @@ def rescale(trace: Trace, factor: float) -> Trace:
 def check_metrics_horizon(trace: Trace, cfg: EngineConfig, alone_s=None, advice: str = "") -> None:
     """Refuse a (scaled) trace whose metrics horizon, `[metrics] horizon_factor` x its arrival
     span, is shorter than its fastest request's service time alone on the engine: no request
-    could complete within it, so every attainment would be 0 by construction (``--load 1e9``)."""
+    could complete within it, so every attainment would be 0 by construction (``--load 1e9``).
+    Only the measured requests count (the span and service times of a trace's warm-up do not);
+    `alone_s`, when given, is per request of the whole trace."""
+    if alone_s is not None and trace.warmup:
+        alone_s = np.asarray(alone_s)[trace.warmup:]
+    trace = trace.measured()
     if trace.span_s <= 0 or not len(trace):
         return
     if alone_s is None:

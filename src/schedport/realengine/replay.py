@@ -523,7 +523,10 @@ def replay(trace: Trace, endpoint: str, *, engine: EngineConfig | str | None = N
 
 def _result(trace: Trace, cfg: EngineConfig, outs: Sequence[_Outcome], info: ServerInfo, a0: float,
             scale: float, max_lag_s: float, scheduler: str) -> ReplayResult:
-    """Turn the measured outcomes into the request table and summary of `simulate`."""
+    """Turn the measured outcomes into the request table and summary of `simulate`. A trace's
+    warm-up (docs/corpus.md, "Warm caches") is sent like every request and flagged in the table's
+    ``warmup`` column; the summary, as `simulate`'s, is the measured requests' alone (the send-lag
+    figures, which judge the replay itself, keep every request)."""
     n = len(trace)
     status = np.array([o.status for o in outs], dtype=object)
     send = np.array([o.send_s for o in outs], dtype=np.float64) + a0
@@ -547,23 +550,27 @@ def _result(trace: Trace, cfg: EngineConfig, outs: Sequence[_Outcome], info: Ser
     # as in simulate: alone on the engine, plus the fixed per-request overhead
     alone = (lat.alone_time(trace.input_tokens, trace.output_tokens) + cfg.request_overhead_s
              if n else np.zeros(0))
-    span = trace.span_s
-    fin = finish[np.isfinite(finish)]
+    w = trace.warmup
+    span = trace.measured().span_s
+    fin = finish[w:][np.isfinite(finish[w:])]
+    origin = float(send[w]) if w else a0
     horizon = cfg.horizon_factor * (span if span > 0 else
-                                    max(float(fin.max() - a0) if fin.size else 1.0, 1e-9))
+                                    max(float(fin.max() - origin) if fin.size else 1.0, 1e-9))
     lag_p = np.percentile(lag, [50, 99]) if n else [math.nan, math.nan]
     lag_ok = bool(n == 0 or lag_p[1] <= max_lag_s)
     counters = {
         "preemptions": None, "iterations": None,
-        "n_error": int(np.count_nonzero(status == "error")),
-        "n_timeout": int(np.count_nonzero(status == "timeout")),
-        "n_truncated": int(np.count_nonzero(status == "truncated")),
+        "n_error": int(np.count_nonzero(status[w:] == "error")),
+        "n_timeout": int(np.count_nonzero(status[w:] == "timeout")),
+        "n_truncated": int(np.count_nonzero(status[w:] == "truncated")),
         "send_lag_p50_s": float(lag_p[0]), "send_lag_p99_s": float(lag_p[1]),
         "send_lag_max_s": float(np.max(lag)) if n else math.nan,
         "max_lag_s": float(max_lag_s), "client_lag_ok": lag_ok,
         "load_scale": scale, "scheduler": scheduler, "model": info.model,
     }
-    summary = summarize(table, horizon_s=horizon, slo_profiles=cfg.slo_profiles, alone_s=alone,
-                        counters=counters)
+    summary = summarize(table.iloc[w:] if w else table, horizon_s=horizon, slo_profiles=cfg.slo_profiles,
+                        alone_s=alone[w:], counters=counters)
     summary["preemptions"] = None     # not observable from the client
+    if w:
+        table["warmup"] = np.arange(n) < w
     return ReplayResult(table, summary, scale, lag_ok, info)

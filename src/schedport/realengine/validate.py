@@ -123,13 +123,13 @@ def predicted_check(portability: dict, where: str = "portability.json") -> dict:
 
 def head(trace: Trace, n: int | None) -> Trace:
     """The first `n` requests of `trace` (all when None): a window too long to replay in full
-    keeps its local burst shape this way."""
-    if n is None or n >= len(trace):
+    keeps its local burst shape this way. A window's warm-up is kept whole in front of its first
+    `n` measured requests (docs/corpus.md, "Warm caches"), as are its block ids."""
+    if n is None or n >= len(trace) - trace.warmup:
         return trace
     if n < 2:
         raise SchedportError(f"--max-requests must be at least 2, got {n}")
-    cid = None if trace.client_id is None else trace.client_id[:n]
-    return Trace(trace.arrival_s[:n], trace.input_tokens[:n], trace.output_tokens[:n], cid, trace.name)
+    return trace.take(np.arange(trace.warmup + n))
 
 
 def _cell_meta(nt: NamedTrace, cfg, region: str, rho: float, scale: float, scheduler: str, seed: int) -> dict:

@@ -36,7 +36,7 @@ def run_chunk(trace, cfg, scheduler: str | PolicySource, window: tuple[str, str,
     code travels with the task: a worker loads exactly the version the driver hashed).
     `window` is (source, window_id, sha256, capacity_rps); a user policy's failure (`PolicyError`)
     is raised again with the window, region and seed it happened in. Returns the stored rows, the
-    per-request tables when `keep_requests` (else None), and the seconds spent inside
+    per-request tables when `keep_requests` (measured requests only, else None), and the seconds spent inside
     `api.simulate` (to measure the sweep machinery's overhead).
     """
     source, window_id, sha, cap = window
@@ -58,8 +58,9 @@ def run_chunk(trace, cfg, scheduler: str | PolicySource, window: tuple[str, str,
                "window_sha256": sha}
         row.update(res.summary)
         rows.append(row)
-        if reqs is not None:
-            reqs.append(res.requests)
+        if reqs is not None:   # the store keeps the measured requests: a window's warm-up is never stored
+            t = res.requests
+            reqs.append(t[~t["warmup"].to_numpy(dtype=bool)] if "warmup" in t.columns else t)
     return rows, reqs, sim_s
 
 

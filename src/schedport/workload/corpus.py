@@ -134,15 +134,16 @@ def build_corpus(spec: str | os.PathLike[str] | None = None,
                     if len(tr) == 0:
                         raise DataError(f"window {plan.window_id}: no requests in this window "
                                         f"({_sel_text(sel)}); choose other windows in the spec")
-                    if "rows" in sel and len(tr) < sel["rows"]:
-                        raise DataError(f"window {plan.window_id}: only {len(tr)} requests after "
+                    if "rows" in sel and len(tr) - tr.warmup < sel["rows"]:
+                        raise DataError(f"window {plan.window_id}: only {len(tr) - tr.warmup} requests after "
                                         f"start_s={sel['start_s']:g} ({sel['rows']} asked); the "
                                         "file ends first")
                     # the checks `load_trace` applies when `run` reads the window back (token
                     # counts <= 2^31 - 1, arrivals in range): refused now, not after the build
                     tr = Trace.from_arrays(tr.arrival_s, tr.input_tokens, tr.output_tokens, tr.client_id,
                                            name=plan.window_id, source=f"window {plan.window_id}",
-                                           hash_ids=tr.hash_id_lists(), hash_block_size=tr.hash_block_size)
+                                           hash_ids=tr.hash_id_lists(), hash_block_size=tr.hash_block_size,
+                                           warmup=tr.warmup)
                     path = tmp / "windows" / f"{plan.window_id}.parquet"
                     try:
                         save_trace(tr, path)
@@ -300,7 +301,8 @@ def verify_corpus(dir: str | os.PathLike[str] = DEFAULT_OUT) -> list[str]:
             continue
         dur = w.meta.get("duration_s")
         if isinstance(dur, (int, float)) and not isinstance(dur, bool):
-            st = window_stats(tr, float(dur))
+            warm = w.meta.get("warmup_s", 0.0)
+            st = window_stats(tr, float(dur), float(warm) if isinstance(warm, (int, float)) else 0.0)
             bad = [k for k in STAT_KEYS if w.meta.get(k) != st[k]]
             if bad:
                 problems.append(f"manifest.json: window {w.window_id}: recorded {', '.join(bad)} "

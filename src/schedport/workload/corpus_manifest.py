@@ -202,16 +202,20 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def window_stats(trace, duration_s: float) -> dict:
+def window_stats(trace, duration_s: float, warmup_s: float = 0.0) -> dict:
     """Per-window statistics stored in the manifest (and recomputed by `verify_corpus`).
 
     Lengths: mean, p50, p99 (numpy linear percentiles). Rate: requests / `duration_s`.
     Index of dispersion: variance / mean (population variance) of arrival counts in 1-s
     bins over [0, ceil(duration_s)); 1 for Poisson arrivals, far above for bursty ones.
+    Every statistic is of the measured requests: a window with a warm-up (its manifest's
+    ``warmup_s``, the span the warm-up covers before the window's start) counts its arrivals
+    from the window's start, as without it.
     """
+    trace = trace.measured()
     inp = np.asarray(trace.input_tokens, dtype=np.float64)
     out = np.asarray(trace.output_tokens, dtype=np.float64)
-    arr = np.asarray(trace.arrival_s, dtype=np.float64)
+    arr = np.asarray(trace.arrival_s, dtype=np.float64) - warmup_s
     n = len(arr)
     nb = max(1, int(math.ceil(duration_s)))
     bins = np.clip(np.floor(arr).astype(np.int64), 0, nb - 1)

@@ -25,6 +25,11 @@ from schedport.workload.corpus_manifest import (BUILTIN_SOURCES, MODELED_ADAPTER
 TABULAR = ("azure", "burstgpt", "jsonl", "mooncake", "canonical")
 ADAPTERS = (*TABULAR, "servegen", MODELED_ADAPTER)
 RULES = ("contiguous", "tile", "stratified", "explicit")
+#: Adapters whose traces may carry prefix identity (hash_ids): the only ones a warm-up applies to.
+PREFIX_ADAPTERS = ("mooncake", "canonical")
+#: The warm-up of a window whose trace carries hash_ids when its spec gives no ``warmup_s``: the
+#: requests of the 600 s before the window (docs/corpus.md, "Warm caches").
+DEFAULT_WARMUP_S = 600.0
 SERVEGEN_SLOT_S = 600
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _SOURCE_KEYS = {"name", "adapter", "cite", "files", "files_any", "options", "seed", "windows",
@@ -169,7 +174,9 @@ def _check_windows(w, adapter: str, where: str) -> dict:
                "tile": {"rule", "count"},
                "stratified": {"rule", "count", "days", "rows", "target_requests", "rate_scale"},
                "explicit": {"rule", "starts_s", "duration_s", "rows", "target_requests",
-                            "rate_scale"}}[rule]
+                            "rate_scale"}}[rule] | {"warmup_s"}
+    if "warmup_s" in w:
+        _check_warmup(w["warmup_s"], adapter, where)
     unknown = sorted(set(w) - allowed)
     if unknown:
         raise ConfigError(f"{where}: windows: unknown key(s) {', '.join(unknown)} for rule "
@@ -238,6 +245,16 @@ def _check_windows(w, adapter: str, where: str) -> dict:
         else:
             _num(w["duration_s"], f"{where}: windows.duration_s")
     return w
+
+
+def _check_warmup(v, adapter: str, where: str) -> None:
+    """A ``windows.warmup_s``: seconds >= 0, for an adapter whose traces may carry hash_ids (the
+    warm-up fills the prefix cache; a source without prefix identity has nothing to warm)."""
+    if adapter not in PREFIX_ADAPTERS:
+        raise ConfigError(f"{where}: windows.warmup_s: a warm-up fills the prefix cache, so it applies to a "
+                          f"source whose trace carries hash_ids (adapter {' or '.join(PREFIX_ADAPTERS)}), "
+                          f"not {adapter!r}")
+    _num(v, f"{where}: windows.warmup_s (seconds of requests replayed before each window)", positive=False)
 
 
 def _str_list(v, what: str) -> list[str]:

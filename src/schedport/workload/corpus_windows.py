@@ -3,6 +3,8 @@ from the source files (`cut_window`) and its manifest entry (`manifest_entry`).
 
 The rules (``tile``, ``contiguous``, ``stratified``, ``explicit``) are described in
 `schedport.workload.corpus`; `stratified_start` and `tile_windows` are their arithmetic.
+A window whose trace carries prefix identity (hash_ids) is preceded by its warm-up
+(`with_warmup`; docs/corpus.md, "Warm caches").
 """
 
 from __future__ import annotations
@@ -10,14 +12,14 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from schedport.errors import DataError
 from schedport.workload.corpus_manifest import MODELED_ADAPTER, derive_seed, window_stats
-from schedport.workload.corpus_spec import SERVEGEN_SLOT_S, SourcePart, SourceSpec
+from schedport.workload.corpus_spec import DEFAULT_WARMUP_S, SERVEGEN_SLOT_S, SourcePart, SourceSpec
 
 STRATA = 8  # 3-hour blocks of the day
 STRATUM_STEP = 3  # visit order 0, 3, 6, 1, 4, 7, 2, 5 (3 is coprime with 8)
@@ -187,7 +189,9 @@ def cut_window(src: SourceSpec, part: SourcePart, plan: WindowPlan):
     extra: dict = {}
     sel = dict(plan.selection)
     if src.adapter != "servegen":
-        return _adapter_read(src.adapter, part.paths, sel, part.options), sel, extra
+        res = _adapter_read(src.adapter, part.paths, sel, part.options)
+        res, extra = with_warmup(src, part, sel, res)
+        return res, sel, extra
     slot = sel["slot_start_s"]
     exclude: set[int] = set()
     for _ in range(3):
@@ -205,6 +209,56 @@ def cut_window(src: SourceSpec, part: SourcePart, plan: WindowPlan):
     extra = {"slot_s": length, "target_requests": plan.target_requests,
              "active_rate_rps": total, "expected_requests": total * sel["rate_scale"] * length}
     return res, sel, extra
+
+
+def with_warmup(src: SourceSpec, part: SourcePart, sel: dict, res):
+    """The window `res` (cut with selection `sel` from a tabular source) preceded by its warm-up ->
+    (result, manifest fields).
+
+    A window whose trace carries hash_ids is preceded by the source's requests of the
+    ``windows.warmup_s`` seconds (`DEFAULT_WARMUP_S` when the spec gives none) before its start
+    on the file's own clock, cut with the part's options (the same drops), flagged as warm-up in
+    the window's trace. Arrivals are then counted from the warm-up's start: the window's own
+    shift by the warm-up's span (``warmup_s`` in the manifest: the span actually covered, less
+    than asked near the file's start), so its requests keep their spacing exactly as without it.
+    A window without hash_ids is returned as it is, with no manifest field (existing corpora
+    are unchanged); a spec that asks such a window for a warm-up is a one-line `DataError`.
+    """
+    tr = res.trace
+    asked = part.windows.get("warmup_s")
+    if tr.hash_ids is None:
+        if asked:
+            raise DataError(f"source {src.name}: windows.warmup_s = {asked:g}: its trace carries no hash_ids, so "
+                            "there is no prefix cache to warm; remove warmup_s or give the files hash_ids")
+        return res, {}
+    want = float(DEFAULT_WARMUP_S if asked is None else asked)
+    start = float(sel["start_s"])
+    lo = max(0.0, start - want)
+    none = {"warmup_s": 0.0, "n_warmup": 0}
+    if not len(tr) or not start > lo:   # an empty window is refused by the build, warm-up or not
+        return res, none
+    shift = start - lo
+    pre = _adapter_read(src.adapter, part.paths, {"start_s": lo, "duration_s": shift}, part.options).trace
+    keep = np.flatnonzero(pre.arrival_s < shift)   # a request at the window's start is the window's, never both
+    if not len(keep):
+        return res, none
+    pre = pre.take(keep)
+    clients = None
+    if tr.client_id is not None or pre.client_id is not None:
+        clients = np.concatenate([_clients(pre), _clients(tr)])
+    from schedport.workload.trace import Trace
+
+    both = Trace.from_arrays(
+        np.concatenate([pre.arrival_s, tr.arrival_s + shift]), np.concatenate([pre.input_tokens, tr.input_tokens]),
+        np.concatenate([pre.output_tokens, tr.output_tokens]), clients, name=tr.name,
+        source=f"source {src.name}: the window from start_s={start:g} with its warm-up",
+        hash_ids=pre.hash_id_lists() + tr.hash_id_lists(), hash_block_size=tr.hash_block_size, warmup=len(pre))
+    return replace(res, trace=both), {"warmup_s": shift, "n_warmup": len(pre)}
+
+
+def _clients(t) -> np.ndarray:
+    """A trace's client ids as an object array (None for each request when it has no client column)."""
+    return np.full(len(t), None, dtype=object) if t.client_id is None else np.asarray(t.client_id, dtype=object)
 
 
 _REGISTRY_BY_NAME: dict | None = None
@@ -257,8 +311,8 @@ def manifest_entry(src: SourceSpec, part: SourcePart, plan: WindowPlan, res, sel
     elif src.adapter == "servegen":
         duration = float(extra["slot_s"])
     else:
-        duration = float(trace.arrival_s[-1])
-    stats = window_stats(trace, duration)
+        duration = float(trace.arrival_s[-1]) - extra.get("warmup_s", 0.0)
+    stats = window_stats(trace, duration, extra.get("warmup_s", 0.0))
     ofile, osha, nfiles = _origin(res, part, src)
     e = {"window_id": plan.window_id, "source": src.name, "label": part.label,
          "adapter": src.adapter, "modeled": src.adapter == MODELED_ADAPTER,

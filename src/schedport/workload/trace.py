@@ -3,12 +3,15 @@
 Columns: `arrival_s` (float seconds from window start, non-decreasing),
 `input_tokens` (int >= 1), `output_tokens` (int >= 1), `client_id` (optional string), and
 optionally the prefix identity `hash_ids@<block size>`: per request, one id per block of that
-many prompt tokens, chained (equal id = equal whole prefix up to and including that block).
+many prompt tokens, chained (equal id = equal whole prefix up to and including that block), and
+optionally `warmup` (0/1): 1 for the leading requests a window replays before its measured ones,
+to warm the engine's caches; they are simulated but never measured (docs/corpus.md, "Warm caches").
 Every public format is converted into this by an adapter; the engine reads only this.
 
-Files are CSV (header `arrival_s,input_tokens,output_tokens[,client_id][,hash_ids@N]`, any
-column order; a request's ids separated by spaces) or Parquet with the same columns (ids as a
-list of int64). A trace without hash ids is stored and hashed exactly as before they existed.
+Files are CSV (header `arrival_s,input_tokens,output_tokens[,client_id][,warmup][,hash_ids@N]`,
+any column order; a request's ids separated by spaces) or Parquet with the same columns (ids as a
+list of int64, `warmup` as bool). A trace without hash ids or warm-up is stored and hashed exactly
+as before they existed.
 Anything wrong with a file or table is reported as a one-line `TraceError` naming the file
 (or source), the line/row and the column, e.g.
 ``data/t.csv: line 5: column 'input_tokens': 'abc' is not an integer``.
@@ -34,9 +37,9 @@ from schedport.common.arrowcols import numpy_of
 from schedport.common.atomic import atomic_write
 from schedport.errors import TraceError
 from schedport.workload.tracecheck import (  # noqa: F401  (COLUMNS, REQUIRED, MAX_*: re-exported)
-    COLUMNS, EXPECTED_HEADER, MAX_ARRIVAL_S, MAX_TOKENS, REQUIRED, NumericColumn, Where, bad_mask, check_header,
-    check_required, clients_from_any, clients_from_strings, hash_block_size_of, hash_column, hash_counts,
-    hash_ids_from_cells, numeric_from_any, numeric_from_strings,
+    COLUMNS, EXPECTED_HEADER, MAX_ARRIVAL_S, MAX_TOKENS, REQUIRED, WARMUP, NumericColumn, Where, bad_mask,
+    check_header, check_required, clients_from_any, clients_from_strings, hash_block_size_of, hash_column,
+    hash_counts, hash_ids_from_cells, numeric_from_any, numeric_from_strings, warmup_from_cells,
 )
 
 _CSV_SUFFIXES = (".csv",)
@@ -52,7 +55,9 @@ class Trace:
     `client_id` is an object array of str (or None for requests without a client),
     or None when the trace has no client column at all. `hash_ids` is None (no prefix
     identity) or every request's block ids concatenated in request order (int64): request i
-    has ceil(input_tokens[i] / hash_block_size) of them (`hash_ids_of`).
+    has ceil(input_tokens[i] / hash_block_size) of them (`hash_ids_of`). `warmup` is how many
+    of the first requests are a warm-up: replayed through the engine before the measured ones
+    (`measured`), so its caches are warm when they arrive, and left out of every metric.
     """
 
     arrival_s: np.ndarray
@@ -62,6 +67,7 @@ class Trace:
     name: str = "trace"
     hash_ids: np.ndarray | None = None
     hash_block_size: int | None = None
+    warmup: int = 0
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -76,7 +82,15 @@ class Trace:
     def scaled(self, factor: float) -> "Trace":
         """The same requests with every arrival time multiplied by `factor` (burst shape kept)."""
         return Trace(self.arrival_s * float(factor), self.input_tokens, self.output_tokens,
-                     self.client_id, self.name, self.hash_ids, self.hash_block_size)
+                     self.client_id, self.name, self.hash_ids, self.hash_block_size, self.warmup)
+
+    def measured(self) -> "Trace":
+        """The requests that are measured: the trace without its leading warm-up requests (the
+        trace itself when it has none). A window's load, capacity, horizon and every metric are
+        those of this part; the warm-up only sets the engine's state when it begins."""
+        if not self.warmup:
+            return self
+        return self.take(np.arange(self.warmup, len(self)))
 
     def hash_offsets(self) -> np.ndarray:
         """Where each request's ids start in `hash_ids` (n + 1 offsets; the last is the total)."""
@@ -102,7 +116,7 @@ class Trace:
     def from_arrays(cls, arrival_s: Any, input_tokens: Any, output_tokens: Any,
                     client_id: Any = None, *, name: str = "trace",
                     source: str = "<arrays>", hash_ids: Any = None,
-                    hash_block_size: int | None = None) -> "Trace":
+                    hash_block_size: int | None = None, warmup: int = 0) -> "Trace":
         """Validate columns (array-likes) and build a `Trace` from copies of them.
 
         This is the one door into the canonical format for in-memory data (adapters,
@@ -112,7 +126,8 @@ class Trace:
         1-based row and the column, e.g. ``<arrays>: row 3: column 'arrival_s': ...``.
         An empty table is an error too: a trace without requests is never useful.
         `hash_ids` (with `hash_block_size`, an integer >= 1) gives each request's block ids as a
-        list; they are checked as a file's ``hash_ids@<block size>`` column is.
+        list; they are checked as a file's ``hash_ids@<block size>`` column is. `warmup` is the
+        number of leading warm-up requests (0 <= warmup < number of requests).
         """
         where = Where(str(source))
         raw: dict[str, np.ndarray] = {}
@@ -149,7 +164,11 @@ class Trace:
                 raise TraceError(f"{where.source}: columns have different lengths (arrival_s has "
                                  f"{lengths['arrival_s']}, hash_ids has {len(cells)})")
             hashes = (cells, int(bs))
-        return _build(numeric, clients, where, name, hashes=hashes)
+        n = lengths["arrival_s"]
+        if not isinstance(warmup, (int, np.integer)) or isinstance(warmup, bool) or not 0 <= warmup < n:
+            raise TraceError(f"{where.source}: warmup must be the number of leading warm-up requests, an "
+                             f"integer in [0, {n - 1}] (at least one request is measured), not {warmup!r}")
+        return _build(numeric, clients, where, name, hashes=hashes, warmup=int(warmup))
 
     # ----------------------------------------------------------------- views
 
@@ -193,6 +212,10 @@ class Trace:
         if arrival.size > 1 and bool(np.any(np.diff(arrival) < 0)):
             raise ValueError("take() would put arrivals out of order; indices must keep "
                              "arrival times non-decreasing")
+        warm = idx < self.warmup
+        nwarm = int(np.count_nonzero(warm))
+        if nwarm and not warm[:nwarm].all():
+            raise ValueError("take() would put a warm-up request after a measured one")
         clients = None if self.client_id is None else self.client_id[idx]
         ids = None
         if self.hash_ids is not None:
@@ -202,7 +225,8 @@ class Trace:
             ids = _frozen(self.hash_ids[firsts + np.arange(int(counts.sum()))])
         return Trace(_frozen(arrival), _frozen(self.input_tokens[idx]),
                      _frozen(self.output_tokens[idx]),
-                     None if clients is None else _frozen(clients), self.name, ids, self.hash_block_size)
+                     None if clients is None else _frozen(clients), self.name, ids, self.hash_block_size,
+                     nwarm)
 
     def head(self, n: int = 5) -> "Trace":
         """The first `n` requests (all of them if the trace is shorter)."""
@@ -225,7 +249,8 @@ class Trace:
         presence flag for client_id and, if present, each id as a length-prefixed UTF-8
         string (length 0xFFFFFFFF for "no client"). A trace with prefix identity then adds
         the tag ``hash_ids``, the block size as little-endian uint64 and every id as
-        little-endian int64 (nothing is added without it, so such traces hash as before).
+        little-endian int64 (nothing is added without it, so such traces hash as before). A trace
+        with a warm-up then adds the tag ``warmup`` and its count as little-endian uint64.
         The name is not included, so the same requests saved as CSV or Parquet, under any
         file name, hash the same. Used to key caches and the corpus manifest.
         """
@@ -252,6 +277,9 @@ class Trace:
             h.update(b"hash_ids")
             h.update(struct.pack("<Q", int(self.hash_block_size)))
             h.update(np.ascontiguousarray(self.hash_ids, dtype="<i8").tobytes())
+        if self.warmup:
+            h.update(b"warmup")
+            h.update(struct.pack("<Q", int(self.warmup)))
         return h.hexdigest()
 
 
@@ -401,8 +429,10 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 
 def _build(numeric: dict[str, NumericColumn], clients: Any, where: Where, name: str,
-           *, clients_are_strings: bool = False, hashes: tuple[Any, int] | None = None) -> Trace:
-    """Check the parsed columns and assemble a read-only `Trace`."""
+           *, clients_are_strings: bool = False, hashes: tuple[Any, int] | None = None,
+           warmup: Any = 0) -> Trace:
+    """Check the parsed columns and assemble a read-only `Trace`. `warmup` is a count, or a file's
+    ``warmup`` column (its cells, checked here)."""
     check_required(numeric, where)
     arrival = numeric["arrival_s"].values.astype(np.float64) + 0.0  # fold -0.0 into 0.0
     inp = numeric["input_tokens"].values.astype(np.int64)
@@ -416,7 +446,9 @@ def _build(numeric: dict[str, NumericColumn], clients: Any, where: Where, name: 
     if hashes is not None:
         cells, bs = hashes
         ids = _frozen(hash_ids_from_cells(cells, inp, bs, where))
-    return Trace(_frozen(arrival), _frozen(inp), _frozen(out), cid, str(name), ids, bs)
+    if not isinstance(warmup, (int, np.integer)):
+        warmup = warmup_from_cells(warmup, where)
+    return Trace(_frozen(arrival), _frozen(inp), _frozen(out), cid, str(name), ids, bs, int(warmup))
 
 
 def _hash_header(header: list[str]) -> str | None:
@@ -435,8 +467,8 @@ def _csv_text(trace: Trace) -> str:
     arrival = np.asarray(trace.arrival_s, dtype=np.float64).tolist()
     inp = np.asarray(trace.input_tokens, dtype=np.int64).tolist()
     out = np.asarray(trace.output_tokens, dtype=np.int64).tolist()
-    if trace.hash_ids is not None:
-        return _csv_text_hashed(trace, arrival, inp, out)
+    if trace.hash_ids is not None or trace.warmup:
+        return _csv_text_extra(trace, arrival, inp, out)
     if trace.client_id is None:
         head = "arrival_s,input_tokens,output_tokens\n"
         body = [f"{a!r},{i},{o}\n" for a, i, o in zip(arrival, inp, out)]
@@ -447,20 +479,23 @@ def _csv_text(trace: Trace) -> str:
     return head + "".join(body)
 
 
-def _csv_text_hashed(trace: Trace, arrival: list, inp: list, out: list) -> str:
-    """Canonical CSV text of a trace with prefix identity: the ids last, separated by spaces."""
-    off = trace.hash_offsets().tolist()
-    ids = trace.hash_ids.tolist()
-    cells = [" ".join(map(str, ids[a:b])) for a, b in zip(off[:-1], off[1:])]
-    col = hash_column(trace.hash_block_size)
-    if trace.client_id is None:
-        head = f"arrival_s,input_tokens,output_tokens,{col}\n"
-        body = [f"{a!r},{i},{o},{h}\n" for a, i, o, h in zip(arrival, inp, out, cells)]
-    else:
-        head = f"arrival_s,input_tokens,output_tokens,client_id,{col}\n"
-        body = [f"{a!r},{i},{o},{_csv_field(c)},{h}\n"
-                for a, i, o, c, h in zip(arrival, inp, out, trace.client_id.tolist(), cells)]
-    return head + "".join(body)
+def _csv_text_extra(trace: Trace, arrival: list, inp: list, out: list) -> str:
+    """Canonical CSV text of a trace with a warm-up or prefix identity: after the client column,
+    ``warmup`` (1 or 0) when the trace has a warm-up, then the ids last, separated by spaces."""
+    names = ["arrival_s", "input_tokens", "output_tokens"]
+    cols = [[f"{a!r},{i},{o}" for a, i, o in zip(arrival, inp, out)]]
+    if trace.client_id is not None:
+        names.append("client_id")
+        cols.append([_csv_field(c) for c in trace.client_id.tolist()])
+    if trace.warmup:
+        names.append(WARMUP)
+        cols.append(["1" if k < trace.warmup else "0" for k in range(len(trace))])
+    if trace.hash_ids is not None:
+        off = trace.hash_offsets().tolist()
+        ids = trace.hash_ids.tolist()
+        names.append(hash_column(trace.hash_block_size))
+        cols.append([" ".join(map(str, ids[a:b])) for a, b in zip(off[:-1], off[1:])])
+    return ",".join(names) + "\n" + "".join(",".join(row) + "\n" for row in zip(*cols))
 
 
 def _csv_field(c: Any) -> str:
@@ -542,7 +577,7 @@ def _load_csv(p: Path, src: str) -> Trace:
     hcol = _hash_header(list(header))
     hashes = None if hcol is None else (columns[hcol], hash_block_size_of(hcol))
     return _build(numeric, columns.get("client_id"), Where(src, lines), name,
-                  clients_are_strings=True, hashes=hashes)
+                  clients_are_strings=True, hashes=hashes, warmup=columns.get(WARMUP, 0))
 
 
 def _no_rows(src: str, has_header: bool) -> TraceError:
@@ -702,8 +737,8 @@ def _csv_fast(buf: bytes, header: list[str], nrows: int, name: str,
     """
     import pandas as pd
 
-    if _hash_header(header) is not None:
-        return None  # the ids are checked cell by cell, with their lines, by the exact path
+    if _hash_header(header) is not None or WARMUP in header:
+        return None  # the ids and flags are checked cell by cell, with their lines, by the exact path
     typed = {"arrival_s": "float64", "input_tokens": "int64", "output_tokens": "int64",
              "client_id": object}
     try:
@@ -758,7 +793,8 @@ def _load_parquet(p: Path, src: str) -> Trace:
             clients = _clients_from_arrow(table.column("client_id"), where)
         hcol = _hash_header(list(table.column_names))
         hashes = None if hcol is None else (table.column(hcol).to_pylist(), hash_block_size_of(hcol))
-        return _build(numeric, clients, where, p.stem, hashes=hashes)
+        warm = table.column(WARMUP).to_pylist() if WARMUP in table.column_names else 0
+        return _build(numeric, clients, where, p.stem, hashes=hashes, warmup=warm)
     except TraceError:
         raise
     except Exception as exc:  # arrow conversion surprises
@@ -802,6 +838,8 @@ def _arrow_table(trace: Trace) -> Any:
     if trace.client_id is not None:
         data["client_id"] = pa.array(
             [None if c is None else str(c) for c in trace.client_id.tolist()], pa.string())
+    if trace.warmup:
+        data[WARMUP] = pa.array(np.arange(len(trace)) < trace.warmup, pa.bool_())
     if trace.hash_ids is not None:
         data[hash_column(trace.hash_block_size)] = pa.ListArray.from_arrays(
             pa.array(trace.hash_offsets(), pa.int32()), pa.array(np.asarray(trace.hash_ids, np.int64), pa.int64()))

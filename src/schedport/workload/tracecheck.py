@@ -5,6 +5,8 @@ checked (`check_required`): arrival times finite, >= 0 and <= `MAX_ARRIVAL_S`, n
 token counts integers in [1, `MAX_TOKENS`]. The first bad cell is reported as one line naming the
 source, the line or row (`Where`) and the column, with why it is refused (`why_bad`). Client ids
 (`clients_from_any`) and a file's header (`check_header`) are checked here too.
+Warm-up (`warmup_from_cells`): an optional column ``warmup`` marks the leading requests a window
+replays before its measured ones, to warm the engine's caches (docs/corpus.md, "Warm caches").
 Prefix identity (`hash_ids_from_cells`, `check_hash_chain`): an optional column named
 ``hash_ids@<block size>`` gives each request one id per block of that many prompt tokens,
 chained (an equal id names an equal whole prefix up to and including that block).
@@ -34,6 +36,10 @@ MAX_TOKENS = 2**31 - 1
 #: millisecond step to an arrival without losing it to rounding.
 MAX_ARRIVAL_S = float(2**32)
 
+
+#: The optional warm-up column: 1 (true) for a request replayed before the window to warm the
+#: engine's caches and never measured, 0 (false) for a measured one; the warm-up requests come first.
+WARMUP = "warmup"
 
 #: The optional prefix-identity column: ``hash_ids@<block size>``, e.g. ``hash_ids@512``.
 HASH_PREFIX = "hash_ids"
@@ -218,7 +224,7 @@ def check_header(names: Sequence[str], src: str, prefix: str) -> None:
         if n in seen:
             raise TraceError(f"{src}: {prefix}column '{n}' appears more than once")
         seen.add(n)
-    allowed = ", ".join(COLUMNS) + f", {HASH_PREFIX}@<block size>"
+    allowed = ", ".join(COLUMNS) + f", {WARMUP}, {HASH_PREFIX}@<block size>"
     hashed = [n for n in names if hash_block_size_of(n) is not None]
     if len(hashed) > 1:
         raise TraceError(f"{src}: {prefix}columns '{hashed[0]}' and '{hashed[1]}': a trace has one "
@@ -228,11 +234,11 @@ def check_header(names: Sequence[str], src: str, prefix: str) -> None:
             raise TraceError(f"{src}: {prefix}column '{n}': the prefix-identity column is named "
                              f"'{HASH_PREFIX}@<block size>' with the block size in tokens, e.g. "
                              f"'{HASH_PREFIX}@512'")
-        if n not in COLUMNS and n not in hashed:
+        if n not in COLUMNS and n not in hashed and n != WARMUP:
             if n.strip() == "":
                 what = "an empty column name (a stray comma?)"
             else:
-                close = difflib.get_close_matches(n.strip(), COLUMNS, n=1, cutoff=0.6)
+                close = difflib.get_close_matches(n.strip(), (*COLUMNS, WARMUP), n=1, cutoff=0.6)
                 hint = f" (did you mean '{close[0]}'?)" if close else ""
                 what = f"unknown column '{n}'{hint}"
             raise TraceError(f"{src}: {prefix}{what}; allowed columns are {allowed}")
@@ -240,6 +246,49 @@ def check_header(names: Sequence[str], src: str, prefix: str) -> None:
         if c not in seen:
             raise TraceError(f"{src}: {prefix}missing required column '{c}'; expected "
                              f"header {EXPECTED_HEADER}")
+
+
+# ===================================================================== warm-up
+
+
+_TRUE = {"1", "true"}
+_FALSE = {"0", "false"}
+
+
+def _warmup_flag(x: Any) -> bool | None:
+    """A `warmup` cell as a bool: 0/1, a boolean, or (text) '0', '1', 'true', 'false' in any case;
+    None when it is none of these."""
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return bool(x) if x in (0, 1) else None
+    if isinstance(x, str):
+        t = x.strip().lower()
+        return True if t in _TRUE else (False if t in _FALSE else None)
+    return None
+
+
+def warmup_from_cells(cells: Any, where: Where) -> int:
+    """The number of leading warm-up requests a ``warmup`` column gives (0 when none is true).
+
+    Every cell is 0 or 1 (a boolean, or the text '0', '1', 'true', 'false'); the warm-up requests
+    (1) come before every measured one (0), and at least one request is measured. The first fault
+    is one `TraceError` naming the source, the line or row and the column.
+    """
+    seq = cells.tolist() if isinstance(cells, np.ndarray) else list(cells)
+    count = 0
+    for i, x in enumerate(seq):
+        flag = _warmup_flag(x)
+        if flag is None:
+            raise TraceError(f"{where.cell(i, WARMUP)}: {show_cell(x)} is not 0 or 1 (true or false)")
+        if flag and count < i:
+            raise TraceError(f"{where.cell(i, WARMUP)}: a warm-up request after a measured one "
+                             f"({where.label(count)}); the warm-up requests come first")
+        count += flag
+    if seq and count == len(seq):
+        raise TraceError(f"{where.source}: column '{WARMUP}': every request is a warm-up request; a trace "
+                         "needs at least one measured request")
+    return count
 
 
 # ===================================================================== prefix identity

@@ -178,6 +178,11 @@ def build_variant(variant: Variant, base: Trace, donor: Optional[Trace] = None) 
         raise SchedportError(f"unknown variant feature {f!r} (known: {', '.join(FEATURES)})")
     if FEATURES[f][0] == "transplant" and donor is None:
         raise SchedportError(f"variant {f!r} of {base.name} needs a donor window")
+    warm = next((t for t in (base, donor) if t is not None and t.warmup), None)
+    if warm is not None:   # a variant would lose the warm-up (and the prefix identity) it needs
+        raise SchedportError(f"window {warm.name} has a warm-up (a prefix-bearing source, docs/corpus.md \"Warm "
+                             f"caches\"): its variants are not built yet; explain a reversal of windows "
+                             f"without one")
     if f == "arrival":
         arr = transplant_arrivals(base, donor)
     elif f == "burstiness":
