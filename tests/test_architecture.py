@@ -313,9 +313,9 @@ def test_the_core_request_carries_no_cohort_field(tmp_path):
     assert _cohort_slots(core) == set()
     assert not COHORT_SLOTS & set(Request.__slots__) and COHORT_SLOTS <= set(CohortRequest.__slots__)
     planted = tmp_path / "simulator.py"
-    planted.write_text(core.read_text().replace('"swapped",\n', '"swapped", "heap_at",\n', 1))
+    planted.write_text(core.read_text().replace('"recomputed",\n', '"recomputed", "heap_at",\n', 1))
     assert _cohort_slots(planted) == {"heap_at"}
-    planted.write_text(core.read_text().replace('"swapped",\n', '"swapped", "cohort_pos",\n', 1))
+    planted.write_text(core.read_text().replace('"recomputed",\n', '"recomputed", "cohort_pos",\n', 1))
     assert _cohort_slots(planted) == {"cohort_pos"}
 
 
